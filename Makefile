@@ -1,0 +1,62 @@
+# The few verbs people type. `make demo` and `make test` set everything up first (idempotent and
+# cached: a second run installs and downloads nothing).
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMPS := .stamps
+PYTEST_ARGS ?=
+
+.PHONY: setup system-deps python-deps jvm-deps demo test test-unit test-spark test-kafka lint format bench clean
+
+setup: system-deps python-deps jvm-deps
+
+# Java 17 and Maven from Debian's packages when missing (needs root, as on CI machines).
+system-deps:
+	@if ! command -v java >/dev/null || ! command -v mvn >/dev/null; then \
+	  echo "installing Java 17 and Maven with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven; \
+	fi
+
+$(STAMPS)/python-deps: pyproject.toml
+	@mkdir -p $(STAMPS)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+python-deps: $(STAMPS)/python-deps
+
+# Delta, the Kafka connector and the Kafka broker from Maven Central into the local Maven repository.
+jvm-deps: python-deps
+	$(VENV)/bin/offset-audit setup-jvm
+
+demo: setup
+	$(VENV)/bin/offset-audit demo
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: python-deps
+	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+test-spark: setup
+	$(PY) -m pytest -m spark $(PYTEST_ARGS)
+
+test-kafka: setup
+	$(PY) -m pytest -m kafka $(PYTEST_ARGS)
+
+lint: python-deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: python-deps
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: setup
+	$(PY) -m bench
+
+clean:
+	rm -rf data build .pytest_cache .mypy_cache .ruff_cache $(STAMPS)

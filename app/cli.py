@@ -1,0 +1,184 @@
+"""`offset-audit`: one CLI, thin subcommands, exit codes for schedulers.
+
+0 clean; 1 findings at or above --fail-on; 2 usage or config error; 3 infrastructure error.
+Errors become exit codes only here, at the top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from app import __version__
+from app.config import AppConfig, load_config
+from app.errors import ConfigError, InfrastructureError, OffsetAuditError, UsageError
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_INFRA = 3
+
+log = logging.getLogger("offset-audit")
+
+Handler = Callable[[argparse.Namespace, AppConfig], int]
+
+# Subcommands whose work is tracked in an open issue: they say so plainly and exit with the usage code.
+PLANNED = {
+    "stream": "the reference streaming job and its checkpoint ledger",
+    "ingest-offsets": "decoding __consumer_offsets into Delta",
+    "reconcile": "reconciling ledger, group commits and sink",
+    "forensics": "restart forensics and the incident timeline",
+    "check": "Great Expectations suites",
+    "report": "the HTML dashboard",
+    "nightly": "the nightly pipeline",
+    "demo": "the scripted end-to-end demo",
+}
+
+
+def emit(args: argparse.Namespace, summary: dict[str, Any], text: str) -> None:
+    """One place that prints results: JSON for machines, text for people."""
+    if getattr(args, "json", False):
+        print(json.dumps(summary, sort_keys=True, default=str))
+    else:
+        print(text)
+
+
+# --- handlers ------------------------------------------------------------------------------------
+
+
+def cmd_config_show(args: argparse.Namespace, cfg: AppConfig) -> int:
+    shown = cfg.to_display()
+    emit(args, shown, json.dumps(shown, indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+def cmd_setup_jvm(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from app import jvm
+
+    counts = {name: len(jvm.resolve_classpath(name, cfg.paths.cache_dir)) for name in jvm.CLASSPATH_NAMES}
+    emit(args, {"classpaths": counts}, ", ".join(f"{k}: {v} jars" for k, v in counts.items()))
+    return EXIT_OK
+
+
+def local_kafka(cfg: AppConfig, die_with_parent: bool = False) -> Any:
+    from app import jvm
+    from app.kafka_local import LocalKafka
+
+    return LocalKafka(
+        cfg.paths.kafka_dir,
+        jvm.resolve_classpath("kafka", cfg.paths.cache_dir),
+        offsets_partitions=cfg.local_kafka.offsets_partitions,
+        heap=cfg.local_kafka.heap,
+        start_timeout_s=cfg.local_kafka.start_timeout_s,
+        die_with_parent=die_with_parent,
+    )
+
+
+def cmd_kafka_local(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from app.kafka_local import LocalKafka
+
+    if args.action == "start":
+        state = local_kafka(cfg).start()
+        emit(args, {"running": True, "bootstrap_servers": state.bootstrap_servers, "pid": state.pid},
+             f"local Kafka running on {state.bootstrap_servers} (pid {state.pid})")  # fmt: skip
+        return EXIT_OK
+    broker = LocalKafka(cfg.paths.kafka_dir, classpath=[])
+    if args.action == "stop":
+        stopped = broker.stop()
+        emit(args, {"stopped": stopped}, "local Kafka stopped" if stopped else "local Kafka was not running")
+        return EXIT_OK
+    state = broker.status()
+    if state is None:
+        emit(args, {"running": False}, "local Kafka is not running")
+        return EXIT_INFRA
+    emit(args, {"running": True, "bootstrap_servers": state.bootstrap_servers, "pid": state.pid},
+         f"local Kafka running on {state.bootstrap_servers} (pid {state.pid})")  # fmt: skip
+    return EXIT_OK
+
+
+def cmd_planned(args: argparse.Namespace, cfg: AppConfig) -> int:
+    what = PLANNED[args.command]
+    msg = f"offset-audit {args.command}: not implemented yet ({what} is still an open issue)"
+    emit(args, {"command": args.command, "implemented": False}, msg)
+    return EXIT_USAGE
+
+
+# --- parser --------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--env", default="local", help="config layer conf/<env>.yaml (default: local)")
+    common.add_argument(
+        "--conf-dir", type=Path, default=None, help="directory holding base.yaml and <env>.yaml"
+    )
+    common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config key, e.g. --set spark.shuffle_partitions=8")  # fmt: skip
+    common.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    common.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR")
+
+    parser = argparse.ArgumentParser(prog="offset-audit", description=__doc__, parents=[common])
+    parser.add_argument("--version", action="version", version=f"offset-audit {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("config", parents=[common], help="show the effective (redacted) configuration")
+    p.add_argument("action", choices=["show"])
+    p.set_defaults(handler=cmd_config_show)
+
+    p = sub.add_parser("setup-jvm", parents=[common], help="resolve the JVM jars with Maven (cached)")
+    p.set_defaults(handler=cmd_setup_jvm)
+
+    p = sub.add_parser("kafka-local", parents=[common], help="the embedded single-node KRaft broker")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.set_defaults(handler=cmd_kafka_local)
+
+    for name, what in PLANNED.items():
+        p = sub.add_parser(name, parents=[common], help=f"{what} (not implemented yet)")
+        p.set_defaults(handler=cmd_planned)
+    return parser
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S",
+        stream=sys.stderr,
+    )
+    # librdkafka and py4j chatter drowns the progress lines people need to see.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors and 0 on --help
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        cfg = load_config(args.env, args.overrides, args.conf_dir)
+        configure_logging(args.log_level or cfg.log_level)
+        log.debug("config: %s", json.dumps(cfg.to_display(), sort_keys=True))
+        handler: Handler = args.handler
+        return handler(args, cfg)
+    except (ConfigError, UsageError) as exc:
+        print(f"offset-audit: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except InfrastructureError as exc:
+        print(f"offset-audit: infrastructure error: {exc}", file=sys.stderr)
+        return EXIT_INFRA
+    except OffsetAuditError as exc:
+        print(f"offset-audit: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("offset-audit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The one place a SparkSession is made: Delta enabled, Kafka connector on the classpath, UTC.
+
+Locally it is sized for a small machine. Under spark-submit on a real cluster (mode 'auto' detects it,
+'cluster' forces it) the session the launcher configured is taken as it is: we add only the SQL
+settings we rely on, and never master, memory or jars, which belong to the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from app.config import SparkConfig
+
+log = logging.getLogger(__name__)
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+# Settings the application's logic relies on, in every mode.
+REQUIRED_SQL_CONF: Mapping[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def running_under_spark_submit(environ: Mapping[str, str] | None = None) -> bool:
+    """spark-submit starts the JVM first and hands the Python driver its gateway port."""
+    env = os.environ if environ is None else environ
+    return "PYSPARK_GATEWAY_PORT" in env
+
+
+def local_conf(cfg: SparkConfig, jars: Sequence[Path], warehouse_dir: str) -> dict[str, str]:
+    """Everything a local session needs, as plain key/values so tests can check it without a JVM."""
+    conf = {
+        "spark.master": cfg.master,
+        "spark.app.name": cfg.app_name,
+        "spark.driver.memory": cfg.driver_memory,
+        "spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
+        "spark.default.parallelism": str(cfg.shuffle_partitions),
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        "spark.sql.warehouse.dir": warehouse_dir,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.adaptive.enabled": "true",
+        # JVM time zone as well as the SQL one: Delta's commit timestamps and our clocks agree.
+        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.jars": ",".join(str(j) for j in jars),
+        # Tiny local tables: fewer, smaller Delta log checkpoints and no stats collection storms.
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    }
+    conf.update(REQUIRED_SQL_CONF)
+    conf.update(cfg.conf)  # the user's spark.conf wins over our defaults
+    return conf
+
+
+def build_spark_session(
+    cfg: SparkConfig,
+    jars: Sequence[Path] = (),
+    warehouse_dir: str = "data/warehouse",
+    environ: Mapping[str, str] | None = None,
+) -> SparkSession:
+    on_cluster = cfg.mode == "cluster" or (cfg.mode == "auto" and running_under_spark_submit(environ))
+    if on_cluster:
+        log.info("using the SparkSession configured by spark-submit (cluster mode)")
+        spark = SparkSession.builder.appName(cfg.app_name).getOrCreate()
+        for key, value in {**REQUIRED_SQL_CONF, **cfg.conf}.items():
+            if key.startswith("spark.sql."):
+                spark.conf.set(key, value)
+        _require_delta(spark)
+        return spark
+    builder = SparkSession.builder
+    for key, value in local_conf(cfg, jars, warehouse_dir).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    log.info("local SparkSession %s (%s), %d extra jars", spark.version, cfg.master, len(jars))
+    return spark
+
+
+def _require_delta(spark: SparkSession) -> None:
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    if DELTA_EXTENSION not in extensions:
+        log.warning(
+            "spark.sql.extensions lacks %s; pass --packages io.delta:delta-spark_4.1_2.13:4.4.0 and "
+            "--conf spark.sql.extensions=%s to spark-submit",
+            DELTA_EXTENSION,
+            DELTA_EXTENSION,
+        )

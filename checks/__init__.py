@@ -1,0 +1,1 @@
+"""Great Expectations suites over the audit tables (filled by the nightly-checks issue)."""

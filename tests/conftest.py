@@ -1,0 +1,71 @@
+"""Session-scoped real components: one Spark session with Delta, one real KRaft broker.
+
+Both are started lazily by the tests that ask for them, so `pytest -m unit` never starts a JVM.
+Neither fixture skips: a missing jar or JVM fails the session with the reason.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from app import jvm
+from app.config import AppConfig, SparkConfig, load_config
+from app.kafka_local import BrokerState, LocalKafka
+from app.spark import build_spark_session
+
+
+@pytest.fixture(scope="session")
+def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("offset-audit")
+
+
+@pytest.fixture(scope="session")
+def app_config(session_dir: Path) -> AppConfig:
+    return load_config(
+        "local",
+        overrides=[
+            f"paths.data_dir={session_dir / 'data'}",
+            "spark.driver_memory=2g",
+            "spark.shuffle_partitions=2",
+        ],
+        environ={},
+    )
+
+
+@pytest.fixture(scope="session")
+def spark(app_config: AppConfig, session_dir: Path) -> Iterator[SparkSession]:
+    cfg = SparkConfig(**{**app_config.spark.__dict__, "mode": "local", "master": "local[2]"})
+    session = build_spark_session(
+        cfg, jvm.spark_extra_jars(app_config.paths.cache_dir), str(session_dir / "warehouse"), environ={}
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(app_config: AppConfig, session_dir: Path) -> Iterator[BrokerState]:
+    broker = LocalKafka(
+        session_dir / "kafka",
+        jvm.resolve_classpath("kafka", app_config.paths.cache_dir),
+        offsets_partitions=app_config.local_kafka.offsets_partitions,
+        die_with_parent=True,
+    )
+    state = broker.start()
+    yield state
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(kafka_broker: BrokerState) -> str:
+    return kafka_broker.bootstrap_servers
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique suffix for topics, groups and tables, so tests sharing a broker never collide."""
+    return uuid.uuid4().hex[:10]

@@ -1,0 +1,109 @@
+"""The real broker: produce, read through Spark's connector, commit for a group, read back via Admin."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from app.config import KafkaConfig
+from app.errors import KafkaUnavailableError
+from app.kafka_clients import check_reachable, spark_kafka_options
+from app.kafka_local import LocalKafka, free_port
+
+pytestmark = pytest.mark.kafka
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
+
+
+def produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for p in range(partitions):
+        for i in range(per_partition):
+            producer.produce(topic, key=f"k{i}".encode(), value=f"v{p}-{i}".encode(), partition=p)
+    assert producer.flush(30) == 0
+
+
+def test_spark_batch_reads_a_topic_through_the_connector(
+    spark: SparkSession, bootstrap: str, unique: str
+) -> None:
+    topic = f"orders-{unique}"
+    create_topic(bootstrap, topic, 3)
+    produce(bootstrap, topic, per_partition=5, partitions=3)
+
+    options = spark_kafka_options(KafkaConfig(bootstrap_servers=bootstrap), bootstrap)
+    df = spark.read.format("kafka").options(**options).option("subscribe", topic).load()
+    stats = df.groupBy("partition").agg(
+        F.count("*").alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi")
+    )
+    assert {(r.partition, r.n, r.lo, r.hi) for r in stats.collect()} == {
+        (0, 5, 0, 4),
+        (1, 5, 0, 4),
+        (2, 5, 0, 4),
+    }
+    values = sorted(r.value.decode() for r in df.where("partition = 1").select("value").collect())
+    assert values == [f"v1-{i}" for i in range(5)]
+
+
+def test_group_commit_reads_back_through_admin_api(bootstrap: str, unique: str) -> None:
+    topic, group = f"pay-{unique}", f"audited-{unique}"
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, per_partition=10, partitions=2)
+
+    # An offset-only committer like Flink's: assign, never subscribe, so it never joins the group.
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(
+            offsets=[TopicPartition(topic, 0, 7), TopicPartition(topic, 1, 10)], asynchronous=False
+        )
+    finally:
+        consumer.close()
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0), TopicPartition(topic, 1)])
+    result = admin.list_consumer_group_offsets([request])[group].result(30)
+    assert {(tp.partition, tp.offset) for tp in result.topic_partitions} == {(0, 7), (1, 10)}
+
+
+def test_reachability_check_counts_brokers(bootstrap: str) -> None:
+    assert check_reachable(KafkaConfig(bootstrap_servers=bootstrap), bootstrap) == 1
+
+
+def test_unreachable_broker_is_a_clear_infrastructure_error() -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    with pytest.raises(KafkaUnavailableError, match=f"Kafka at {dead} did not answer within 2s"):
+        check_reachable(KafkaConfig(bootstrap_servers=dead), dead, timeout_s=2)
+
+
+def test_cli_manages_a_broker_and_leaves_no_jvm(tmp_path: Path) -> None:
+    """`kafka-local start|status|stop` through the real CLI process, as a user would run it."""
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "app.cli", "kafka-local", *args, "--json"]
+        cmd += ["--set", f"paths.data_dir={tmp_path}"]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+
+    started = cli("start")
+    assert started.returncode == 0, started.stderr
+    pid = json.loads(started.stdout)["pid"]
+    assert json.loads(cli("status").stdout)["running"] is True
+    assert cli("start").returncode == 0  # idempotent: reuses the running broker
+    assert json.loads(cli("status").stdout)["pid"] == pid
+
+    stopped = cli("stop")
+    assert json.loads(stopped.stdout) == {"stopped": True}
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    status = cli("status")
+    assert status.returncode == 3
+    assert json.loads(status.stdout) == {"running": False}
+    assert LocalKafka(tmp_path / "kafka", []).status() is None
