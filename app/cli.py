@@ -7,6 +7,8 @@ Errors become exit codes only here, at the top.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import logging
 import sys
@@ -101,6 +103,14 @@ def cmd_kafka_local(args: argparse.Namespace, cfg: AppConfig) -> int:
     return EXIT_OK
 
 
+def command_module(name: str) -> Any | None:
+    """app.commands.<name>, or None while the subcommand is not implemented."""
+    module_name = "app.commands." + name.replace("-", "_")
+    if importlib.util.find_spec(module_name) is None:
+        return None
+    return importlib.import_module(module_name)
+
+
 def cmd_planned(args: argparse.Namespace, cfg: AppConfig) -> int:
     what = PLANNED[args.command]
     msg = f"offset-audit {args.command}: not implemented yet ({what} is still an open issue)"
@@ -138,8 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_kafka_local)
 
     for name, what in PLANNED.items():
-        p = sub.add_parser(name, parents=[common], help=f"{what} (not implemented yet)")
-        p.set_defaults(handler=cmd_planned)
+        module = command_module(name)
+        if module is None:
+            p = sub.add_parser(name, parents=[common], help=f"{what} (not implemented yet)")
+            p.set_defaults(handler=cmd_planned)
+        else:
+            p = sub.add_parser(name, parents=[common], help=what)
+            module.add_arguments(p)
+            p.set_defaults(handler=module.run)
     return parser
 
 
