@@ -105,7 +105,8 @@ class PathsConfig:
         return "/".join([self.data_dir.rstrip("/"), *parts])
 
     def table(self, name: str) -> str:
-        return self.under("tables", name)
+        """A bare name lives under <data_dir>/tables; anything with a slash is a path or URI already."""
+        return name if "/" in name else self.under("tables", name)
 
     @property
     def kafka_dir(self) -> Path:
@@ -117,6 +118,141 @@ class PathsConfig:
         return self.under("checkpoints")
 
 
+_STREAM_STARTUP_MODES = ("group", "earliest", "latest", "timestamp", "specific")
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """The reference streaming job (offset-audit stream)."""
+
+    job_name: str = "orders-audit"
+    topics: list[str] = field(default_factory=lambda: ["orders"])
+    group_id: str = "offset-audit-orders"  # the group the job commits to; it never joins it
+    sink_table: str = "sink"  # a name under <data_dir>/tables, or a full path/URI
+    ledger_table: str = "ledger"
+    checkpoint_dir: str = ""  # default: <data_dir>/checkpoints/<job_name>
+    # Where to start when the checkpoint holds no state (restored state always wins, as in Flink).
+    startup_mode: str = "group"
+    reset_strategy: str = "earliest"  # for partitions the startup mode has no offset for
+    startup_timestamp_ms: int = 0
+    specific_offsets: dict[str, str] = field(default_factory=dict)  # "topic:partition" -> offset
+    trigger_interval: str = "2 seconds"
+    max_offsets_per_trigger: int = 0  # 0: no limit
+    isolation_level: str = "read_committed"
+    # Off by default: a reference job that stops on retention loss would hide the very gap we audit.
+    fail_on_data_loss: bool = False
+    commit_offsets: bool = True
+    max_pending_checkpoints: int = 100
+    commit_close_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.topics:
+            raise ConfigError("stream.topics", "needs at least one topic")
+        if self.startup_mode not in _STREAM_STARTUP_MODES:
+            raise ConfigError("stream.startup_mode", f"must be one of {', '.join(_STREAM_STARTUP_MODES)}")
+        if self.reset_strategy not in ("earliest", "latest"):
+            raise ConfigError("stream.reset_strategy", "must be earliest or latest")
+        if self.isolation_level not in ("read_committed", "read_uncommitted"):
+            raise ConfigError("stream.isolation_level", "must be read_committed or read_uncommitted")
+        if self.max_pending_checkpoints < 1:
+            raise ConfigError("stream.max_pending_checkpoints", "must be at least 1")
+        if self.max_offsets_per_trigger < 0:
+            raise ConfigError("stream.max_offsets_per_trigger", "must be 0 (no limit) or positive")
+        if self.startup_mode == "timestamp" and self.startup_timestamp_ms <= 0:
+            raise ConfigError(
+                "stream.startup_timestamp_ms", "required (epoch ms) with startup_mode timestamp"
+            )
+        for key, value in self.specific_offsets.items():
+            topic, _, partition = key.rpartition(":")
+            if not topic or not partition.isdigit() or not value.lstrip("-").isdigit():
+                raise ConfigError(f"stream.specific_offsets.{key}", "expected 'topic:partition': offset")
+
+    def specific(self) -> dict[tuple[str, int], int]:
+        out = {}
+        for key, value in self.specific_offsets.items():
+            topic, _, partition = key.rpartition(":")
+            out[(topic, int(partition))] = int(value)
+        return out
+
+
+INGEST_MODES = ("topic", "snapshot")
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """`ingest-offsets`: which groups to audit and how to read their commits."""
+
+    # Audited consumer groups; empty means every group (and every __consumer_offsets partition).
+    groups: list[str] = field(default_factory=list)
+    # 'topic' decodes the internal topic (full history); 'snapshot' asks the Admin API for the current
+    # committed offsets only, for clusters that forbid reading __consumer_offsets.
+    mode: str = "topic"
+    offsets_topic: str = "__consumer_offsets"
+    # Caps how far one run reads per partition (0 = to the end), so a first run over years of history
+    # can be split into bounded runs; positions make the next run continue where this one stopped.
+    max_records_per_partition: int = 0
+    # Spark tasks for the read; 0 = one per selected partition. More splits a hot partition's range.
+    min_partitions: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in INGEST_MODES:
+            raise ConfigError("ingest.mode", f"must be topic or snapshot, got '{self.mode}'")
+        if not self.offsets_topic.strip():
+            raise ConfigError("ingest.offsets_topic", "must not be empty")
+        if any(not g for g in self.groups):
+            raise ConfigError("ingest.groups", "group ids must not be empty")
+        if self.max_records_per_partition < 0:
+            raise ConfigError("ingest.max_records_per_partition", "must be 0 (no cap) or positive")
+        if self.min_partitions < 0:
+            raise ConfigError("ingest.min_partitions", "must be 0 (one task per partition) or positive")
+
+
+@dataclass(frozen=True)
+class ReconcileConfig:
+    """What `reconcile` and `forensics` audit and how strictly (shared/DESIGN.md sections 4 and 5).
+
+    Table paths left empty resolve under ``paths.data_dir`` (``tables/<name>``). The sink's column
+    names are configurable because any Delta table that carries source coordinates can be audited.
+    """
+
+    ledger_table: str = ""
+    group_commits_table: str = ""
+    findings_table: str = ""
+    partition_summary_table: str = ""
+    restarts_table: str = ""
+    runs_table: str = ""  # one row per successful reconcile run: the default start of the next window
+    sink_table: str = ""
+    sink_tables: dict[str, str] = field(default_factory=dict)  # job name -> sink path, wins over sink_table
+    sink_topic_column: str = "kafka_topic"
+    sink_partition_column: str = "kafka_partition"
+    sink_offset_column: str = "kafka_offset"
+    sink_checkpoint_column: str = "_checkpoint_id"  # optional in the sink: evidence only
+    sink_run_column: str = "_run_id"  # optional in the sink: evidence only
+    jobs: list[str] = field(default_factory=list)  # empty: every job in the ledger window
+    groups: list[str] = field(default_factory=list)  # empty: every group the audited jobs commit to
+    commit_match_window_s: float = 300.0
+    clock_skew_s: float = 5.0
+    baseline_lookback_days: int = 7
+    confirm_gaps: bool = True
+    confirm_max_records: int = 10000
+    confirm_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.commit_match_window_s <= 0:
+            raise ConfigError("reconcile.commit_match_window_s", "must be positive")
+        if self.clock_skew_s < 0:
+            raise ConfigError("reconcile.clock_skew_s", "must not be negative")
+        if self.baseline_lookback_days < 0:
+            raise ConfigError("reconcile.baseline_lookback_days", "must not be negative")
+        if self.confirm_max_records < 1:
+            raise ConfigError("reconcile.confirm_max_records", "must be at least 1")
+        if self.confirm_timeout_s <= 0:
+            raise ConfigError("reconcile.confirm_timeout_s", "must be positive")
+        for key in ("sink_topic_column", "sink_partition_column", "sink_offset_column"):
+            if not str(getattr(self, key)).strip():
+                raise ConfigError(f"reconcile.{key}", "must not be empty")
+
+
 @dataclass(frozen=True)
 class AppConfig:
     env: str
@@ -124,6 +260,9 @@ class AppConfig:
     spark: SparkConfig = field(default_factory=SparkConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     local_kafka: LocalKafkaConfig = field(default_factory=LocalKafkaConfig)
+    reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
+    ingest: IngestConfig = field(default_factory=IngestConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:

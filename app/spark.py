@@ -45,6 +45,9 @@ def local_conf(cfg: SparkConfig, jars: Sequence[Path], warehouse_dir: str) -> di
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
         "spark.sql.warehouse.dir": warehouse_dir,
         "spark.ui.enabled": "false",
+        # Loopback only: a local run needs no network interface (and must not pick a public one).
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.adaptive.enabled": "true",
         # JVM time zone as well as the SQL one: Delta's commit timestamps and our clocks agree.
