@@ -1,0 +1,172 @@
+"""The reference streaming job on the real broker and real Spark/Delta.
+
+Covers DESIGN's guarantees end to end: every record in the sink exactly once, a snapshot and a
+completion for every checkpoint, the group's committed offsets equal to the last completed
+checkpoint, a hard kill and restart without duplicate sink or ledger rows, and a restart from the
+group's offsets after the checkpoint is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from app.ledger import event_key_column
+from app.stream_job import StopWhen, StreamJob
+from tests.kafka.streaming import (
+    create_topic,
+    duplicated_sink_coordinates,
+    group_offsets,
+    job_config,
+    last_completed_offsets,
+    produce,
+    read,
+)
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 3
+
+
+def ledger_duplicates(spark: SparkSession, ledger_path: str) -> int:
+    ledger = spark.read.format("delta").load(ledger_path)
+    return ledger.groupBy(event_key_column().alias("k")).count().where("count > 1").count()
+
+
+def test_job_writes_sink_once_ledger_per_checkpoint_and_commits_last_checkpoint(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    topic, group = f"orders-{unique}", f"job-{unique}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, 900, PARTITIONS)
+    cfg = job_config(tmp_path, bootstrap, topic, group, "orders-job", "stream.max_offsets_per_trigger=300")
+
+    result = StreamJob(spark, cfg, bootstrap).run(StopWhen(idle_s=5))
+
+    sink = read(spark, cfg, "sink")
+    assert sink.count() == 900
+    assert duplicated_sink_coordinates(sink) == []
+    per_partition = {r[0]: r[1] for r in sink.groupBy("kafka_partition").count().collect()}
+    assert per_partition == {0: 300, 1: 300, 2: 300}
+
+    ledger = read(spark, cfg, "ledger").where(F.col("run_id") == result.run_id)
+    kinds = {
+        r.event_type: {r2.checkpoint_id for r2 in ledger.where(F.col("event_type") == r.event_type).collect()}
+        for r in ledger.select("event_type").groupBy("event_type").count().collect()
+    }
+    assert result.batches >= 3  # 900 records, at most 300 per checkpoint
+    assert kinds["CHECKPOINT_SNAPSHOT"] == kinds["CHECKPOINT_COMPLETED"] == set(range(result.batches))
+    assert {"RUN_STARTED", "OFFSETS_RESTORED", "COMMIT_REQUESTED", "COMMIT_SUCCEEDED", "RUN_STOPPED"} <= set(
+        kinds
+    )
+
+    last_id, last_offsets = last_completed_offsets(ledger)
+    assert last_id == result.last_batch_id
+    assert last_offsets == {0: 300, 1: 300, 2: 300}
+    assert group_offsets(bootstrap, group, topic, PARTITIONS) == last_offsets
+    assert result.failed_commits == 0
+    assert ledger_duplicates(spark, cfg.paths.table("ledger")) == 0
+
+
+def test_hard_kill_and_restart_neither_duplicates_nor_loses(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    topic, group = f"kill-{unique}", f"kill-{unique}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, 6000, PARTITIONS)
+    extra = ["stream.max_offsets_per_trigger=300"]
+    cfg = job_config(tmp_path, bootstrap, topic, group, "kill-job", *extra)
+
+    cmd = [sys.executable, "-m", "app.cli", "stream", "--idle-seconds", "120", "--run-id", "run-killed"]
+    for item in [
+        f"paths.data_dir={tmp_path}",
+        f"kafka.bootstrap_servers={bootstrap}",
+        f"stream.topics=[{topic}]",
+        f"stream.group_id={group}",
+        "stream.job_name=kill-job",
+        "stream.trigger_interval=1 second",
+        *extra,
+    ]:
+        cmd += ["--set", item]  # fmt: skip
+    log = (tmp_path / "killed.log").open("wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    commits = tmp_path / "checkpoints" / "kill-job" / "commits"
+    deadline = time.monotonic() + 240
+    try:
+        while len([n for n in os.listdir(commits) if n.isdigit()] if commits.exists() else []) < 3:
+            assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the job did not complete 3 checkpoints in time"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole job, its Spark JVM included: a real crash
+        proc.wait(30)
+        log.close()
+
+    restarted = StreamJob(spark, cfg, bootstrap, run_id="run-restarted").run(StopWhen(idle_s=5))
+
+    assert restarted.startup_mode == "checkpoint"
+    sink = read(spark, cfg, "sink")
+    assert duplicated_sink_coordinates(sink) == []
+    assert sink.count() == 6000
+    assert ledger_duplicates(spark, cfg.paths.table("ledger")) == 0
+
+    ledger = read(spark, cfg, "ledger")
+    restored = ledger.where(
+        (F.col("run_id") == "run-restarted") & (F.col("event_type") == "OFFSETS_RESTORED")
+    )
+    assert restarted.restored_checkpoint_id is not None
+    last_done = ledger.where(
+        (F.col("event_type") == "CHECKPOINT_COMPLETED")
+        & (F.col("checkpoint_id") == restarted.restored_checkpoint_id)
+    )
+    before = {r.partition: r.offset for r in last_done.collect()}
+    assert len(before) == PARTITIONS
+    assert {r.partition: r.offset for r in restored.collect()} == before
+    assert {
+        r.detail for r in restored.select(F.get_json_object("detail", "$.source").alias("detail")).collect()
+    } == {"checkpoint"}
+    # Every checkpoint the killed run started is in the ledger, flushed or recovered.
+    snap_ids = {r.checkpoint_id for r in ledger.where("event_type = 'CHECKPOINT_SNAPSHOT'").collect()}
+    assert snap_ids == set(range(max(snap_ids) + 1))
+    _, final = last_completed_offsets(ledger, "run-restarted")
+    assert final == {0: 2000, 1: 2000, 2: 2000}
+    assert group_offsets(bootstrap, group, topic, PARTITIONS) == final
+
+
+def test_fresh_start_from_group_offsets_after_checkpoint_loss(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    topic, group = f"grp-{unique}", f"grp-{unique}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, 300, PARTITIONS)
+    cfg = job_config(tmp_path, bootstrap, topic, group, "grp-job", "stream.startup_mode=earliest")
+    StreamJob(spark, cfg, bootstrap, run_id="run-1").run(StopWhen(idle_s=4))
+    committed = group_offsets(bootstrap, group, topic, PARTITIONS)
+    assert committed == {0: 100, 1: 100, 2: 100}
+
+    subprocess.run(["rm", "-rf", str(tmp_path / "checkpoints" / "grp-job")], check=True)
+    produce(bootstrap, topic, 60, PARTITIONS, start=300)
+    cfg2 = job_config(tmp_path, bootstrap, topic, group, "grp-job", "stream.startup_mode=group")
+    second = StreamJob(spark, cfg2, bootstrap, run_id="run-2").run(StopWhen(idle_s=4))
+
+    assert second.startup_mode == "group"
+    ledger = read(spark, cfg2, "ledger").where(F.col("run_id") == "run-2")
+    restored = ledger.where(F.col("event_type") == "OFFSETS_RESTORED").select(
+        "partition", "offset", F.get_json_object("detail", "$.source").alias("source")
+    )
+    assert {(r.partition, r.offset, r.source) for r in restored.collect()} == {
+        (p, committed[p], "group") for p in range(PARTITIONS)
+    }
+    sink = read(spark, cfg2, "sink")
+    assert sink.count() == 360
+    assert duplicated_sink_coordinates(sink) == []
+    assert sink.where(F.col("_run_id") == "run-2").count() == 60
+    assert group_offsets(bootstrap, group, topic, PARTITIONS) == {0: 120, 1: 120, 2: 120}

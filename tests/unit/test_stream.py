@@ -1,0 +1,143 @@
+"""Pure parts of the streaming job: Spark checkpoint files, startup plans, crash recovery."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from app.errors import OffsetAuditError
+from app.schemas import EVENT_CHECKPOINT_COMPLETED, EVENT_CHECKPOINT_SNAPSHOT, EVENT_COMMIT_FAILED
+from app.stream import (
+    CheckpointFormatError,
+    LedgerFacts,
+    PartitionStart,
+    StartupPlan,
+    batch_ids,
+    parse_offset_log,
+    plan_checkpoint_resume,
+    plan_fresh_start,
+    recovery_events,
+)
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+# Exactly what Spark 4.1 writes to <checkpoint>/offsets/<batch> for one Kafka source.
+OFFSET_LOG = (
+    "v1\n"
+    '{"batchWatermarkMs":0,"batchTimestampMs":1795300000000,"conf":{"spark.sql.shuffle.partitions":"2"}}\n'
+    '{"orders":{"2":340,"1":333,"0":327}}'
+)
+
+
+def test_offset_log_gives_end_offsets_per_partition() -> None:
+    assert parse_offset_log(OFFSET_LOG) == {("orders", 0): 327, ("orders", 1): 333, ("orders", 2): 340}
+
+
+def test_offset_log_with_two_topics() -> None:
+    text = 'v1\n{}\n{"a":{"0":5},"b":{"0":7,"1":0}}\n'
+    assert parse_offset_log(text) == {("a", 0): 5, ("b", 0): 7, ("b", 1): 0}
+
+
+@pytest.mark.parametrize("text", ["", "v1\n{}\n", "garbage\n{}\n{}", 'v1\n{}\n{"a": {"0": 1}'])
+def test_malformed_offset_log_is_a_clear_error(text: str) -> None:
+    with pytest.raises(CheckpointFormatError):
+        parse_offset_log(text)
+
+
+def test_batch_ids_skip_crc_and_temp_files() -> None:
+    assert batch_ids(["0", "1", ".1.crc", "10", "2.tmp", "_spark_metadata"]) == [0, 1, 10]
+
+
+TPS = [("orders", 0), ("orders", 1)]
+MARKS = {("orders", 0): (10, 100), ("orders", 1): (0, 50)}
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        (
+            "earliest",
+            {("orders", 0): PartitionStart(10, "earliest"), ("orders", 1): PartitionStart(0, "earliest")},
+        ),
+        (
+            "latest",
+            {("orders", 0): PartitionStart(100, "latest"), ("orders", 1): PartitionStart(50, "latest")},
+        ),
+    ],
+)
+def test_fresh_start_earliest_and_latest(mode: str, expected: dict[tuple[str, int], PartitionStart]) -> None:
+    assert plan_fresh_start(mode, TPS, MARKS).starts == expected
+
+
+def test_group_mode_uses_commits_and_resets_partitions_without_one() -> None:
+    plan = plan_fresh_start("group", TPS, MARKS, committed={("orders", 0): 42}, reset="latest")
+    assert plan.starts == {
+        ("orders", 0): PartitionStart(42, "group"),
+        ("orders", 1): PartitionStart(50, "latest"),
+    }
+
+
+def test_out_of_range_commit_is_clamped_and_noted() -> None:
+    plan = plan_fresh_start("group", TPS, MARKS, committed={("orders", 0): 3, ("orders", 1): 7})
+    assert plan.starts[("orders", 0)] == PartitionStart(10, "group")
+    assert plan.notes == ("orders-0: group offset 3 outside [10, 100], clamped",)
+
+
+def test_timestamp_and_specific_modes() -> None:
+    by_ts = plan_fresh_start("timestamp", TPS, MARKS, by_timestamp={("orders", 1): 20})
+    assert by_ts.starts[("orders", 1)] == PartitionStart(20, "timestamp")
+    assert by_ts.starts[("orders", 0)] == PartitionStart(10, "earliest")  # no record after the timestamp
+    specific = plan_fresh_start("specific", TPS, MARKS, specific={("orders", 0): 55, ("orders", 1): 1})
+    assert specific.starting_offsets_json() == '{"orders": {"0": 55, "1": 1}}'
+
+
+def test_unknown_mode_is_rejected() -> None:
+    with pytest.raises(OffsetAuditError, match="unknown startup mode 'checkpoint'"):
+        plan_fresh_start("checkpoint", TPS, MARKS)
+
+
+def test_starting_offsets_need_resolved_numbers() -> None:
+    with pytest.raises(OffsetAuditError, match="orders-0"):
+        StartupPlan("group", {("orders", 0): PartitionStart(None, "group")}).starting_offsets_json()
+
+
+def test_checkpoint_resume_starts_at_last_committed_batch() -> None:
+    offsets = {0: {("orders", 0): 5}, 1: {("orders", 0): 9}, 2: {("orders", 0): 12}}
+    plan = plan_checkpoint_resume(offsets, committed_batches=[0, 1])  # batch 2 planned, never committed
+    assert plan.restored_checkpoint_id == 1
+    assert plan.starts == {("orders", 0): PartitionStart(9, "checkpoint")}
+
+
+def test_checkpoint_without_commits_restores_nothing() -> None:
+    assert (
+        plan_checkpoint_resume({0: {("orders", 0): 5}}, committed_batches=[]).restored_checkpoint_id is None
+    )
+
+
+def test_recovery_rebuilds_unflushed_snapshots_completions_and_open_commits() -> None:
+    facts = LedgerFacts(
+        snapshot_ids=frozenset({0, 1}),
+        completed_ids=frozenset({0}),
+        open_commit_attempts={("run-a", 2): 1},
+        last_run_id="run-a",
+    )
+    offset_log = {0: {("t", 0): 3}, 1: {("t", 0): 6}, 2: {("t", 0): 9}}
+    events = recovery_events(facts, offset_log, [0, 1], "job", "grp", "run-b", NOW)
+    got = sorted((e.event_type, e.checkpoint_id, e.run_id, e.offset) for e in events)
+    assert got == [
+        (EVENT_CHECKPOINT_COMPLETED, 1, "run-a", 6),
+        (EVENT_CHECKPOINT_SNAPSHOT, 2, "run-a", 9),
+        (EVENT_COMMIT_FAILED, 1, "run-a", None),
+    ]
+    failed = next(e for e in events if e.event_type == EVENT_COMMIT_FAILED)
+    assert failed.detail["error"] == "OUTCOME_UNKNOWN"
+    assert failed.detail["attempt"] == 2
+    assert all(e.detail["recovered"] is True and e.detail["recovered_by"] == "run-b" for e in events)
+
+
+def test_recovery_with_a_complete_ledger_adds_nothing() -> None:
+    facts = LedgerFacts(frozenset({0}), frozenset({0}), {}, "run-a")
+    assert recovery_events(facts, {0: {("t", 0): 3}}, [0], "job", "grp", "run-b", NOW) == []
