@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -78,6 +79,9 @@ def build_spark_session(
                 spark.conf.set(key, value)
         _require_delta(spark)
         return spark
+    # Local Python workers (mapInArrow, UDFs) must run this interpreter, not whatever 'python3' is on
+    # PATH, to see the same packages (pyarrow, app). SparkContext reads only the environment for this.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     for key, value in local_conf(cfg, jars, warehouse_dir).items():
         builder = builder.config(key, value)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app import jvm
+from app import cli, jvm
 from app.cli import main
 from app.config import SparkConfig
 from app.kafka_local import new_cluster_id, server_properties
@@ -89,8 +89,11 @@ def test_spark_submit_is_detected_by_its_gateway() -> None:
     assert not running_under_spark_submit({})
 
 
-def test_planned_subcommand_says_so_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["forensics"]) == 2
+def test_subcommand_without_module_says_so_and_exits_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "command_module", lambda name: None)
+    assert main(["demo"]) == 2
     assert "not implemented yet" in capsys.readouterr().out
 
 

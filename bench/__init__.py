@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): `.venv/bin/python -m bench.<name> --help`."""

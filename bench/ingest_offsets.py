@@ -1,0 +1,204 @@
+"""Benchmark of `ingest-offsets` against Kafka's own OffsetsMessageFormatter, on the same records.
+
+    .venv/bin/python -m bench.ingest_offsets [--records 3000000] [--offsets-partitions 10]
+
+1. Starts a private single-node broker (its own data directory, stopped at the end) whose
+   `__consumer_offsets` has --offsets-partitions partitions.
+2. Produces real offset commits, never hand-made bytes: one group per `__consumer_offsets` partition,
+   each committing all partitions of a wide topic per request (one record per topic partition), from
+   several processes in parallel.
+3. Times, on the same records: the Spark decode alone (mapInArrow into a no-op sink), the full ingest
+   into Delta (decode + MERGE + positions), Kafka's console consumer with OffsetsMessageFormatter, and
+   selective ingests of 1 and of half the partitions (cost should follow the partitions read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import multiprocessing
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from app import jvm
+from app.config import AppConfig, IngestConfig, KafkaConfig, PathsConfig, SparkConfig, load_config
+from app.consumer_offsets import partition_for_group
+from app.ingest import PartitionRange, decode
+from app.ingest_io import ingest_offsets, log_bounds, read_offsets_topic
+from app.kafka_local import LocalKafka
+from app.spark import build_spark_session
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def groups_one_per_partition(count: int) -> list[str]:
+    """A group name for each `__consumer_offsets` partition, found by the coordinator's own rule."""
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < count:
+        name = f"bench-group-{i}"
+        found.setdefault(partition_for_group(name, count), name)
+        i += 1
+    return [found[p] for p in range(count)]
+
+
+def commit_loop(args: tuple[str, str, str, int, int]) -> int:
+    """One process: `commits` async commits of every partition of `topic` for `group`."""
+    bootstrap, group, topic, partitions, commits = args
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        for c in range(commits):
+            consumer.commit(
+                offsets=[TopicPartition(topic, p, c + 1) for p in range(partitions)], asynchronous=True
+            )
+            consumer.poll(0)  # serves commit callbacks, keeps librdkafka's queue short
+        consumer.commit(offsets=[TopicPartition(topic, 0, commits + 1)], asynchronous=False)
+    finally:
+        consumer.close()
+    return commits * partitions + 1
+
+
+def produce_commits(bootstrap: str, groups: list[str], topic: str, partitions: int, per_group: int) -> int:
+    commits = max(1, per_group // partitions)
+    jobs = [(bootstrap, g, topic, partitions, commits) for g in groups]
+    with multiprocessing.get_context("spawn").Pool(min(len(groups), 4)) as pool:
+        return sum(pool.map(commit_loop, jobs))
+
+
+def formatter_seconds(bootstrap: str, per_partition: dict[int, int]) -> tuple[float, int]:
+    """Kafka's console consumer + OffsetsMessageFormatter over the same partitions, output discarded.
+
+    Reads each partition in its own process, all at once (the tool reads one partition or a whole topic),
+    and stops at --max-messages, so no idle timeout is timed. JVM start-up is included in the figure.
+    """
+    classpath = ":".join(str(j) for j in jvm.resolve_classpath("kafka"))
+
+    def command(partition: int, n: int) -> list[str]:
+        return [
+            "java", "-Xmx1g", "-cp", classpath, "org.apache.kafka.tools.consumer.ConsoleConsumer",
+            "--bootstrap-server", bootstrap, "--topic", OFFSETS_TOPIC, "--partition", str(partition),
+            "--offset", "earliest", "--max-messages", str(n), "--timeout-ms", "20000",
+            "--formatter", "org.apache.kafka.tools.consumer.OffsetsMessageFormatter",
+            "--consumer-property", "exclude.internal.topics=false",
+            "--isolation-level", "read_committed",
+        ]  # fmt: skip
+
+    t0 = time.perf_counter()
+    procs = [
+        subprocess.Popen(command(p, n), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        for p, n in per_partition.items()
+    ]
+    printed = 0
+    for proc in procs:
+        out, _ = proc.communicate()
+        printed += out.count(b'{"key"')
+    return time.perf_counter() - t0, printed
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=3_000_000, help="offset commit records to produce")
+    ap.add_argument("--offsets-partitions", type=int, default=10)
+    ap.add_argument("--topic-partitions", type=int, default=500, help="records per commit request")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--work-dir", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    base: AppConfig = load_config("local", [f"paths.data_dir={work / 'data'}"], environ={})
+    broker = LocalKafka(
+        work / "kafka", jvm.resolve_classpath("kafka"), offsets_partitions=args.offsets_partitions, heap="1g"
+    )
+    state = broker.start()
+    bootstrap = state.bootstrap_servers
+    try:
+        topic = "bench-wide"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, args.topic_partitions, 1)])[topic].result(120)
+        groups = groups_one_per_partition(args.offsets_partitions)
+        t0 = time.perf_counter()
+        produced = produce_commits(
+            bootstrap, groups, topic, args.topic_partitions, args.records // len(groups)
+        )
+        produce_s = time.perf_counter() - t0
+        all_parts = list(range(args.offsets_partitions))
+        start, end = log_bounds(admin, bootstrap, OFFSETS_TOPIC, all_parts, 60)
+        in_log = sum(end[p] - start[p] for p in all_parts)
+        print(f"produced {produced:,} offset commits with {len(groups)} groups in {produce_s:.1f}s "
+              f"({produced / produce_s:,.0f}/s); __consumer_offsets holds {in_log:,} offsets "
+              f"in {args.offsets_partitions} partitions")  # fmt: skip
+
+        spark = build_spark_session(
+            SparkConfig(mode="local", master=args.master, shuffle_partitions=2, driver_memory="3g"),
+            jvm.spark_extra_jars(base.paths.cache_dir),
+            str(work / "warehouse"),
+        )
+
+        def cfg_for(name: str, groups_: list[str]) -> AppConfig:
+            return dataclasses.replace(
+                base,
+                paths=PathsConfig(data_dir=str(work / name), cache_dir=base.paths.cache_dir),
+                kafka=KafkaConfig(bootstrap_servers=bootstrap),
+                ingest=IngestConfig(groups=groups_),
+            )
+
+        # Warm-up: JVM, Python workers and the Kafka connector's classes, on a tiny range.
+        warm = [PartitionRange(0, start[0], min(end[0], start[0] + 1000), None)]
+        spark.conf.set("spark.sql.streaming.kafka.useDeprecatedOffsetFetching", "true")
+        decode(read_offsets_topic(spark, cfg_for("warm", []), bootstrap, warm)).write.format("noop").mode(
+            "overwrite"
+        ).save()
+
+        ranges = [PartitionRange(p, start[p], end[p], None) for p in all_parts]
+        t0 = time.perf_counter()
+        decode(read_offsets_topic(spark, cfg_for("noop", []), bootstrap, ranges)).write.format("noop").mode(
+            "overwrite"
+        ).save()
+        decode_s = time.perf_counter() - t0
+        spark.conf.unset("spark.sql.streaming.kafka.useDeprecatedOffsetFetching")
+
+        t0 = time.perf_counter()
+        full = ingest_offsets(spark, cfg_for("full", []), bootstrap, run_id="bench-full")
+        full_s = time.perf_counter() - t0
+        records = full.total["read"]
+
+        kafka_s, printed = formatter_seconds(bootstrap, {p["partition"]: p["read"] for p in full.partitions})
+
+        selective = []
+        for k in (1, max(1, args.offsets_partitions // 2)):
+            t0 = time.perf_counter()
+            res = ingest_offsets(
+                spark, cfg_for(f"sel{k}", groups[:k]), bootstrap, groups[:k], run_id=f"bench-{k}"
+            )
+            selective.append((k, time.perf_counter() - t0, res.total["read"]))
+
+        print()
+        print(f"input: {records:,} offset commit records in {args.offsets_partitions} __consumer_offsets "
+              f"partitions; Spark {args.master}, 2 cores shared with the broker")  # fmt: skip
+        rows = [
+            ("spark decode only (mapInArrow -> noop)", decode_s, records),
+            ("ingest-offsets full (decode + Delta MERGE + positions)", full_s, records),
+            ("kafka OffsetsMessageFormatter (1 JVM per partition)", kafka_s, printed),
+        ]
+        for name, secs, n in rows:
+            print(f"  {name:58s} {secs:8.1f}s  {n:>11,} rec  {n / secs:>10,.0f} rec/s")
+        print(f"  ratio decode-only / formatter: {(records / decode_s) / (printed / kafka_s):.2f}x;"
+              f" full ingest / formatter: {(records / full_s) / (printed / kafka_s):.2f}x")  # fmt: skip
+        print("selective ingest (only the audited groups' partitions):")
+        for k, secs, n in selective:
+            print(f"  {k:2d} of {args.offsets_partitions} partitions: {secs:7.1f}s  {n:>11,} rec "
+                  f"({secs / full_s:.0%} of the full time, {n / records:.0%} of the records)")  # fmt: skip
+        spark.stop()
+    finally:
+        broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
