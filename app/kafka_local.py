@@ -53,8 +53,15 @@ def free_port() -> int:
 
 
 def new_cluster_id() -> str:
-    """Kafka's Uuid text form: URL-safe base64 of 16 random bytes, no padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """Kafka's Uuid text form: URL-safe base64 of 16 random bytes, no padding.
+
+    Like Kafka's Uuid.randomUuid, never one that starts with '-': kafka-storage's argument parser
+    would read it as an option (1 start in 64 failed with "--cluster-id: expected one argument").
+    """
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def server_properties(log_dir: Path, port: int, controller_port: int, offsets_partitions: int) -> str:
