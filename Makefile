@@ -17,6 +17,11 @@ system-deps:
 	  echo "installing Java 17 and Maven with apt-get"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven; \
 	fi
+	@# Headless Chromium renders the dashboard in the browser tests and `report --screenshot`.
+	@if ! command -v chromium >/dev/null; then \
+	  echo "installing chromium with apt-get"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	fi
 
 $(STAMPS)/python-deps: pyproject.toml
 	@mkdir -p $(STAMPS)

@@ -254,6 +254,41 @@ class ReconcileConfig:
 
 
 @dataclass(frozen=True)
+class ChecksConfig:
+    """`check`: thresholds of the Great Expectations suites and where their results go."""
+
+    # Confirmed GAP findings (real data loss) tolerated in the latest reconcile run.
+    max_confirmed_gaps: int = 0
+    # Commit lag per partition in the latest partition_summary; null disables the expectation.
+    max_commit_lag_offsets: int | None = 10000
+    max_commit_lag_seconds: int | None = 900
+    # A local directory: Great Expectations writes Data Docs through the local filesystem only.
+    data_docs_dir: str = ""  # default <data_dir>/data_docs
+    results_table: str = ""  # default <data_dir>/tables/validation_results
+
+    def __post_init__(self) -> None:
+        if self.max_confirmed_gaps < 0:
+            raise ConfigError("checks.max_confirmed_gaps", "must not be negative")
+        for key in ("max_commit_lag_offsets", "max_commit_lag_seconds"):
+            value = getattr(self, key)
+            if value is not None and value < 0:
+                raise ConfigError(f"checks.{key}", "must not be negative (null disables it)")
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """`report`: the static HTML dashboard."""
+
+    output: str = ""  # default <data_dir>/report/index.html (a local file)
+    title: str = "Offset audit"
+    max_findings: int = 5000  # rows in the findings table, most severe and newest first
+
+    def __post_init__(self) -> None:
+        if self.max_findings < 1:
+            raise ConfigError("report.max_findings", "must be at least 1")
+
+
+@dataclass(frozen=True)
 class AppConfig:
     env: str
     paths: PathsConfig = field(default_factory=PathsConfig)
@@ -263,6 +298,8 @@ class AppConfig:
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
+    checks: ChecksConfig = field(default_factory=ChecksConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:

@@ -1,1 +1,2 @@
-"""Great Expectations suites over the audit tables (filled by the nightly-checks issue)."""
+"""Great Expectations suites over the audit tables (ledger, group_commits, findings,
+partition_summary). ``checks.suites`` defines them as data; ``app.quality`` runs them."""

@@ -1,0 +1,226 @@
+"""The data-quality invariants of the audit tables, as Great Expectations 1.x suites.
+
+One suite per frame. Most frames are a table as stored; three are derived by ``app.quality`` so
+that a cross-row or cross-table rule becomes a plain column expectation whose failure shows the
+offending rows:
+
+- ``checkpoint_completion``: one row per checkpoint snapshot that should have completed, with
+  ``snapshot_without_completion`` naming it when no CHECKPOINT_COMPLETED followed;
+- ``commits_vs_checkpoints``: per group, topic and partition, the latest committed offset next to
+  the highest completed checkpoint offset of the jobs committing to that group;
+- ``confirmed_gaps``: the confirmed GAP findings of the latest reconcile run.
+
+Every check carries a severity from ``app.schemas.SEVERITIES``; `offset-audit check --fail-on`
+compares against it. Structural invariants are 'error', a commit beyond the completed checkpoints is
+'critical' (like the COMMITTED_AHEAD finding: a manual restart from the group would skip data),
+commit lag over its threshold is 'warn' (lag alone loses nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import great_expectations.expectations as gxe
+from great_expectations.expectations.metadata_types import FailureSeverity
+
+from app.config import ChecksConfig
+from app.schemas import (
+    ENGINES,
+    EVENT_TYPES,
+    FINDING_STATUSES,
+    FINDING_TYPES,
+    OFFSET_SEMANTICS,
+    RECORD_KINDS,
+    SEVERITIES,
+)
+
+# Our four severities onto Great Expectations' three, so Data Docs show the same ranking.
+_GX_SEVERITY = {
+    "critical": FailureSeverity.CRITICAL,
+    "error": FailureSeverity.CRITICAL,
+    "warn": FailureSeverity.WARNING,
+    "info": FailureSeverity.INFO,
+}
+
+# The ledger's event identity (app.ledger.event_key_column): detail's reason/error/attempt are
+# extracted into columns by app.quality.ledger_frame so GE can see them.
+LEDGER_IDENTITY = (
+    "job_name",
+    "run_id",
+    "checkpoint_id",
+    "event_type",
+    "topic",
+    "partition",
+    "detail_reason",
+    "detail_error",
+    "detail_attempt",
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    expectation: gxe.Expectation
+    severity: str
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r}")
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    name: str  # the GE suite name, also the `suite` column of validation_results
+    table: str  # the audit table the frame comes from
+    frame: str  # which frame app.quality builds for it
+    checks: tuple[Check, ...]
+
+
+def check(
+    expectation_cls: Callable[..., gxe.Expectation], severity: str = "error", **kwargs: object
+) -> Check:
+    """An expectation tagged with our severity (in meta, read back from the results) and GE's."""
+    expectation = expectation_cls(meta={"severity": severity}, severity=_GX_SEVERITY[severity], **kwargs)
+    return Check(expectation, severity)
+
+
+def not_null(*columns: str) -> list[Check]:
+    return [check(gxe.ExpectColumnValuesToNotBeNull, column=c) for c in columns]
+
+
+def non_negative(*columns: str) -> list[Check]:
+    # Nulls pass: a null offset is a sentinel ("no offset yet") or a tombstone, by contract.
+    return [check(gxe.ExpectColumnValuesToBeBetween, column=c, min_value=0) for c in columns]
+
+
+def in_set(column: str, values: tuple[str, ...]) -> Check:
+    return check(gxe.ExpectColumnValuesToBeInSet, column=column, value_set=list(values))
+
+
+# --- one function per suite ----------------------------------------------------------------------
+
+
+def ledger_suite() -> SuiteSpec:
+    checks = [
+        *not_null("job_name", "run_id", "engine", "event_type", "event_time", "event_date"),
+        in_set("event_type", EVENT_TYPES),
+        in_set("engine", ENGINES),
+        in_set("offset_semantics", OFFSET_SEMANTICS),
+        *non_negative("offset", "checkpoint_id"),
+        # A retried micro-batch must not write its events twice (DESIGN section 4). Nulls take part
+        # in the identity (RUN_STARTED has no topic), so no row is exempt.
+        check(gxe.ExpectCompoundColumnsToBeUnique, column_list=list(LEDGER_IDENTITY), ignore_row_if="never"),
+    ]
+    return SuiteSpec("ledger", "ledger", "ledger", tuple(checks))
+
+
+def checkpoint_completion_suite() -> SuiteSpec:
+    checks = [check(gxe.ExpectColumnValuesToBeNull, column="snapshot_without_completion")]
+    return SuiteSpec("ledger.checkpoint_completion", "ledger", "checkpoint_completion", tuple(checks))
+
+
+def group_commits_suite() -> SuiteSpec:
+    checks = [
+        *not_null("group_id", "topic", "partition", "record_kind", "ingest_run_id"),
+        in_set("record_kind", RECORD_KINDS),
+        *non_negative("committed_offset", "partition"),
+        # (log_partition, log_offset) is unique by contract; Admin-API snapshot rows have neither.
+        check(
+            gxe.ExpectCompoundColumnsToBeUnique,
+            column_list=["log_partition", "log_offset"],
+            ignore_row_if="any_value_is_missing",
+        ),
+    ]
+    return SuiteSpec("group_commits", "group_commits", "group_commits", tuple(checks))
+
+
+def commits_vs_checkpoints_suite() -> SuiteSpec:
+    checks = [
+        check(
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB,
+            severity="critical",
+            column_A="completed_offset",
+            column_B="committed_offset",
+            or_equal=True,
+            ignore_row_if="either_value_is_missing",
+        )
+    ]
+    return SuiteSpec(
+        "group_commits.within_checkpoints", "group_commits", "commits_vs_checkpoints", tuple(checks)
+    )
+
+
+def findings_suite() -> SuiteSpec:
+    checks = [
+        *not_null("finding_id", "reconcile_run_id", "detected_at", "finding_type", "severity", "status"),
+        in_set("finding_type", FINDING_TYPES),
+        in_set("severity", SEVERITIES),
+        in_set("status", FINDING_STATUSES),
+        # Re-running a reconciliation must not duplicate findings (DESIGN section 4).
+        check(gxe.ExpectColumnValuesToBeUnique, column="finding_id"),
+        *non_negative("offset_start", "offset_end", "record_count"),
+        check(
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB,
+            column_A="offset_end",
+            column_B="offset_start",
+            or_equal=True,
+            ignore_row_if="either_value_is_missing",
+        ),
+    ]
+    return SuiteSpec("findings", "findings", "findings", tuple(checks))
+
+
+def confirmed_gaps_suite(cfg: ChecksConfig) -> SuiteSpec:
+    checks = [check(gxe.ExpectTableRowCountToBeBetween, min_value=0, max_value=cfg.max_confirmed_gaps)]
+    return SuiteSpec("findings.confirmed_gaps", "findings", "confirmed_gaps", tuple(checks))
+
+
+def partition_summary_suite(cfg: ChecksConfig) -> SuiteSpec:
+    checks = [
+        *not_null("reconcile_run_id", "job_name", "topic", "partition"),
+        *non_negative(
+            "sink_count",
+            "sink_distinct",
+            "sink_min_offset",
+            "last_checkpoint_offset",
+            "last_committed_offset",
+        ),
+        check(
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB,
+            column_A="sink_count",
+            column_B="sink_distinct",
+            or_equal=True,
+            ignore_row_if="either_value_is_missing",
+        ),
+    ]
+    if cfg.max_commit_lag_offsets is not None:
+        checks.append(
+            check(
+                gxe.ExpectColumnValuesToBeBetween,
+                severity="warn",
+                column="commit_lag_offsets",
+                max_value=cfg.max_commit_lag_offsets,
+            )
+        )
+    if cfg.max_commit_lag_seconds is not None:
+        checks.append(
+            check(
+                gxe.ExpectColumnValuesToBeBetween,
+                severity="warn",
+                column="commit_lag_seconds",
+                max_value=cfg.max_commit_lag_seconds,
+            )
+        )
+    return SuiteSpec("partition_summary", "partition_summary", "partition_summary", tuple(checks))
+
+
+def all_suites(cfg: ChecksConfig) -> list[SuiteSpec]:
+    return [
+        ledger_suite(),
+        checkpoint_completion_suite(),
+        group_commits_suite(),
+        commits_vs_checkpoints_suite(),
+        findings_suite(),
+        confirmed_gaps_suite(cfg),
+        partition_summary_suite(cfg),
+    ]

@@ -1,0 +1,147 @@
+"""The dashboard in a real browser: headless Chromium (Debian's package) loads the file, runs its
+script, and the DOM afterwards must hold every chart drawn and the findings table filled. No skip
+when Chromium is missing: CI installs it (make system-deps), so its absence is a setup failure."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app import browser
+from app import report as rp
+
+pytestmark = pytest.mark.browser
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def chromium_installed() -> None:
+    if not any(shutil.which(n) for n in browser.CHROMIUM_NAMES):
+        pytest.fail("chromium is not installed: run `make system-deps` (apt-get install chromium)")
+
+
+def finding(i: int, ftype: str, severity: str, status: str, day: int) -> dict[str, Any]:
+    return {
+        "finding_id": f"f{i:03d}",
+        "finding_type": ftype,
+        "severity": severity,
+        "status": status,
+        "job_name": "orders-audit",
+        "group_id": "offset-audit-orders",
+        "topic": "orders",
+        "partition": i % 3,
+        "checkpoint_id": 10 + i,
+        "run_id": f"run-{1 + i % 2}",
+        "offset_start": 100 * i,
+        "offset_end": 100 * i + 7,
+        "record_count": 7,
+        "detected_at": str(T0 + timedelta(days=day)),
+        "evidence": '{"why": "test"}',
+    }
+
+
+def sample_data() -> rp.ReportData:
+    kinds = [
+        ("GAP", "critical", "confirmed"),
+        ("DUPLICATE", "error", "open"),
+        ("SKIPPED_COMMIT", "info", "open"),
+        ("COMMIT_FAILURE", "warn", "open"),
+    ]
+    findings = [finding(i, *kinds[i % len(kinds)], day=i % 5) for i in range(20)]
+    by_day: dict[tuple[str, str, str], int] = {}
+    for f in findings:
+        key = (f["detected_at"][:10], f["finding_type"], f["severity"])
+        by_day[key] = by_day.get(key, 0) + 1
+    return rp.ReportData(
+        title="Offset audit (browser test)",
+        generated_at=T0 + timedelta(days=5),
+        run_id="report-test",
+        reconcile_run_id="reconcile-test",
+        findings_by_day=[
+            {"day": d, "finding_type": t, "severity": s, "count": n} for (d, t, s), n in by_day.items()
+        ],
+        groups=rp.group_rows(
+            [
+                {"group_id": "offset-audit-orders", "lag_offsets": 420, "lag_seconds": 35},
+                {"group_id": "payments", "lag_offsets": 12, "lag_seconds": 3},
+            ],
+            {"offset-audit-orders": (40, 6), "payments": (25, 0)},
+        ),
+        completeness=rp.completeness_rows(
+            [
+                {"job_name": "orders-audit", "topic": "orders", "partition": p, "sink_distinct": 1000}
+                for p in range(3)
+            ],
+            {("orders-audit", "orders", 1): 35},
+        ),
+        restarts=[
+            {
+                "job_name": "orders-audit",
+                "run_id": "run-2",
+                "started_at": "2026-03-02 08:00:00",
+                "classification": "replay",
+                "partitions": 3,
+                "replayed": 120,
+                "skipped": 0,
+            },
+            {
+                "job_name": "orders-audit",
+                "run_id": "run-3",
+                "started_at": "2026-03-03 09:30:00",
+                "classification": "skip",
+                "partitions": 3,
+                "replayed": 0,
+                "skipped": 35,
+            },
+        ],
+        findings=findings,
+        checks=[
+            {"suite": "ledger", "evaluated": 12, "failed": 0},
+            {"suite": "findings", "evaluated": 14, "failed": 2},
+        ],
+        data_docs_href="../data_docs/index.html",
+    )
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("report") / "index.html"
+    path.write_text(rp.render_html(sample_data()), encoding="utf-8")
+    return path
+
+
+def test_every_chart_draws_and_the_findings_table_fills(page: Path) -> None:
+    dom = browser.dump_dom(page)
+
+    result = browser.check_dom(dom)
+
+    assert result.errors == {}
+    assert result.charts_drawn == len(rp.CHART_IDS)
+    assert set(result.charts) == set(rp.CHART_IDS)
+    assert all(shapes > 3 for shapes in result.charts.values()), result.charts
+    assert 'data-rows="20"' in dom
+    assert 'id="data-docs-link"' in dom
+
+
+def test_empty_sections_still_draw_a_placeholder(tmp_path: Path) -> None:
+    path = tmp_path / "empty.html"
+    path.write_text(
+        rp.render_html(rp.ReportData(title="empty", generated_at=T0, run_id="r")), encoding="utf-8"
+    )
+
+    result = browser.check_dom(browser.dump_dom(path))
+
+    assert result.errors == {}
+    assert result.charts_drawn == len(rp.CHART_IDS)
+
+
+def test_screenshot_writes_a_png(page: Path, tmp_path: Path) -> None:
+    png = browser.screenshot(page, tmp_path / "dashboard.png")
+
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 20_000  # a blank page is a few kB; drawn charts are far more

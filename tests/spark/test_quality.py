@@ -1,0 +1,263 @@
+"""check: the Great Expectations suites pass on clean audit tables and fail, expectation by
+expectation, on tables seeded with violations. The derived frames (snapshot completion, commits
+against checkpoints) are specified first on tiny frames of their own."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructField, StructType
+
+from app import quality as q
+from app import report_io
+from app.config import AppConfig, PathsConfig
+from app.schemas import FINDINGS_SCHEMA, LEDGER_SCHEMA, PARTITION_SUMMARY_SCHEMA, RESTARTS_SCHEMA
+from checks.suites import LEDGER_IDENTITY
+from tests.spark.tables import GROUP, JOB, TOPIC, at, checkpoint, commits_df, ev, gc, ledger_df, rows_of
+
+pytestmark = pytest.mark.spark
+
+
+def nullable(schema: StructType) -> StructType:
+    """The contract with every column nullable, so a test can seed the nulls the suites must catch."""
+    return StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
+
+
+def finding(fid: str, **over: Any) -> dict[str, Any]:
+    row: dict[str, Any] = dict(
+        finding_id=fid, reconcile_run_id="rec-1", detected_at=at(100), finding_type="DUPLICATE",
+        severity="error", status="open", job_name=JOB, group_id=GROUP, topic=TOPIC, partition=0,
+        checkpoint_id=1, run_id="run-1", offset_start=3, offset_end=4, record_count=1, evidence="{}",
+    )  # fmt: skip
+    row.update(over)
+    return row
+
+
+def summary(**over: Any) -> dict[str, Any]:
+    row: dict[str, Any] = dict(
+        reconcile_run_id="rec-1", job_name=JOB, group_id=GROUP, topic=TOPIC, partition=0,
+        sink_count=20, sink_distinct=20, sink_min_offset=0, sink_max_offset=19, last_checkpoint_id=2,
+        last_checkpoint_offset=20, last_committed_offset=20, last_commit_time=at(12),
+        commit_lag_offsets=0, commit_lag_seconds=0, findings_by_type="{}",
+    )  # fmt: skip
+    row.update(over)
+    return row
+
+
+def frame(spark: SparkSession, rows: list[dict[str, Any]], schema: StructType) -> DataFrame:
+    return spark.createDataFrame([tuple(r[f] for f in schema.fieldNames()) for r in rows], nullable(schema))
+
+
+def save(df: DataFrame, cfg: AppConfig, name: str) -> None:
+    df.write.format("delta").mode("overwrite").save(cfg.paths.table(name))
+
+
+@pytest.fixture
+def cfg(app_config: AppConfig, tmp_path: Path) -> AppConfig:
+    return dataclasses.replace(app_config, paths=PathsConfig(data_dir=str(tmp_path / "data")))
+
+
+# --- derived frames ------------------------------------------------------------------------------
+
+
+def test_snapshot_without_completion_is_named_except_the_newest_of_each_run(spark: SparkSession) -> None:
+    ledger = ledger_df(
+        spark,
+        checkpoint(1, 0, {0: 10}),
+        ev("CHECKPOINT_SNAPSHOT", 5, cp=2, offsets={0: 15}),  # never completed
+        checkpoint(3, 10, {0: 20}),
+        ev("CHECKPOINT_SNAPSHOT", 20, cp=4, offsets={0: 25}),  # newest of run-1: may be in flight
+        ev("CHECKPOINT_SNAPSHOT", 30, run="run-2", cp=5, offsets={0: 25}),  # newest of run-2
+    )
+
+    out = q.checkpoint_completion(ledger)
+
+    assert rows_of(out, "run_id", "checkpoint_id", "snapshot_without_completion") == {
+        ("run-1", 1, None),
+        ("run-1", 2, f"{JOB}/run-1/2"),
+        ("run-1", 3, None),
+    }
+
+
+def test_latest_commit_is_compared_with_the_highest_completed_checkpoint(spark: SparkSession) -> None:
+    ledger = ledger_df(spark, checkpoint(1, 0, {0: 10, 1: 5}), checkpoint(2, 10, {0: 20, 1: 8}))
+    commits = commits_df(
+        spark,
+        gc(3, 0, 10),
+        gc(13, 0, 20),  # latest in log order for partition 0: at the checkpoint
+        gc(13, 1, 9),  # beyond partition 1's completed 8
+        gc(14, 2, 4),  # a partition no checkpoint covers: compared with 0
+        gc(14, 0, 999, group="someone-elses-group"),  # not a group of an audited job
+    )
+
+    out = q.commits_vs_checkpoints(commits, ledger)
+
+    assert rows_of(out, "group_id", "partition", "committed_offset", "completed_offset") == {
+        (GROUP, 0, 20, 20),
+        (GROUP, 1, 9, 8),
+        (GROUP, 2, 4, 0),
+    }
+
+
+# --- whole suites over Delta tables --------------------------------------------------------------
+
+
+def clean_tables(spark: SparkSession, cfg: AppConfig) -> None:
+    save(
+        ledger_df(
+            spark,
+            ev("RUN_STARTED", 0),
+            checkpoint(1, 1, {0: 10, 1: 5}),
+            checkpoint(2, 10, {0: 20, 1: 8}),
+            ev("CHECKPOINT_SNAPSHOT", 20, cp=3, offsets={0: 25, 1: 9}),  # in flight: exempt
+        ),
+        cfg,
+        "ledger",
+    )
+    save(commits_df(spark, gc(3, 0, 10), gc(3, 1, 5), gc(12, 0, 20), gc(12, 1, 8)), cfg, "group_commits")
+    benign_gap = finding("f2", finding_type="GAP", severity="critical", status="benign")
+    save(frame(spark, [finding("f1"), benign_gap], FINDINGS_SCHEMA), cfg, "findings")
+    save(frame(spark, [summary(), summary(partition=1, commit_lag_offsets=3)], PARTITION_SUMMARY_SCHEMA),
+         cfg, "partition_summary")  # fmt: skip
+
+
+def test_clean_tables_pass_every_suite_and_the_report_shows_them(spark: SparkSession, cfg: AppConfig) -> None:
+    clean_tables(spark, cfg)
+
+    result = q.run_checks(spark, cfg, "check-clean", now=at(200))
+
+    assert [(s.name, s.skipped, s.success) for s in result.suites] == [
+        (s.name, None, True) for s in result.suites
+    ]
+    assert result.failed() == []
+    stored = spark.read.format("delta").load(q.results_table_path(cfg))
+    assert stored.count() == len(result.outcomes) > 30
+    assert rows_of(stored, "run_id", "success") == {("check-clean", True)}
+    assert result.data_docs is not None
+    assert Path(result.data_docs.removeprefix("file://")).is_file()
+
+    q.write_results(spark, q.results_table_path(cfg), result)  # the same run id again: replaced
+
+    assert spark.read.format("delta").load(q.results_table_path(cfg)).count() == len(result.outcomes)
+
+    # The dashboard reads the same tables; restarts come from forensics, seeded here.
+    restart = dict(
+        job_name=JOB, run_id="run-2", previous_run_id="run-1", started_at=at(30), group_id=GROUP, topic=TOPIC,
+        partition=0, resumed_offset=15, resume_source="group", previous_checkpoint_offset=20,
+        group_committed_offset=15, classification="replay", records_replayed=5, records_skipped=0,
+        duplicates_observed=5, forensics_run_id="fx-1",
+    )  # fmt: skip
+    save(frame(spark, [restart], RESTARTS_SCHEMA), cfg, "restarts")
+
+    html = report_io.build_report(spark, cfg, "report-1", now=at(400))
+    data = report_io.gather(spark, cfg, "report-1", html, now=at(400))
+
+    assert html == Path(cfg.paths.under("report", "index.html"))
+    assert html.read_text().count('class="chart"') == 6
+    assert [r["finding_id"] for r in data.findings] == ["f1"]  # the benign gap is not open
+    assert {(r["partition"], r["completeness"]) for r in data.completeness} == {(0, 1.0), (1, 1.0)}
+    assert data.groups == [
+        {
+            "group_id": GROUP,
+            "lag_offsets": 3,
+            "lag_seconds": 0,
+            "completed": 2,
+            "skipped": 0,
+            "skip_rate": 0.0,
+        }
+    ]
+    assert [(r["run_id"], r["classification"], r["replayed"]) for r in data.restarts] == [
+        ("run-2", "replay", 5)
+    ]
+    assert data.check_run_id == "check-clean"
+    assert {c["suite"]: c["failed"] for c in data.checks}["ledger"] == 0
+    assert data.data_docs_href == "../data_docs/index.html"
+
+
+def test_seeded_violations_fail_the_expectation_that_guards_them(spark: SparkSession, cfg: AppConfig) -> None:
+    bogus = ev("RUN_STOPPED", 40)[0].to_row() | {"event_type": "RUN_PAUSED"}
+    negative = ev("OFFSETS_RESTORED", 1, offsets={1: 0})[0].to_row() | {"offset": -4}
+    nameless = ev("RUN_STARTED", 50, run="run-2")[0].to_row() | {"job_name": None}
+    ledger = ledger_df(
+        spark,
+        ev("RUN_STARTED", 0),
+        ev("CHECKPOINT_SNAPSHOT", 1, cp=1, offsets={0: 10}),  # snapshot that never completed
+        checkpoint(2, 10, {0: 20}),
+        checkpoint(2, 10, {0: 20})[:1],  # the same snapshot event written twice
+        ev("CHECKPOINT_SNAPSHOT", 20, cp=3, offsets={0: 25}),
+    ).unionByName(spark.createDataFrame([bogus, negative, nameless], nullable(LEDGER_SCHEMA)))
+    save(ledger, cfg, "ledger")
+    commits = commits_df(spark, gc(12, 0, 20), gc(30, 0, 26))  # 26 is beyond the completed 20
+    duplicate_log_position = commits.limit(1).selectExpr("*")  # same (log_partition, log_offset) again
+    save(commits.unionByName(duplicate_log_position), cfg, "group_commits")
+    save(
+        frame(
+            spark,
+            [
+                finding("f1", severity="fatal"),
+                finding("f1"),
+                finding("f2", offset_start=9, offset_end=4),
+                finding("g1", finding_type="GAP", severity="critical", status="confirmed"),
+            ],
+            FINDINGS_SCHEMA,
+        ),
+        cfg,
+        "findings",
+    )
+    save(frame(spark, [summary(commit_lag_offsets=50_000, sink_count=19)], PARTITION_SUMMARY_SCHEMA),
+         cfg, "partition_summary")  # fmt: skip
+
+    result = q.run_checks(spark, cfg, "check-bad", now=at(200), options=q.CheckOptions(build_docs=False))
+
+    failed = {(e.suite, e.label, e.severity) for e in result.failed()}
+    assert failed == {
+        ("ledger", "expect_column_values_to_not_be_null(job_name)", "error"),
+        ("ledger", "expect_column_values_to_be_in_set(event_type)", "error"),
+        ("ledger", "expect_column_values_to_be_between(offset)", "error"),
+        ("ledger", f"expect_compound_columns_to_be_unique({list(LEDGER_IDENTITY)})", "error"),
+        ("ledger.checkpoint_completion",
+         "expect_column_values_to_be_null(snapshot_without_completion)", "error"),
+        ("group_commits", "expect_compound_columns_to_be_unique(['log_partition', 'log_offset'])", "error"),
+        ("group_commits.within_checkpoints",
+         "expect_column_pair_values_a_to_be_greater_than_b(completed_offset >= committed_offset)",
+         "critical"),
+        ("findings", "expect_column_values_to_be_in_set(severity)", "error"),
+        ("findings", "expect_column_values_to_be_unique(finding_id)", "error"),
+        ("findings", "expect_column_pair_values_a_to_be_greater_than_b(offset_end >= offset_start)", "error"),
+        ("findings.confirmed_gaps", "expect_table_row_count_to_be_between", "error"),
+        ("partition_summary", "expect_column_pair_values_a_to_be_greater_than_b(sink_count >= sink_distinct)",
+         "error"),
+        ("partition_summary", "expect_column_values_to_be_between(commit_lag_offsets)", "warn"),
+    }  # fmt: skip
+    assert {e.label for e in result.failed("error")} == {e.label for e in result.failed()} - {
+        "expect_column_values_to_be_between(commit_lag_offsets)"
+    }
+    missing = next(e for e in result.failed() if e.suite == "ledger.checkpoint_completion")
+    assert missing.observed["partial_unexpected_list"] == [f"{JOB}/run-1/1"]
+    gaps = next(e for e in result.failed() if e.suite == "findings.confirmed_gaps")
+    assert gaps.observed["observed_value"] == 1
+    stored = spark.read.format("delta").load(q.results_table_path(cfg)).where("not success")
+    assert stored.count() == len(failed)
+    assert all(json.loads(r.observed) for r in stored.collect())
+
+
+def test_missing_tables_skip_their_suites_instead_of_failing(spark: SparkSession, cfg: AppConfig) -> None:
+    save(commits_df(spark, gc(3, 0, 10)), cfg, "group_commits")
+
+    result = q.run_checks(spark, cfg, "check-empty", options=q.CheckOptions(build_docs=False))
+
+    assert {s.name: s.skipped is None for s in result.suites} == {
+        "ledger": False,
+        "ledger.checkpoint_completion": False,
+        "group_commits": True,
+        "group_commits.within_checkpoints": False,
+        "findings": False,
+        "findings.confirmed_gaps": False,
+        "partition_summary": False,
+    }
+    assert result.failed() == []

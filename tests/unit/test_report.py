@@ -1,0 +1,125 @@
+"""The dashboard's shaping functions and its HTML, without a browser: completeness, skip rates,
+restart roll-ups, and a page that is self-contained and safe to embed data in."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+
+import pytest
+
+from app import report as rp
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 3, 2, 6, 0, tzinfo=UTC)
+
+
+def test_completeness_counts_unresolved_gap_records_against_the_sink() -> None:
+    summary = [
+        {"job_name": "job-a", "topic": "orders", "partition": 1, "sink_distinct": 90},
+        {"job_name": "job-a", "topic": "orders", "partition": 0, "sink_distinct": 100},
+        {"job_name": "job-a", "topic": "orders", "partition": 2, "sink_distinct": None},
+    ]
+    missing = {("job-a", "orders", 1): 10}
+
+    rows = rp.completeness_rows(summary, missing)
+
+    assert [(r["partition"], r["present"], r["missing"], r["completeness"]) for r in rows] == [
+        (0, 100, 0, 1.0),
+        (1, 90, 10, 0.9),
+        (2, 0, 0, 1.0),  # nothing expected yet: nothing missing
+    ]
+
+
+def test_group_rows_join_lag_and_skip_rate_and_keep_groups_known_to_either_side() -> None:
+    lags = [{"group_id": "g1", "lag_offsets": 40, "lag_seconds": 12}]
+    checkpoints = {"g1": (10, 3), "g2": (0, 0)}
+
+    rows = rp.group_rows(lags, checkpoints)
+
+    assert rows == [
+        {
+            "group_id": "g1",
+            "lag_offsets": 40,
+            "lag_seconds": 12,
+            "completed": 10,
+            "skipped": 3,
+            "skip_rate": 0.3,
+        },
+        {
+            "group_id": "g2",
+            "lag_offsets": None,
+            "lag_seconds": None,
+            "completed": 0,
+            "skipped": 0,
+            "skip_rate": None,
+        },
+    ]
+
+
+def test_restart_rows_sum_partitions_and_keep_the_most_telling_class() -> None:
+    def part(p: int, cls: str, replayed: int | None, skipped: int | None) -> dict[str, object]:
+        return {
+            "job_name": "job-a",
+            "run_id": "run-2",
+            "started_at": "2026-03-01 12:00:00",
+            "partition": p,
+            "classification": cls,
+            "records_replayed": replayed,
+            "records_skipped": skipped,
+        }
+
+    rows = rp.restart_rows([part(0, "replay", 5, 0), part(1, "skip", None, 7), part(2, "exact", 0, 0)])
+
+    assert rows == [
+        {
+            "job_name": "job-a",
+            "run_id": "run-2",
+            "started_at": "2026-03-01 12:00:00",
+            "classification": "skip",
+            "partitions": 3,
+            "replayed": 5,
+            "skipped": 7,
+        },
+    ]
+
+
+def test_page_is_self_contained_and_embeds_data_that_cannot_break_out_of_its_script() -> None:
+    hostile = "</script><script>alert(1)</script>"
+    data = rp.ReportData(
+        title="Audit <prod>",
+        generated_at=NOW,
+        run_id="report-1",
+        findings=[{"finding_id": "f1", "severity": "critical", "finding_type": "GAP", "evidence": hostile}],
+        data_docs_href="../data_docs/index.html",
+    )
+
+    page = rp.render_html(data)
+
+    assert "<title>Audit &lt;prod&gt;</title>" in page
+    assert hostile not in page
+    embedded = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S)
+    assert embedded is not None
+    assert json.loads(embedded.group(1))["findings"][0]["evidence"] == hostile
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)  # nothing from the network
+    assert 'href="../data_docs/index.html"' in page
+    for chart in rp.CHART_IDS:
+        assert f'id="chart-{chart}"' in page
+
+
+def test_empty_data_renders_every_section_with_a_hint_not_an_error() -> None:
+    page = rp.render_html(
+        rp.ReportData(title="t", generated_at=NOW, run_id="r", notes=["table restarts does not exist yet"])
+    )
+
+    assert "table restarts does not exist yet" in page
+    assert "Data Docs not built yet" in page
+    assert page.count('class="chart"') == len(rp.CHART_IDS)
+
+
+def test_severity_cards_count_findings_by_severity() -> None:
+    findings = [{"severity": "critical"}, {"severity": "warn"}, {"severity": "warn"}]
+
+    assert rp.severity_counts(findings) == {"critical": 1, "error": 0, "warn": 2, "info": 0}
