@@ -1,0 +1,85 @@
+"""`offset-audit forensics`: classify restarts (restarts table, RESTART_* findings), or with
+`--at TIME` print the incident timeline of one job around that moment."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from app.cli import EXIT_FINDINGS, EXIT_OK, emit
+from app.commands.reconcile import add_window_arguments, parse_time
+from app.config import AppConfig
+from app.errors import UsageError
+
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+
+
+def parse_duration(value: str) -> timedelta:
+    m = _DURATION.match(value.strip())
+    if m is None:
+        raise argparse.ArgumentTypeError(f"expected a duration like 30m, 2h or 1d, got {value!r}")
+    n, unit = int(m.group(1)), m.group(2)
+    return timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: n})
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_window_arguments(parser)
+    parser.add_argument(
+        "--at",
+        type=parse_time,
+        default=None,
+        help="print the incident timeline of --job around this time instead",
+    )
+    parser.add_argument(
+        "--around",
+        type=parse_duration,
+        default=timedelta(minutes=30),
+        help="timeline half-width (default 30m)",
+    )
+
+
+def run(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from app import forensics, reconcile_io
+    from app.reconcile import severity_at_least
+    from app.runtime import spark_session
+
+    if args.at is not None:
+        if len(args.jobs) != 1:
+            raise UsageError("--at needs exactly one --job")
+        spark = spark_session(cfg)
+        entries = reconcile_io.timeline(spark, cfg, job=args.jobs[0], at=args.at, around=args.around)
+        emit(
+            args,
+            {"job": args.jobs[0], "at": args.at, "entries": entries},
+            forensics.format_timeline(args.jobs[0], args.at, entries),
+        )
+        return EXIT_OK
+    spark = spark_session(cfg)
+    result = reconcile_io.run_forensics(
+        spark,
+        cfg,
+        run_id=args.run_id or f"forensics-{uuid.uuid4().hex[:12]}",
+        now=datetime.now(UTC),
+        since=args.since,
+        until=args.until,
+        jobs=args.jobs,
+        sink_override=args.sink,
+    )
+    severity = {"replay": "warn", "skip": "critical"}
+    failing = sum(
+        1
+        for r in result.restarts
+        if r["classification"] in severity and severity_at_least(severity[r["classification"]], args.fail_on)
+    )
+    lines = [f"forensics {result.run_id}: {len(result.restarts)} restarted partition(s)"]
+    for r in result.restarts:
+        lines.append(
+            f"  {r['started_at']} {r['job_name']} run={r['run_id']} {r['topic']}/{r['partition']}: "
+            f"{r['classification']} resumed={r['resumed_offset']} ({r['resume_source']}) "
+            f"previous checkpoint={r['previous_checkpoint_offset']} group={r['group_committed_offset']} "
+            f"replayed={r['records_replayed']} skipped={r['records_skipped']} dups={r['duplicates_observed']}"
+        )
+    emit(args, {"run_id": result.run_id, "restarts": result.restarts, "failing": failing}, "\n".join(lines))
+    return EXIT_FINDINGS if failing else EXIT_OK

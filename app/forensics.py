@@ -1,0 +1,350 @@
+"""Restart forensics: where each run resumed compared to where the previous one got, and the
+incident timeline around a moment. Pure transforms and formatting; reading and writing live in
+app/reconcile_io.py.
+
+A restart is judged per partition against the last checkpoint completed before the run started
+(normally the previous run's last one): resumed at it -> exact, below it -> replay (the records in
+between are read twice; the sink shows them as duplicates unless the sink is idempotent), above it
+-> skip (the records in between were never read: a gap). The group's committed offset at that
+moment is kept beside it because a restart without state resumes from there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from app.reconcile import (
+    CRITICAL,
+    OPEN,
+    RESTART_REPLAY,
+    RESTART_SKIP,
+    WARN,
+    AuditWindow,
+    MatchRules,
+    checkpoint_offsets,
+    core_findings,
+    evidence_json,
+    plus_seconds,
+    run_starts,
+)
+from app.schemas import EVENT_OFFSETS_RESTORED, RESTART_CLASSES, RESTARTS_SCHEMA
+
+EXACT: Final = RESTART_CLASSES[0]
+REPLAY: Final = RESTART_CLASSES[1]
+SKIP: Final = RESTART_CLASSES[2]
+UNKNOWN: Final = RESTART_CLASSES[3]
+if (EXACT, REPLAY, SKIP, UNKNOWN) != ("exact", "replay", "skip", "unknown"):
+    raise AssertionError(f"restart classes changed: {RESTART_CLASSES}")
+
+_TP: Final = ("topic", "partition")
+
+
+def classify_restarts(
+    ledger: DataFrame,
+    group_commits: DataFrame,
+    window: AuditWindow,
+    rules: MatchRules,
+    checkpoints: DataFrame | None = None,
+) -> DataFrame:
+    """One row per run start in the window (that has a previous run) and partition.
+
+    Columns: the restarts contract minus ``duplicates_observed`` and ``forensics_run_id``.
+    Partitions come from the run's OFFSETS_RESTORED rows and from the previous checkpoint, so a
+    partition the new run never restored still shows up (as unknown).
+    """
+    runs = run_starts(ledger).filter(
+        F.col("previous_run_id").isNotNull() & window.contains(F.col("started_at"))
+    )
+    restored = (
+        ledger.filter((F.col("event_type") == EVENT_OFFSETS_RESTORED) & F.col("partition").isNotNull())
+        .groupBy("job_name", "run_id", *_TP)
+        .agg(
+            F.min_by("offset", "event_time").alias("resumed_offset"),
+            F.min_by(
+                F.coalesce(
+                    F.get_json_object("detail", "$.source"),
+                    F.get_json_object("detail", "$.resume_source"),
+                    F.get_json_object("detail", "$.reason"),
+                ),
+                "event_time",
+            ).alias("resume_source"),
+            F.max("group_id").alias("_restored_group"),
+        )
+    )
+    completed = checkpoints if checkpoints is not None else checkpoint_offsets(ledger)
+    ckpts = completed.filter(F.col("offset").isNotNull())
+    # The last checkpoint of the job completed before the run started, per partition.
+    prior = (
+        runs.select("job_name", "run_id", "started_at")
+        .join(
+            ckpts.select(
+                "job_name", *_TP, "offset", "completed_at", "checkpoint_id", F.col("run_id").alias("_cp_run")
+            ),
+            on="job_name",
+            how="inner",
+        )
+        .filter(F.col("completed_at") < F.col("started_at"))
+        .groupBy("job_name", "run_id", *_TP)
+        .agg(
+            F.max_by("offset", F.struct("completed_at", "checkpoint_id")).alias("previous_checkpoint_offset"),
+            F.max_by("checkpoint_id", F.struct("completed_at", "checkpoint_id")).alias(
+                "previous_checkpoint_id"
+            ),
+            F.max_by("_cp_run", F.struct("completed_at", "checkpoint_id")).alias("previous_checkpoint_run"),
+        )
+    )
+    per_partition = restored.join(prior, on=["job_name", "run_id", *_TP], how="full_outer")
+    base = runs.join(per_partition, on=["job_name", "run_id"], how="inner").withColumn(
+        "group_id", F.coalesce(F.col("group_id"), F.col("_restored_group"))
+    )
+
+    commits = group_commits.filter(F.col("record_kind").isin("commit", "snapshot", "tombstone")).select(
+        F.col("group_id").alias("_g"),
+        F.col("topic").alias("_t"),
+        F.col("partition").alias("_p"),
+        F.col("committed_offset").alias("_c_offset"),
+        F.coalesce("commit_time", "log_time").alias("_c_time"),
+        F.col("log_offset").alias("_c_log_offset"),
+    )
+    at_start = base.join(
+        commits,
+        on=(F.col("group_id") == F.col("_g"))
+        & (F.col("topic") == F.col("_t"))
+        & (F.col("partition") == F.col("_p"))
+        & (F.col("_c_time") <= plus_seconds(F.col("started_at"), rules.clock_skew_s)),
+        how="left",
+    )
+    latest = Window.partitionBy("job_name", "run_id", *_TP).orderBy(
+        F.col("_c_time").desc_nulls_last(), F.col("_c_log_offset").desc_nulls_last()
+    )
+    with_commit = (
+        at_start.withColumn("_commit_rank", F.row_number().over(latest))
+        .filter(F.col("_commit_rank") == 1)
+        .drop("_commit_rank")
+    )
+    resumed, previous = F.col("resumed_offset"), F.col("previous_checkpoint_offset")
+    known = resumed.isNotNull() & previous.isNotNull()
+    classification = (
+        F.when(~known, F.lit(UNKNOWN))
+        .when(resumed == previous, F.lit(EXACT))
+        .when(resumed < previous, F.lit(REPLAY))
+        .otherwise(F.lit(SKIP))
+    )
+    return with_commit.select(
+        "job_name",
+        "run_id",
+        "previous_run_id",
+        "started_at",
+        "group_id",
+        *_TP,
+        "resumed_offset",
+        "resume_source",
+        "previous_checkpoint_offset",
+        "previous_checkpoint_id",
+        "previous_checkpoint_run",
+        F.col("_c_offset").alias("group_committed_offset"),
+        classification.alias("classification"),
+        F.when(known & (resumed < previous), previous - resumed)
+        .otherwise(F.lit(0))
+        .alias("records_replayed"),
+        F.when(known & (resumed > previous), resumed - previous).otherwise(F.lit(0)).alias("records_skipped"),
+    )
+
+
+def restart_ranges(restarts: DataFrame) -> DataFrame:
+    """The offset range each replay or skip affects: [low, high) per job, run and partition."""
+    return restarts.filter(F.col("classification").isin(REPLAY, SKIP)).select(
+        "job_name",
+        "run_id",
+        *_TP,
+        F.least("resumed_offset", "previous_checkpoint_offset").alias("range_start"),
+        F.greatest("resumed_offset", "previous_checkpoint_offset").alias("range_end"),
+    )
+
+
+def restarts_table(restarts: DataFrame, observed: DataFrame, forensics_run_id: str) -> DataFrame:
+    """The restarts contract: ``observed`` has job_name, run_id, topic, partition,
+    duplicates_observed (from the sink, for the replayed or skipped range)."""
+    joined = restarts.join(observed, on=["job_name", "run_id", *_TP], how="left")
+    return joined.select(
+        *[
+            (F.lit(forensics_run_id) if f.name == "forensics_run_id" else F.col(f.name))
+            .cast(f.dataType)
+            .alias(f.name)
+            for f in RESTARTS_SCHEMA.fields
+        ]
+    )
+
+
+def find_restart_anomalies(restarts: DataFrame, observed: DataFrame) -> DataFrame:
+    """RESTART_REPLAY (warn) and RESTART_SKIP (critical) findings in FINDING_CORE form.
+
+    ``observed`` adds, per restart and partition, what the sink shows in the affected range:
+    duplicates_observed and present_offsets.
+    """
+    bad = restarts.filter(F.col("classification").isin(REPLAY, SKIP)).join(
+        observed, on=["job_name", "run_id", *_TP], how="left"
+    )
+    is_replay = F.col("classification") == REPLAY
+    start = F.least("resumed_offset", "previous_checkpoint_offset")
+    end = F.greatest("resumed_offset", "previous_checkpoint_offset")
+    return core_findings(
+        bad,
+        finding_type=F.when(is_replay, F.lit(RESTART_REPLAY)).otherwise(F.lit(RESTART_SKIP)),
+        severity=F.when(is_replay, F.lit(WARN)).otherwise(F.lit(CRITICAL)),
+        status=OPEN,
+        evidence=evidence_json(
+            previous_run_id=F.col("previous_run_id"),
+            started_at=F.col("started_at"),
+            resumed_offset=F.col("resumed_offset"),
+            resume_source=F.col("resume_source"),
+            previous_checkpoint_offset=F.col("previous_checkpoint_offset"),
+            previous_checkpoint_id=F.col("previous_checkpoint_id"),
+            previous_checkpoint_run=F.col("previous_checkpoint_run"),
+            group_committed_offset=F.col("group_committed_offset"),
+            duplicates_observed_in_sink=F.col("duplicates_observed"),
+            offsets_present_in_sink=F.col("present_offsets"),
+        ),
+        job_name=F.col("job_name"),
+        group_id=F.col("group_id"),
+        topic=F.col("topic"),
+        partition=F.col("partition"),
+        run_id=F.col("run_id"),
+        offset_start=start,
+        offset_end=end,
+        record_count=end - start,
+    )
+
+
+# --- the incident timeline -----------------------------------------------------------------------
+
+
+def _fmt_time(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    return "?" if value is None else str(value)
+
+
+def _tp_list(parts: Iterable[tuple[str, int, Any]]) -> str:
+    return " ".join(
+        f"{t}/{p}={'-' if o is None else o}" for t, p, o in sorted(parts, key=lambda x: (x[0], x[1]))
+    )
+
+
+def timeline_entries(
+    ledger_rows: Sequence[Mapping[str, Any]],
+    commit_rows: Sequence[Mapping[str, Any]],
+    restart_rows: Sequence[Mapping[str, Any]],
+    finding_rows: Sequence[Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    """Merge the four sources into time-ordered entries; one entry per event and checkpoint, with
+    the per-partition offsets folded into it (what a person reads first in an incident)."""
+    entries: dict[tuple[Any, ...], dict[str, Any]] = {}
+    key: tuple[Any, ...]
+    for r in ledger_rows:
+        detail = r.get("detail") or "{}"
+        key = ("ledger", r["event_time"], r["event_type"], r["run_id"], r.get("checkpoint_id"), detail)
+        e = entries.setdefault(
+            key,
+            {
+                "time": r["event_time"],
+                "source": "ledger",
+                "what": r["event_type"],
+                "run_id": r["run_id"],
+                "checkpoint_id": r.get("checkpoint_id"),
+                "detail": json.loads(detail) if detail else {},
+                "offsets": [],
+            },
+        )
+        if r.get("topic") is not None:
+            e["offsets"].append((r["topic"], r["partition"], r.get("offset")))
+    for c in commit_rows:
+        t = c.get("commit_time") or c.get("log_time")
+        key = ("commit", t, c["group_id"], c["record_kind"])
+        e = entries.setdefault(
+            key,
+            {
+                "time": t,
+                "source": "group",
+                "what": f"GROUP_{str(c['record_kind']).upper()}",
+                "group_id": c["group_id"],
+                "offsets": [],
+                "detail": {},
+            },
+        )
+        e["offsets"].append((c["topic"], c["partition"], c.get("committed_offset")))
+    for r in restart_rows:
+        key = ("restart", r["started_at"], r["run_id"], r["classification"])
+        e = entries.setdefault(
+            key,
+            {
+                "time": r["started_at"],
+                "source": "forensics",
+                "what": f"RESTART_{str(r['classification']).upper()}",
+                "run_id": r["run_id"],
+                "offsets": [],
+                "detail": {"previous_run_id": r.get("previous_run_id")},
+            },
+        )
+        e["offsets"].append((r["topic"], r["partition"], r.get("resumed_offset")))
+    out = sorted(entries.values(), key=lambda e: (_fmt_time(e["time"]), e["source"], e["what"]))
+    for f in finding_rows:
+        out.append(
+            {
+                "time": None,
+                "source": "finding",
+                "what": f["finding_type"],
+                "severity": f["severity"],
+                "status": f["status"],
+                "run_id": f.get("run_id"),
+                "checkpoint_id": f.get("checkpoint_id"),
+                "offsets": [(f.get("topic"), f.get("partition"), f.get("offset_start"))]
+                if f.get("topic") is not None
+                else [],
+                "detail": {
+                    "offset_end": f.get("offset_end"),
+                    "record_count": f.get("record_count"),
+                    "finding_id": f.get("finding_id"),
+                },
+            }
+        )
+    return out
+
+
+def format_timeline(job: str, at: datetime, entries: Sequence[Mapping[str, Any]]) -> str:
+    """The entries as text lines: time, source, what, run/checkpoint, offsets, key details."""
+    lines = [f"Incident timeline for job {job} around {_fmt_time(at)}", ""]
+    marked = False
+    for e in entries:
+        if e["source"] == "finding":
+            continue
+        if not marked and e["time"] is not None and _fmt_time(e["time"]) >= _fmt_time(at):
+            lines.append(f"{'-' * 24} {_fmt_time(at)} (--at) {'-' * 24}")
+            marked = True
+        who = (e.get("group_id") and f"group={e['group_id']}") or f"run={e.get('run_id')}"
+        cp = f" cp={e['checkpoint_id']}" if e.get("checkpoint_id") is not None else ""
+        detail = {k: v for k, v in (e.get("detail") or {}).items() if v not in (None, "", [], {})}
+        extra = f"  {json.dumps(detail, sort_keys=True, default=str)}" if detail else ""
+        lines.append(
+            f"{_fmt_time(e['time'])}  {e['what']:<22} {who}{cp}  {_tp_list(e['offsets'])}{extra}".rstrip()
+        )
+    if not marked:
+        lines.append(f"{'-' * 24} {_fmt_time(at)} (--at) {'-' * 24}")
+    findings = [e for e in entries if e["source"] == "finding"]
+    lines.append("")
+    lines.append(f"Findings touching these runs: {len(findings)}")
+    for f in findings:
+        off = f["offsets"][0] if f["offsets"] else (None, None, None)
+        d = f["detail"]
+        where = f"{off[0]}/{off[1]} [{off[2]}, {d.get('offset_end')})" if off[0] is not None else "-"
+        lines.append(
+            f"  {f['severity']:<8} {f['what']:<22} {f['status']:<12} run={f.get('run_id')} "
+            f"cp={f.get('checkpoint_id')} {where} records={d.get('record_count')}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,1245 @@
+"""Reconciliation of the three accounts (ledger, group commits, sink): pure transforms.
+
+Each finding type of shared/DESIGN.md section 5 has one small function here. Ledger- and
+commit-derived findings are ``DataFrame -> DataFrame`` transforms; sink-derived findings (GAP,
+DUPLICATE, SINK_BEYOND_CHECKPOINT) start from small per-bucket aggregates that the I/O module
+collects, so their range arithmetic is plain Python and testable without a JVM.
+
+Every finding function returns the *core* columns (``FINDING_CORE``): the contract's columns minus
+the run id and detection time, plus ``identity``, a string that together with the coordinates makes
+the finding unique. ``finalize_findings`` turns that into the ``findings`` contract with
+``finding_id = sha2(identity columns)`` -- never over run ids of the reconciliation or times of
+detection, so a re-run over the same inputs yields the same ids.
+
+Internal frames use canonical names: the ledger and group_commits keep their contract columns; the
+sink is renamed by the I/O module to ``topic, partition, offset, writer_checkpoint_id,
+writer_run_id``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from app.schemas import (
+    EVENT_CHECKPOINT_COMPLETED,
+    EVENT_CHECKPOINT_SNAPSHOT,
+    EVENT_COMMIT_FAILED,
+    EVENT_COMMIT_REQUESTED,
+    EVENT_COMMIT_SKIPPED,
+    EVENT_COMMIT_SUCCEEDED,
+    EVENT_OFFSETS_RESTORED,
+    EVENT_RUN_STARTED,
+    EVENT_RUN_STOPPED,
+    FINDING_STATUSES,
+    FINDING_TYPES,
+    FINDINGS_SCHEMA,
+    SEVERITIES,
+    require_columns,
+)
+
+# Spark's bitmap functions use fixed 32768-bit (4 KiB) buckets; a bucket of offsets is the unit
+# in which the sink's completeness is proven (count, distinct, min, max per bucket).
+BUCKET_SIZE: Final = 32768
+
+
+def _vocab(value: str, vocabulary: tuple[str, ...]) -> str:
+    if value not in vocabulary:
+        raise AssertionError(f"{value!r} is not in the contract vocabulary {vocabulary}")
+    return value
+
+
+GAP: Final = _vocab("GAP", FINDING_TYPES)
+DUPLICATE: Final = _vocab("DUPLICATE", FINDING_TYPES)
+SKIPPED_COMMIT: Final = _vocab("SKIPPED_COMMIT", FINDING_TYPES)
+COMMIT_FAILURE: Final = _vocab("COMMIT_FAILURE", FINDING_TYPES)
+COMMIT_MISMATCH: Final = _vocab("COMMIT_MISMATCH", FINDING_TYPES)
+FOREIGN_COMMIT: Final = _vocab("FOREIGN_COMMIT", FINDING_TYPES)
+COMMIT_REGRESSION: Final = _vocab("COMMIT_REGRESSION", FINDING_TYPES)
+COMMITTED_AHEAD: Final = _vocab("COMMITTED_AHEAD", FINDING_TYPES)
+RESTART_REPLAY: Final = _vocab("RESTART_REPLAY", FINDING_TYPES)
+RESTART_SKIP: Final = _vocab("RESTART_SKIP", FINDING_TYPES)
+SINK_BEYOND_CHECKPOINT: Final = _vocab("SINK_BEYOND_CHECKPOINT", FINDING_TYPES)
+LEDGER_INCONSISTENT: Final = _vocab("LEDGER_INCONSISTENT", FINDING_TYPES)
+
+CRITICAL: Final = _vocab("critical", SEVERITIES)
+ERROR: Final = _vocab("error", SEVERITIES)
+WARN: Final = _vocab("warn", SEVERITIES)
+INFO: Final = _vocab("info", SEVERITIES)
+
+OPEN: Final = _vocab("open", FINDING_STATUSES)
+CONFIRMED: Final = _vocab("confirmed", FINDING_STATUSES)
+BENIGN: Final = _vocab("benign", FINDING_STATUSES)
+UNVERIFIABLE: Final = _vocab("unverifiable", FINDING_STATUSES)
+
+# Skip reasons of the committer, folded into the three classes DESIGN section 5 names.
+_SUPERSEDED_REASONS: Final = ("superseded_in_flight", "pending_evicted", "unknown_checkpoint")
+
+FINDING_CORE_SCHEMA: Final = StructType(
+    [
+        StructField("finding_type", StringType(), False),
+        StructField("severity", StringType(), False),
+        StructField("status", StringType(), False),
+        StructField("job_name", StringType(), True),
+        StructField("group_id", StringType(), True),
+        StructField("topic", StringType(), True),
+        StructField("partition", IntegerType(), True),
+        StructField("checkpoint_id", LongType(), True),
+        StructField("run_id", StringType(), True),
+        StructField("offset_start", LongType(), True),
+        StructField("offset_end", LongType(), True),
+        StructField("record_count", LongType(), True),
+        StructField("evidence", StringType(), True),
+        StructField("identity", StringType(), True),
+    ]
+)
+FINDING_CORE: Final = tuple(FINDING_CORE_SCHEMA.fieldNames())
+# What makes a finding itself; evidence, counts, severity and status may change between runs.
+IDENTITY_COLUMNS: Final = (
+    "finding_type",
+    "job_name",
+    "group_id",
+    "topic",
+    "partition",
+    "checkpoint_id",
+    "run_id",
+    "offset_start",
+    "identity",
+)
+
+SINK_COLUMNS: Final = ("topic", "partition", "offset", "writer_checkpoint_id", "writer_run_id")
+
+
+@dataclass(frozen=True)
+class AuditWindow:
+    """The ledger window a run judges: events in [since, until). ``since`` None means all history.
+
+    Events before ``since`` (within the look-back the I/O module read) are context only: the
+    previous checkpoint, the previous commit, the previous run.
+    """
+
+    until: datetime
+    since: datetime | None = None
+
+    def contains(self, col: Column) -> Column:
+        inside = col < F.lit(self.until)
+        return inside if self.since is None else inside & (col >= F.lit(self.since))
+
+
+@dataclass(frozen=True)
+class MatchRules:
+    """How group commits are tied to checkpoints."""
+
+    commit_match_window_s: float = 300.0
+    clock_skew_s: float = 5.0
+
+
+# --- small helpers -------------------------------------------------------------------------------
+
+
+def evidence_json(**fields: Column) -> Column:
+    return F.to_json(F.struct(*[c.alias(k) for k, c in fields.items()]))
+
+
+def _detail(path: str) -> Column:
+    return F.get_json_object(F.col("detail"), f"$.{path}")
+
+
+def plus_seconds(col: Column, seconds: float) -> Column:
+    return col + F.make_interval(secs=F.lit(seconds))
+
+
+def core_findings(
+    df: DataFrame,
+    *,
+    finding_type: str | Column,
+    severity: str | Column,
+    status: str | Column,
+    evidence: Column,
+    identity: Column | None = None,
+    **columns: Column | None,
+) -> DataFrame:
+    """Shape a frame into FINDING_CORE; missing coordinates become typed nulls."""
+
+    def lit_or(value: str | Column) -> Column:
+        return F.lit(value) if isinstance(value, str) else value
+
+    given: dict[str, Column] = {
+        "finding_type": lit_or(finding_type),
+        "severity": lit_or(severity),
+        "status": lit_or(status),
+        "evidence": evidence,
+        "identity": identity if identity is not None else F.lit(""),
+    }
+    for name, col in columns.items():
+        if col is not None:
+            given[name] = col
+    out = [
+        (given[f.name] if f.name in given else F.lit(None)).cast(f.dataType).alias(f.name)
+        for f in FINDING_CORE_SCHEMA.fields
+    ]
+    return df.select(*out)
+
+
+def empty_findings(df: DataFrame) -> DataFrame:
+    """A FINDING_CORE frame with no rows, from any frame's session."""
+    return df.sparkSession.createDataFrame([], FINDING_CORE_SCHEMA)
+
+
+def union_findings(frames: Sequence[DataFrame]) -> DataFrame:
+    if not frames:
+        raise ValueError("union_findings needs at least one frame")
+    out = frames[0].select(*FINDING_CORE)
+    for frame in frames[1:]:
+        out = out.unionByName(frame.select(*FINDING_CORE))
+    return out
+
+
+def finding_id(*columns: Column) -> Column:
+    """sha2-256 over the identity columns, nulls spelled out so (null, 'a') != ('a', null)."""
+    parts = [F.coalesce(c.cast("string"), F.lit("\u2400")) for c in columns]
+    return F.sha2(F.concat_ws("\u241f", *parts), 256)
+
+
+def finalize_findings(core: DataFrame, reconcile_run_id: str, detected_at: datetime) -> DataFrame:
+    """FINDING_CORE -> the findings contract, one row per finding id.
+
+    Two rows with the same identity would make the MERGE ambiguous; they can only come from
+    duplicated input rows, so the most severe one is kept (ordering named, not a bare dedup).
+    """
+    require_columns(core, FINDING_CORE, "finding core")
+    with_id = core.withColumn("finding_id", finding_id(*[F.col(c) for c in IDENTITY_COLUMNS]))
+    rank = F.array_position(F.array(*[F.lit(s) for s in SEVERITIES]), F.col("severity"))
+    ordered = Window.partitionBy("finding_id").orderBy(rank.asc(), F.col("record_count").desc_nulls_last())
+    one = (
+        with_id.withColumn("_finding_rank", F.row_number().over(ordered))
+        .filter(F.col("_finding_rank") == 1)
+        .drop("_finding_rank")
+    )
+    return one.select(
+        *[
+            (
+                F.lit(reconcile_run_id)
+                if f.name == "reconcile_run_id"
+                else F.lit(detected_at)
+                if f.name == "detected_at"
+                else F.col(f.name)
+            )
+            .cast(f.dataType)
+            .alias(f.name)
+            for f in FINDINGS_SCHEMA.fields
+        ]
+    )
+
+
+# --- ledger views --------------------------------------------------------------------------------
+
+
+_KEY: Final = ("job_name", "run_id", "checkpoint_id")
+_TP: Final = ("topic", "partition")
+
+
+def checkpoint_offsets(ledger: DataFrame) -> DataFrame:
+    """Completed checkpoints per partition: job_name, run_id, checkpoint_id, group_id, engine, topic,
+    partition, offset (normalized), raw_offset, completed_at.
+
+    A completion recorded without partition rows (the committer's unknown-checkpoint case) takes its
+    offsets from the checkpoint's snapshot. Repeated events of one checkpoint collapse to the first
+    completion time.
+    """
+    require_columns(ledger, ["event_type", *_KEY, *_TP, "offset", "event_time"], "ledger")
+    completed = ledger.filter(F.col("event_type") == EVENT_CHECKPOINT_COMPLETED)
+    times = completed.groupBy(*_KEY).agg(
+        F.min("event_time").alias("completed_at"),
+        F.count("partition").alias("_ckpt_partition_rows"),
+    )
+    cols = [*_KEY, "group_id", "engine", *_TP, "offset", "raw_offset"]
+    with_parts = completed.filter(F.col("partition").isNotNull()).select(*cols)
+    snapshots = ledger.filter(
+        (F.col("event_type") == EVENT_CHECKPOINT_SNAPSHOT) & F.col("partition").isNotNull()
+    ).select(*cols)
+    from_snapshot = (
+        times.filter(F.col("_ckpt_partition_rows") == 0)
+        .select(*_KEY)
+        .join(snapshots, on=list(_KEY), how="inner")
+    )
+    per_partition = (
+        with_parts.unionByName(from_snapshot)
+        .groupBy(*_KEY, *_TP)
+        .agg(
+            F.max("group_id").alias("group_id"),
+            F.max("engine").alias("engine"),
+            F.max("offset").alias("offset"),
+            F.max("raw_offset").alias("raw_offset"),
+        )
+    )
+    return per_partition.join(times.select(*_KEY, "completed_at"), on=list(_KEY), how="inner")
+
+
+def _checkpoints(ledger: DataFrame, checkpoints: DataFrame | None) -> DataFrame:
+    # Callers that run several transforms pass checkpoint_offsets once, persisted.
+    return checkpoints if checkpoints is not None else checkpoint_offsets(ledger)
+
+
+def run_starts(ledger: DataFrame) -> DataFrame:
+    """Runs with their start and the job's previous run: job_name, run_id, started_at,
+    previous_run_id, previous_started_at, previous_stopped_at, group_id."""
+    starts = (
+        ledger.filter(F.col("event_type") == EVENT_RUN_STARTED)
+        .groupBy("job_name", "run_id")
+        .agg(F.min("event_time").alias("started_at"), F.max("group_id").alias("group_id"))
+    )
+    stops = (
+        ledger.filter(F.col("event_type") == EVENT_RUN_STOPPED)
+        .groupBy("job_name", "run_id")
+        .agg(F.max("event_time").alias("stopped_at"))
+    )
+    runs = starts.join(stops, on=["job_name", "run_id"], how="left")
+    by_start = Window.partitionBy("job_name").orderBy("started_at", "run_id")
+    return runs.select(
+        "job_name",
+        "run_id",
+        "started_at",
+        "group_id",
+        F.lag("run_id").over(by_start).alias("previous_run_id"),
+        F.lag("started_at").over(by_start).alias("previous_started_at"),
+        F.lag("stopped_at").over(by_start).alias("previous_stopped_at"),
+    )
+
+
+def job_groups(ledger: DataFrame) -> DataFrame:
+    """group_id -> the job committing to it (the smallest name when several share a group)."""
+    return (
+        ledger.filter(F.col("group_id").isNotNull())
+        .groupBy("group_id")
+        .agg(F.min("job_name").alias("job_name"))
+    )
+
+
+def effective_commits(group_commits: DataFrame) -> DataFrame:
+    """Group commits that carry an offset: 'commit' records and Admin API 'snapshot' rows."""
+    require_columns(group_commits, ["group_id", *_TP, "committed_offset", "commit_time", "record_kind"], "gc")
+    return group_commits.filter(
+        F.col("record_kind").isin("commit", "snapshot") & F.col("committed_offset").isNotNull()
+    )
+
+
+# --- LEDGER_INCONSISTENT -------------------------------------------------------------------------
+
+
+def find_ledger_inconsistencies(ledger: DataFrame, window: AuditWindow) -> DataFrame:
+    """Completed without snapshot; snapshot offsets moving backwards in a run; a run that started
+    while the previous one never stopped."""
+    snapshot_keys = (
+        ledger.filter(F.col("event_type") == EVENT_CHECKPOINT_SNAPSHOT)
+        .groupBy(*_KEY)
+        .agg(F.count("*").alias("_snapshot_rows"))
+    )
+    completions = (
+        ledger.filter(F.col("event_type") == EVENT_CHECKPOINT_COMPLETED)
+        .groupBy(*_KEY)
+        .agg(F.min("event_time").alias("completed_at"), F.max("group_id").alias("group_id"))
+        .filter(window.contains(F.col("completed_at")))
+    )
+    no_snapshot = core_findings(
+        completions.join(snapshot_keys, on=list(_KEY), how="left_anti"),
+        finding_type=LEDGER_INCONSISTENT,
+        severity=WARN,
+        status=OPEN,
+        evidence=evidence_json(kind=F.lit("completed_without_snapshot"), completed_at=F.col("completed_at")),
+        identity=F.lit("completed_without_snapshot"),
+        job_name=F.col("job_name"),
+        group_id=F.col("group_id"),
+        run_id=F.col("run_id"),
+        checkpoint_id=F.col("checkpoint_id"),
+    )
+
+    snaps = ledger.filter(
+        (F.col("event_type") == EVENT_CHECKPOINT_SNAPSHOT)
+        & F.col("partition").isNotNull()
+        & F.col("offset").isNotNull()
+    )
+    in_run = Window.partitionBy("job_name", "run_id", *_TP).orderBy("checkpoint_id", "event_time")
+    stepped = (
+        snaps.withColumn("_prev_offset", F.lag("offset").over(in_run))
+        .withColumn("_prev_checkpoint", F.lag("checkpoint_id").over(in_run))
+        .filter((F.col("offset") < F.col("_prev_offset")) & window.contains(F.col("event_time")))
+    )
+    backwards = core_findings(
+        stepped,
+        finding_type=LEDGER_INCONSISTENT,
+        severity=WARN,
+        status=OPEN,
+        evidence=evidence_json(
+            kind=F.lit("offsets_backwards_in_run"),
+            previous_checkpoint_id=F.col("_prev_checkpoint"),
+            previous_offset=F.col("_prev_offset"),
+            offset=F.col("offset"),
+            event_time=F.col("event_time"),
+        ),
+        identity=F.lit("offsets_backwards_in_run"),
+        job_name=F.col("job_name"),
+        group_id=F.col("group_id"),
+        topic=F.col("topic"),
+        partition=F.col("partition"),
+        run_id=F.col("run_id"),
+        checkpoint_id=F.col("checkpoint_id"),
+        offset_start=F.col("offset"),
+        offset_end=F.col("_prev_offset"),
+        record_count=F.col("_prev_offset") - F.col("offset"),
+    )
+
+    runs = run_starts(ledger).filter(
+        F.col("previous_run_id").isNotNull()
+        & F.col("previous_stopped_at").isNull()
+        & window.contains(F.col("started_at"))
+    )
+    unstopped = core_findings(
+        runs,
+        finding_type=LEDGER_INCONSISTENT,
+        severity=WARN,
+        status=OPEN,
+        evidence=evidence_json(
+            kind=F.lit("previous_run_not_stopped"),
+            previous_run_id=F.col("previous_run_id"),
+            previous_started_at=F.col("previous_started_at"),
+            started_at=F.col("started_at"),
+        ),
+        identity=F.lit("previous_run_not_stopped"),
+        job_name=F.col("job_name"),
+        group_id=F.col("group_id"),
+        run_id=F.col("run_id"),
+    )
+    return union_findings([no_snapshot, backwards, unstopped])
+
+
+# --- COMMIT_FAILURE ------------------------------------------------------------------------------
+
+
+def find_commit_failures(ledger: DataFrame, window: AuditWindow) -> DataFrame:
+    """COMMIT_FAILED events grouped by run, partition, Kafka error and day (the nightly unit)."""
+    failed = ledger.filter(
+        (F.col("event_type") == EVENT_COMMIT_FAILED) & window.contains(F.col("event_time"))
+    ).withColumn("_error", F.coalesce(_detail("error"), F.lit("UNKNOWN")))
+    grouped = failed.groupBy("job_name", "run_id", "group_id", *_TP, "_error", "event_date").agg(
+        F.count("*").alias("_failures"),
+        F.min("event_time").alias("_first"),
+        F.max("event_time").alias("_last"),
+        F.slice(F.array_sort(F.collect_set("checkpoint_id")), 1, 20).alias("_checkpoints"),
+        F.max(_detail("retriable")).alias("_retriable"),
+        F.max(_detail("message")).alias("_message"),
+        F.min("offset").alias("_min_offset"),
+        F.max("offset").alias("_max_offset"),
+    )
+    return core_findings(
+        grouped,
+        finding_type=COMMIT_FAILURE,
+        severity=WARN,
+        status=OPEN,
+        evidence=evidence_json(
+            error=F.col("_error"),
+            retriable=F.col("_retriable"),
+            message=F.col("_message"),
+            first_failure=F.col("_first"),
+            last_failure=F.col("_last"),
+            checkpoint_ids=F.col("_checkpoints"),
+        ),
+        identity=F.concat_ws("|", F.col("_error"), F.col("event_date").cast("string")),
+        job_name=F.col("job_name"),
+        group_id=F.col("group_id"),
+        topic=F.col("topic"),
+        partition=F.col("partition"),
+        run_id=F.col("run_id"),
+        offset_start=F.col("_min_offset"),
+        offset_end=F.col("_max_offset"),
+        record_count=F.col("_failures"),
+    )
+
+
+# --- commit matching -----------------------------------------------------------------------------
+
+
+def commit_requests(ledger: DataFrame, checkpoints: DataFrame | None = None) -> DataFrame:
+    """COMMIT_REQUESTED per partition with the checkpoint's own normalized offset beside it."""
+    requests = ledger.filter(
+        (F.col("event_type") == EVENT_COMMIT_REQUESTED) & F.col("partition").isNotNull()
+    ).select(
+        *_KEY,
+        "group_id",
+        "engine",
+        *_TP,
+        F.col("offset").alias("requested_offset"),
+        F.col("event_time").alias("requested_at"),
+    )
+    ckpt = _checkpoints(ledger, checkpoints).select(
+        *_KEY, *_TP, F.col("offset").alias("checkpoint_offset"), F.col("raw_offset").alias("checkpoint_raw")
+    )
+    return requests.join(ckpt, on=[*_KEY, *_TP], how="left")
+
+
+def match_commits(commits: DataFrame, requests: DataFrame, rules: MatchRules) -> DataFrame:
+    """Each effective group commit with the ledger request that explains it, if any.
+
+    Adds ``match_kind`` ('exact': a request sent this very offset within the window before the
+    commit; 'time': a request of the same partition within the window but with another offset;
+    null: none) and the request's job_name, run_id, checkpoint_id, requested_offset,
+    checkpoint_offset, requested_at. Exact matches are tried first so that the common case is an
+    equi-join on the offset; the time-only match runs only for the commits left over.
+    """
+    key = ["group_id", *_TP]
+    base = commits.withColumn(
+        "_commit_key",
+        F.concat_ws(
+            "|",
+            *[F.coalesce(F.col(c).cast("string"), F.lit("")) for c in (*key, "log_partition", "log_offset")],
+            F.coalesce(F.col("commit_time").cast("string"), F.lit("")),
+            F.col("committed_offset").cast("string"),
+            F.col("record_kind"),
+        ),
+    )
+    req = requests.select(
+        *[F.col(c).alias(f"_r_{c}") for c in requests.columns],
+    )
+
+    def in_window(exact: bool) -> Column:
+        commit_time = F.col("commit_time")
+        req_time = F.col("_r_requested_at")
+        lower = plus_seconds(req_time, -rules.clock_skew_s) <= commit_time
+        upper = commit_time <= plus_seconds(req_time, rules.commit_match_window_s)
+        # Admin API snapshots have no commit history: an exact offset match at any earlier time
+        # explains them.
+        snapshot_ok = (F.col("record_kind") == "snapshot") & (
+            commit_time.isNull() | (req_time <= plus_seconds(commit_time, rules.clock_skew_s))
+        )
+        timed = lower & upper
+        return (timed | snapshot_ok) if exact else timed
+
+    equal_tp = [F.col(c) == F.col(f"_r_{c}") for c in key]
+    cond_exact = equal_tp[0]
+    for cond in equal_tp[1:]:
+        cond_exact = cond_exact & cond
+    exact_cond = cond_exact & (F.col("committed_offset") == F.col("_r_requested_offset")) & in_window(True)
+    best = Window.partitionBy("_commit_key").orderBy(F.col("_r_requested_at").desc(), F.col("_r_run_id"))
+    exact = (
+        base.join(req, on=exact_cond, how="inner")
+        .withColumn("_match_rank", F.row_number().over(best))
+        .filter(F.col("_match_rank") == 1)
+        .drop("_match_rank")
+        .withColumn("match_kind", F.lit("exact"))
+    )
+    leftover = base.join(exact.select("_commit_key"), on="_commit_key", how="left_anti")
+    timed = (
+        leftover.join(req, on=cond_exact & in_window(False), how="inner")
+        .withColumn("_match_rank", F.row_number().over(best))
+        .filter(F.col("_match_rank") == 1)
+        .drop("_match_rank")
+        .withColumn("match_kind", F.lit("time"))
+    )
+    unmatched = leftover.join(timed.select("_commit_key"), on="_commit_key", how="left_anti")
+    for name in req.columns:
+        unmatched = unmatched.withColumn(name, F.lit(None).cast(req.schema[name].dataType))
+    unmatched = unmatched.withColumn("match_kind", F.lit(None).cast("string"))
+    out = exact.unionByName(timed).unionByName(unmatched)
+    renamed = [
+        F.col(f"_r_{c}").alias(c) if c not in key else F.col(c)
+        for c in ("job_name", "run_id", "checkpoint_id", "requested_offset", "checkpoint_offset")
+    ]
+    return out.select(
+        *commits.columns, "match_kind", *renamed, F.col("_r_requested_at").alias("requested_at")
+    )
+
+
+def find_foreign_commits(matched: DataFrame, groups: DataFrame, window: AuditWindow) -> DataFrame:
+    """Group commits that no ledger request explains (reset tool, another consumer on the group)."""
+    foreign = (
+        matched.filter(F.col("match_kind").isNull() & window.contains(F.coalesce("commit_time", "log_time")))
+        .drop("job_name")
+        .join(groups, on="group_id", how="left")
+    )
+    return core_findings(
+        foreign,
+        finding_type=FOREIGN_COMMIT,
+        severity=ERROR,
+        status=OPEN,
+        evidence=evidence_json(
+            committed_offset=F.col("committed_offset"),
+            commit_time=F.col("commit_time"),
+            record_kind=F.col("record_kind"),
+            metadata=F.col("metadata"),
+            log_partition=F.col("log_partition"),
+            log_offset=F.col("log_offset"),
+        ),
+        identity=_commit_identity(),
+        job_name=F.col("job_name"),
+        group_id=F.col("group_id"),
+        topic=F.col("topic"),
+        partition=F.col("partition"),
+        offset_start=F.col("committed_offset"),
+    )
+
+
+def _commit_identity() -> Column:
+    # A commit record is identified by its place in __consumer_offsets; Admin API snapshots have
+    # none, so their offset stands in.
+    return F.concat_ws(
+        "|",
+        F.coalesce(F.col("log_partition").cast("string"), F.lit("-")),
+        F.coalesce(F.col("log_offset").cast("string"), F.lit("-")),
+        F.col("committed_offset").cast("string"),
+    )
+
+
+def find_commit_mismatches(matched: DataFrame, window: AuditWindow) -> DataFrame:
+    """A commit matched to a checkpoint whose normalized offset differs from the committed one.
+
+    Either the committer sent the request's offset but that differs from the checkpoint's
+    normalized offset (an engine-dialect bug: e.g. Flink legacy's +1 forgotten), or the commit was
+    matched only by time to a request with another offset.
+    """
+    in_window = window.contains(F.coalesce("commit_time", "log_time"))
+    expected = F.coalesce(F.col("checkpoint_offset"), F.col("requested_offset"))
+    bad = matched.filter(
+        F.col("match_kind").isNotNull() & in_window & (F.col("committed_offset") != expected)
+    )
+    return core_findings(
+        bad,
+        finding_type=COMMIT_MISMATCH,
+        severity=ERROR,
+        status=OPEN,
+        evidence=evidence_json(
+            match=F.col("match_kind"),
+            committed_offset=F.col("committed_offset"),
+            checkpoint_offset=F.col("checkpoint_offset"),
+            requested_offset=F.col("requested_offset"),
+            difference=F.col("committed_offset") - expected,
+            commit_time=F.col("commit_time"),
+            requested_at=F.col("requested_at"),
+        ),
+        identity=_commit_identity(),
+        job_name=F.col("job_name"),
+        group_id=F.col("group_id"),
+        topic=F.col("topic"),
+        partition=F.col("partition"),
+        run_id=F.col("run_id"),
+        checkpoint_id=F.col("checkpoint_id"),
+        offset_start=F.least(F.col("committed_offset"), expected),
+        offset_end=F.greatest(F.col("committed_offset"), expected),
+        record_count=F.abs(F.col("committed_offset") - expected),
+    )
+
+
+def find_commit_regressions(group_commits: DataFrame, groups: DataFrame, window: AuditWindow) -> DataFrame:
+    """The committed offset of a group partition moving backwards, in __consumer_offsets order.
+
+    A tombstone (offset deleted) resets the history: the next commit starts afresh.
+    """
+    rows = group_commits.filter(F.col("record_kind").isin("commit", "snapshot", "tombstone"))
+    order = Window.partitionBy("group_id", *_TP).orderBy(
+        F.coalesce("commit_time", "log_time").asc_nulls_first(), F.col("log_offset").asc_nulls_first()
+    )
+    stepped = (
+        rows.withColumn("_prev_offset", F.lag("committed_offset").over(order))
+        .withColumn("_prev_kind", F.lag("record_kind").over(order))
+        .withColumn("_prev_time", F.lag("commit_time").over(order))
+        .filter(
+            (F.col("record_kind") != "tombstone")
+            & (F.col("_prev_kind") != "tombstone")
+            & (F.col("committed_offset") < F.col("_prev_offset"))
+            & window.contains(F.coalesce("commit_time", "log_time"))
+        )
+        .join(groups, on="group_id", how="left")
+    )
+    return core_findings(
+        stepped,
+        finding_type=COMMIT_REGRESSION,
+        severity=ERROR,
+        status=OPEN,
+        evidence=evidence_json(
+            previous_offset=F.col("_prev_offset"),
+            previous_commit_time=F.col("_prev_time"),
+            committed_offset=F.col("committed_offset"),
+            commit_time=F.col("commit_time"),
+            log_partition=F.col("log_partition"),
+            log_offset=F.col("log_offset"),
+        ),
+        identity=_commit_identity(),
+        job_name=F.col("job_name"),
+        group_id=F.col("group_id"),
+        topic=F.col("topic"),
+        partition=F.col("partition"),
+        offset_start=F.col("committed_offset"),
+        offset_end=F.col("_prev_offset"),
+        record_count=F.col("_prev_offset") - F.col("committed_offset"),
+    )
+
+
+# --- SKIPPED_COMMIT ------------------------------------------------------------------------------
+
+
+def find_skipped_commits(
+    ledger: DataFrame,
+    commits: DataFrame,
+    window: AuditWindow,
+    rules: MatchRules,
+    horizon: datetime | None,
+    checkpoints: DataFrame | None = None,
+) -> DataFrame:
+    """Completed checkpoints whose offsets never reached __consumer_offsets, with the reason.
+
+    Reached means: a group commit of that very offset at or after the completion (minus clock
+    skew). ``horizon`` is how far group_commits has been ingested; checkpoints completed later than
+    ``horizon`` minus the match window are not judged yet (their commit may simply not be ingested).
+    Superseded and covered by a later commit of a higher offset is benign (info); everything else
+    is a warning.
+    """
+    if horizon is None:
+        return empty_findings(ledger)
+    ckpts = _checkpoints(ledger, checkpoints).filter(
+        F.col("offset").isNotNull()
+        & window.contains(F.col("completed_at"))
+        & (plus_seconds(F.col("completed_at"), rules.commit_match_window_s) <= F.lit(horizon))
+    )
+    c = commits.select(
+        F.col("group_id").alias("_c_group"),
+        F.col("topic").alias("_c_topic"),
+        F.col("partition").alias("_c_partition"),
+        F.col("committed_offset").alias("_c_offset"),
+        F.coalesce("commit_time", "log_time").alias("_c_time"),
+    )
+    same_tp = (
+        (F.col("group_id") == F.col("_c_group"))
+        & (F.col("topic") == F.col("_c_topic"))
+        & (F.col("partition") == F.col("_c_partition"))
+        & (F.col("_c_time") >= plus_seconds(F.col("completed_at"), -rules.clock_skew_s))
+    )
+    unreached = ckpts.join(c, on=same_tp & (F.col("_c_offset") == F.col("offset")), how="left_anti")
+    covering = (
+        unreached.join(c, on=same_tp & (F.col("_c_offset") >= F.col("offset")), how="inner")
+        .groupBy(*_KEY, *_TP)
+        .agg(
+            F.min("_c_time").alias("_covered_at"),
+            F.min_by("_c_offset", "_c_time").alias("_covered_by_offset"),
+        )
+    )
+
+    events = ledger.filter(F.col("checkpoint_id").isNotNull())
+    skipped = (
+        events.filter(F.col("event_type") == EVENT_COMMIT_SKIPPED)
+        .groupBy(*_KEY)
+        .agg(
+            F.max(_detail("reason")).alias("_skip_reason"),
+            F.max(_detail("superseded_by")).alias("_superseded_by"),
+        )
+    )
+    failed = (
+        events.filter(F.col("event_type") == EVENT_COMMIT_FAILED)
+        .groupBy(*_KEY, *_TP)
+        .agg(F.max(_detail("error")).alias("_error"))
+    )
+    outcome = (
+        events.filter(F.col("event_type").isin(EVENT_COMMIT_REQUESTED, EVENT_COMMIT_SUCCEEDED))
+        .groupBy(*_KEY, *_TP)
+        .agg(
+            F.max(F.col("event_type") == EVENT_COMMIT_REQUESTED).alias("_requested"),
+            F.max(F.col("event_type") == EVENT_COMMIT_SUCCEEDED).alias("_acknowledged"),
+        )
+    )
+    # Later completions list the pending checkpoints they dropped; such a checkpoint that still
+    # completed was superseded even when no COMMIT_SKIPPED row names it.
+    discarded = (
+        events.filter(F.col("event_type") == EVENT_CHECKPOINT_COMPLETED)
+        .select(
+            "job_name",
+            "run_id",
+            F.col("checkpoint_id").alias("_discarded_by"),
+            F.explode(F.from_json(_detail("discarded_pending"), "array<long>")).alias("checkpoint_id"),
+        )
+        .groupBy(*_KEY)
+        .agg(F.min("_discarded_by").alias("_discarded_by"))
+    )
+    joined = (
+        unreached.join(skipped, on=list(_KEY), how="left")
+        .join(discarded, on=list(_KEY), how="left")
+        .join(failed, on=[*_KEY, *_TP], how="left")
+        .join(outcome, on=[*_KEY, *_TP], how="left")
+        .join(covering, on=[*_KEY, *_TP], how="left")
+    )
+    reason = (
+        F.when(F.col("_error").isNotNull(), F.lit("failed"))
+        .when(
+            F.col("_skip_reason").isin(*_SUPERSEDED_REASONS) | F.col("_discarded_by").isNotNull(),
+            F.lit("superseded"),
+        )
+        .when(F.col("_skip_reason") == "commit_disabled", F.lit("commit_disabled"))
+        .when(F.col("_acknowledged"), F.lit("acknowledged_not_found"))
+        .otherwise(F.lit("never_attempted"))
+    )
+    covered = F.col("_covered_at").isNotNull()
+    shaped = joined.withColumn("_reason", reason)
+    benign = (F.col("_reason") == "superseded") & covered
+    return core_findings(
+        shaped,
+        finding_type=SKIPPED_COMMIT,
+        severity=F.when(benign | (F.col("_reason") == "commit_disabled"), F.lit(INFO)).otherwise(F.lit(WARN)),
+        status=F.when(benign, F.lit(BENIGN)).otherwise(F.lit(OPEN)),
+        evidence=evidence_json(
+            reason=F.col("_reason"),
+            skip_reason=F.col("_skip_reason"),
+            superseded_by=F.coalesce(F.col("_superseded_by").cast("long"), F.col("_discarded_by")),
+            error=F.col("_error"),
+            requested=F.coalesce(F.col("_requested"), F.lit(False)),
+            acknowledged=F.coalesce(F.col("_acknowledged"), F.lit(False)),
+            completed_at=F.col("completed_at"),
+            covered_by_offset=F.col("_covered_by_offset"),
+            covered_at=F.col("_covered_at"),
+        ),
+        job_name=F.col("job_name"),
+        group_id=F.col("group_id"),
+        topic=F.col("topic"),
+        partition=F.col("partition"),
+        run_id=F.col("run_id"),
+        checkpoint_id=F.col("checkpoint_id"),
+        offset_start=F.col("offset"),
+    )
+
+
+# --- COMMITTED_AHEAD -----------------------------------------------------------------------------
+
+
+def latest_commits(commits: DataFrame, until: datetime) -> DataFrame:
+    """The group's last committed offset per partition before ``until`` (tombstones clear it)."""
+    rows = commits.filter(
+        F.col("record_kind").isin("commit", "snapshot", "tombstone")
+        & (F.coalesce("commit_time", "log_time") < F.lit(until))
+    )
+    order = Window.partitionBy("group_id", *_TP).orderBy(
+        F.coalesce("commit_time", "log_time").desc_nulls_last(), F.col("log_offset").desc_nulls_last()
+    )
+    return (
+        rows.withColumn("_latest_rank", F.row_number().over(order))
+        .filter((F.col("_latest_rank") == 1) & (F.col("record_kind") != "tombstone"))
+        .select("group_id", *_TP, "committed_offset", "commit_time", "log_partition", "log_offset")
+    )
+
+
+def find_committed_ahead(
+    checkpoints: DataFrame, commits: DataFrame, groups: DataFrame, until: datetime
+) -> DataFrame:
+    """The group's latest committed offset beyond every checkpoint completed before ``until``."""
+    done = (
+        checkpoints.filter((F.col("completed_at") < F.lit(until)) & F.col("offset").isNotNull())
+        .groupBy("group_id", *_TP)
+        .agg(
+            F.max("offset").alias("_max_completed"),
+            F.max_by("checkpoint_id", "offset").alias("_max_checkpoint"),
+            F.max_by("run_id", "offset").alias("_max_run"),
+        )
+    )
+    latest = latest_commits(commits, until)
+    ahead = (
+        latest.join(done, on=["group_id", *_TP], how="inner")
+        .filter(F.col("committed_offset") > F.col("_max_completed"))
+        .join(groups, on="group_id", how="left")
+    )
+    return core_findings(
+        ahead,
+        finding_type=COMMITTED_AHEAD,
+        severity=CRITICAL,
+        status=OPEN,
+        evidence=evidence_json(
+            committed_offset=F.col("committed_offset"),
+            commit_time=F.col("commit_time"),
+            latest_completed_offset=F.col("_max_completed"),
+            latest_completed_checkpoint=F.col("_max_checkpoint"),
+            latest_completed_run=F.col("_max_run"),
+            would_skip=F.col("committed_offset") - F.col("_max_completed"),
+        ),
+        identity=F.col("committed_offset").cast("string"),
+        job_name=F.col("job_name"),
+        group_id=F.col("group_id"),
+        topic=F.col("topic"),
+        partition=F.col("partition"),
+        offset_start=F.col("_max_completed"),
+        offset_end=F.col("committed_offset"),
+        record_count=F.col("committed_offset") - F.col("_max_completed"),
+    )
+
+
+# --- coverage: which offsets the sink must hold --------------------------------------------------
+
+
+def coverage_ranges(
+    ledger: DataFrame, window: AuditWindow, checkpoints: DataFrame | None = None
+) -> DataFrame:
+    """Per job and partition, the offsets [lo, hi) the window's checkpoints vouch for.
+
+    hi is the highest offset of a checkpoint completed in the window. lo is where the window's
+    data starts: the last checkpoint completed before it (within the look-back read), else the
+    lowest offset a run in the window restored from, else unknown (null: the sink's first offset
+    is then taken as the start). ``beyond_from`` is the highest completed offset in everything
+    read (also after ``until``): sink rows at or past it belong to no completed checkpoint.
+    """
+    ckpts = _checkpoints(ledger, checkpoints).filter(F.col("offset").isNotNull())
+    key = ["job_name", *_TP]
+    in_window = window.contains(F.col("completed_at"))
+    inside = ckpts.filter(in_window)
+    before = (
+        ckpts.filter(F.col("completed_at") < F.lit(window.since))
+        if window.since is not None
+        else ckpts.limit(0)
+    )
+    top = inside.groupBy(*key).agg(
+        F.max("offset").alias("hi"),
+        F.max_by("checkpoint_id", F.struct("offset", "completed_at")).alias("hi_checkpoint_id"),
+        F.max_by("run_id", F.struct("offset", "completed_at")).alias("hi_run_id"),
+        F.max("group_id").alias("group_id"),
+        F.max("completed_at").alias("last_completed_at"),
+        F.max_by("checkpoint_id", "completed_at").alias("last_checkpoint_id"),
+        F.max_by("offset", "completed_at").alias("last_checkpoint_offset"),
+        F.min("offset").alias("_min_in_window"),
+    )
+    base = before.groupBy(*key).agg(F.max_by("offset", "completed_at").alias("_baseline"))
+    restored = (
+        ledger.filter(
+            (F.col("event_type") == EVENT_OFFSETS_RESTORED)
+            & F.col("offset").isNotNull()
+            & window.contains(F.col("event_time"))
+        )
+        .groupBy(*key)
+        .agg(F.min("offset").alias("_restored"))
+    )
+    beyond = ckpts.groupBy(*key).agg(F.max("offset").alias("beyond_from"))
+    joined = (
+        top.join(base, on=key, how="left").join(restored, on=key, how="left").join(beyond, on=key, how="left")
+    )
+    lo_known = F.least(
+        F.coalesce(F.col("_baseline"), F.col("_restored")), F.col("_restored"), F.col("_min_in_window")
+    )
+    return joined.select(
+        *key,
+        "group_id",
+        F.when(F.col("_baseline").isNotNull() | F.col("_restored").isNotNull(), lo_known)
+        .otherwise(F.lit(None))
+        .cast("long")
+        .alias("lo"),
+        F.when(F.col("_baseline").isNotNull(), F.lit("previous_checkpoint"))
+        .when(F.col("_restored").isNotNull(), F.lit("restored"))
+        .otherwise(F.lit("sink_min"))
+        .alias("lo_source"),
+        "hi",
+        "hi_checkpoint_id",
+        "hi_run_id",
+        "last_checkpoint_id",
+        "last_checkpoint_offset",
+        "last_completed_at",
+        "beyond_from",
+    )
+
+
+# --- sink completeness: buckets, gaps, duplicates ------------------------------------------------
+
+
+def sink_bucket_stats(sink: DataFrame) -> DataFrame:
+    """count, distinct, min and max per (topic, partition, 32768-offset bucket), with the bitmap.
+
+    Exact and without a shuffle of rows: each task aggregates its (clustered) files into a few
+    buckets, and only the 4 KiB bitmaps travel. Completeness of a bucket is then arithmetic.
+    """
+    require_columns(sink, ["topic", "partition", "offset"], "sink")
+    bucket = F.floor(F.col("offset") / F.lit(BUCKET_SIZE)).cast("long")
+    return sink.groupBy("topic", "partition", bucket.alias("bucket")).agg(
+        F.count("*").alias("rows"),
+        F.min("offset").alias("min_offset"),
+        F.max("offset").alias("max_offset"),
+        F.bitmap_construct_agg(F.pmod(F.col("offset"), F.lit(BUCKET_SIZE))).alias("bitmap"),
+    )
+
+
+@dataclass(frozen=True)
+class BucketStat:
+    bucket: int
+    rows: int
+    distinct: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """What one partition of one job must hold in the sink: [lo, hi); lo None = unknown."""
+
+    job_name: str
+    group_id: str | None
+    topic: str
+    partition: int
+    lo: int | None
+    hi: int
+    lo_source: str
+    hi_checkpoint_id: int | None = None
+    hi_run_id: str | None = None
+    beyond_from: int | None = None
+    last_checkpoint_id: int | None = None
+    last_checkpoint_offset: int | None = None
+    last_completed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PartitionSink:
+    """Aggregates of one partition's sink rows inside [lo, hi)."""
+
+    rows: int = 0
+    distinct: int = 0
+    min_offset: int | None = None
+    max_offset: int | None = None
+    buckets: Mapping[int, BucketStat] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, buckets: Iterable[BucketStat]) -> PartitionSink:
+        by_id = {b.bucket: b for b in buckets}
+        if not by_id:
+            return cls()
+        values = list(by_id.values())
+        return cls(
+            rows=sum(b.rows for b in values),
+            distinct=sum(b.distinct for b in values),
+            min_offset=min(b.min_offset for b in values),
+            max_offset=max(b.max_offset for b in values),
+            buckets=by_id,
+        )
+
+
+def effective_lo(rng: PartitionRange, sink: PartitionSink) -> int:
+    """lo, or the sink's first offset when the ledger cannot say where the data starts."""
+    if rng.lo is not None:
+        return rng.lo
+    return sink.min_offset if sink.min_offset is not None else rng.hi
+
+
+def is_complete(lo: int, hi: int, sink: PartitionSink) -> bool:
+    """The cheap proof: as many distinct offsets in [lo, hi) as the range is long."""
+    return hi <= lo or sink.distinct == hi - lo
+
+
+def buckets_to_inspect(lo: int, hi: int, sink: PartitionSink) -> list[int]:
+    """Buckets overlapping [lo, hi) that hold some rows but not all offsets they should."""
+    out = []
+    for b in sorted(sink.buckets.values(), key=lambda s: s.bucket):
+        start, end = max(lo, b.bucket * BUCKET_SIZE), min(hi, (b.bucket + 1) * BUCKET_SIZE)
+        if end > start and b.distinct < end - start:
+            out.append(b.bucket)
+    return out
+
+
+def duplicate_buckets(sink: PartitionSink) -> list[int]:
+    return sorted(b.bucket for b in sink.buckets.values() if b.rows > b.distinct)
+
+
+def bitmap_offsets(bucket: int, bitmap: bytes) -> list[int]:
+    """The offsets a Spark bitmap marks present (bit i of byte i // 8, least significant first)."""
+    out = []
+    base = bucket * BUCKET_SIZE
+    for byte_index, byte in enumerate(bitmap):
+        if byte == 0:
+            continue
+        for bit in range(8):
+            if byte >> bit & 1:
+                out.append(base + byte_index * 8 + bit)
+    return out
+
+
+def missing_ranges(
+    lo: int, hi: int, sink: PartitionSink, bitmaps: Mapping[int, bytes]
+) -> list[tuple[int, int]]:
+    """Half-open ranges inside [lo, hi) absent from the sink.
+
+    Buckets with no rows are missing whole; buckets in ``bitmaps`` are decoded; other buckets are
+    complete (the caller fetched a bitmap for every bucket ``buckets_to_inspect`` named).
+    """
+    if hi <= lo:
+        return []
+    ranges: list[tuple[int, int]] = []
+
+    def add(start: int, end: int) -> None:
+        start, end = max(start, lo), min(end, hi)
+        if end <= start:
+            return
+        if ranges and ranges[-1][1] == start:
+            ranges[-1] = (ranges[-1][0], end)
+        else:
+            ranges.append((start, end))
+
+    first, last = lo // BUCKET_SIZE, (hi - 1) // BUCKET_SIZE
+    present = sorted(b for b in sink.buckets if first <= b <= last)
+    cursor = first
+    for b in [*present, last + 1]:
+        if b > cursor:
+            add(cursor * BUCKET_SIZE, b * BUCKET_SIZE)  # buckets without a single row
+        if b > last:
+            break
+        if b in bitmaps:
+            start, end = max(lo, b * BUCKET_SIZE), min(hi, (b + 1) * BUCKET_SIZE)
+            have = [o for o in bitmap_offsets(b, bitmaps[b]) if start <= o < end]
+            pos = start
+            for o in have:
+                if o > pos:
+                    add(pos, o)
+                pos = o + 1
+            if pos < end:
+                add(pos, end)
+        cursor = b + 1
+    return ranges
+
+
+def duplicate_runs(sink: DataFrame) -> DataFrame:
+    """Offsets present more than once, folded into runs of consecutive offsets with the same writers.
+
+    Returns topic, partition, offset_start, offset_end (exclusive), offsets, extra_copies, writers
+    (JSON: the (run, checkpoint) of every copy). Meant for a sink already narrowed to the buckets
+    that hold duplicates.
+    """
+    writers = F.array_sort(
+        F.collect_list(
+            F.struct(F.col("writer_run_id").alias("run"), F.col("writer_checkpoint_id").alias("cp"))
+        )
+    )
+    dups = (
+        sink.groupBy("topic", "partition", "offset")
+        .agg(F.count("*").alias("_copies"), writers.alias("_writers"))
+        .filter(F.col("_copies") > 1)
+        .withColumn("_signature", F.to_json(F.col("_writers")))
+    )
+    by_offset = Window.partitionBy("topic", "partition", "_signature").orderBy("offset")
+    islands = dups.withColumn("_island", F.col("offset") - F.row_number().over(by_offset))
+    return islands.groupBy("topic", "partition", "_signature", "_island").agg(
+        F.min("offset").alias("offset_start"),
+        (F.max("offset") + 1).alias("offset_end"),
+        F.count("*").alias("offsets"),
+        F.sum(F.col("_copies") - 1).alias("extra_copies"),
+        F.max("_copies").alias("max_copies"),
+        F.first("_signature").alias("writers"),
+    )
+
+
+def gap_finding(
+    rng: PartitionRange,
+    start: int,
+    end: int,
+    verdict: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """One GAP in FINDING_CORE form. ``verdict`` is the source-topic confirmation or None (not run)."""
+    evidence: dict[str, Any]
+    if verdict is None:
+        status, evidence = OPEN, {"confirmation": "not run"}
+    else:
+        status, evidence = str(verdict["status"]), dict(verdict)
+    severity = {CONFIRMED: CRITICAL, OPEN: CRITICAL, UNVERIFIABLE: ERROR, BENIGN: INFO}[status]
+    evidence.update(
+        {
+            "missing_offsets": end - start,
+            "range_source": rng.lo_source,
+            "covered_by_checkpoint": rng.hi_checkpoint_id,
+            "covered_by_run": rng.hi_run_id,
+            "checkpoint_offset": rng.hi,
+        }
+    )
+    evidence["status"] = status
+    return _core_row(
+        GAP,
+        severity,
+        status,
+        rng,
+        offset_start=start,
+        offset_end=end,
+        record_count=end - start,
+        evidence=evidence,
+        checkpoint_id=rng.hi_checkpoint_id,
+    )
+
+
+def duplicate_finding(rng: PartitionRange, run: Mapping[str, Any]) -> dict[str, Any]:
+    writers = json.loads(str(run["writers"]))
+    return _core_row(
+        DUPLICATE,
+        ERROR,
+        OPEN,
+        rng,
+        offset_start=int(run["offset_start"]),
+        offset_end=int(run["offset_end"]),
+        record_count=int(run["extra_copies"]),
+        evidence={
+            "duplicated_offsets": int(run["offsets"]),
+            "extra_copies": int(run["extra_copies"]),
+            "max_copies": int(run["max_copies"]),
+            "writers": writers,
+        },
+    )
+
+
+def beyond_finding(rng: PartitionRange, stats: Mapping[str, Any]) -> dict[str, Any]:
+    start = int(rng.beyond_from if rng.beyond_from is not None else rng.hi)
+    return _core_row(
+        SINK_BEYOND_CHECKPOINT,
+        WARN,
+        OPEN,
+        rng,
+        offset_start=start,
+        offset_end=int(stats["max_offset"]) + 1,
+        record_count=int(stats["rows"]),
+        evidence={
+            "latest_completed_offset": start,
+            "sink_rows": int(stats["rows"]),
+            "sink_max_offset": int(stats["max_offset"]),
+            "writer_runs": list(stats.get("runs") or []),
+            "writer_checkpoints": list(stats.get("checkpoints") or []),
+        },
+    )
+
+
+def _core_row(
+    finding_type: str,
+    severity: str,
+    status: str,
+    rng: PartitionRange,
+    *,
+    offset_start: int,
+    offset_end: int | None,
+    record_count: int,
+    evidence: Mapping[str, Any],
+    checkpoint_id: int | None = None,
+    run_id: str | None = None,
+    identity: str = "",
+) -> dict[str, Any]:
+    return {
+        "finding_type": finding_type,
+        "severity": severity,
+        "status": status,
+        "job_name": rng.job_name,
+        "group_id": rng.group_id,
+        "topic": rng.topic,
+        "partition": rng.partition,
+        "checkpoint_id": checkpoint_id,
+        "run_id": run_id,
+        "offset_start": offset_start,
+        "offset_end": offset_end,
+        "record_count": record_count,
+        "evidence": json.dumps(evidence, sort_keys=True, default=str),
+        "identity": identity,
+    }
+
+
+def severity_at_least(severity: str, threshold: str) -> bool:
+    """True when ``severity`` is as severe as ``threshold`` or more (SEVERITIES is most severe first)."""
+    return SEVERITIES.index(severity) <= SEVERITIES.index(threshold)

@@ -1,0 +1,989 @@
+"""Reading and writing for `reconcile` and `forensics`: Delta tables, the MERGE into findings, and
+confirmation of suspected gaps against the source topic.
+
+The sink is the only large input. It is read twice at most, and only for the partitions and
+offset ranges the window's checkpoints cover, through filters on its coordinate columns so Delta's
+per-file min/max statistics skip every file outside them:
+
+1. one aggregate per (topic, partition, 32768-offset bucket) with count, min, max and a bitmap of
+   the offsets present (``app.reconcile.sink_bucket_stats``). Summed per partition it is the
+   count / distinct / min / max that proves most partitions complete; the bitmaps of the few
+   buckets that are not complete locate the missing ranges without a second read;
+2. the buckets that hold more rows than distinct offsets, read again for their duplicate offsets.
+
+Rows past the last completed checkpoint are counted by a third, tail-only read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import reduce
+from typing import Any, Final
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from app import forensics as fx
+from app import reconcile as rc
+from app.config import AppConfig, KafkaConfig
+from app.errors import InfrastructureError, KafkaUnavailableError, SchemaMismatchError
+from app.schemas import (
+    FINDINGS_SCHEMA,
+    GROUP_COMMITS_SCHEMA,
+    LEDGER_SCHEMA,
+    PARTITION_SUMMARY_SCHEMA,
+    RESTARTS_SCHEMA,
+    SEVERITIES,
+)
+
+log = logging.getLogger(__name__)
+
+# Successful runs of reconcile and forensics: where the next incremental window starts. Not a
+# DESIGN section 4 table: it is bookkeeping of these two commands only.
+AUDIT_RUNS_SCHEMA: Final = StructType(
+    [
+        StructField("run_id", StringType(), False),
+        StructField("command", StringType(), False),
+        StructField("jobs", StringType(), True),  # JSON list; [] = all jobs
+        StructField("window_start", TimestampType(), True),
+        StructField("window_end", TimestampType(), False),
+        StructField("started_at", TimestampType(), False),
+        StructField("finished_at", TimestampType(), False),
+        StructField("status", StringType(), False),
+    ]
+)
+RESTARTS_KEY: Final = ("job_name", "run_id", "topic", "partition")
+SINK_CANONICAL: Final = rc.SINK_COLUMNS
+# Above this many ranges the sink filter is a bounding box plus a join (see SinkReader.where).
+EXACT_FILTER_MAX_RANGES: Final = 16
+OBSERVED_DDL: Final = (
+    "job_name string, run_id string, topic string, partition int, "
+    "duplicates_observed long, present_offsets long"
+)
+
+
+@dataclass(frozen=True)
+class Tables:
+    ledger: str
+    group_commits: str
+    findings: str
+    partition_summary: str
+    restarts: str
+    runs: str
+    sink: str
+    sink_by_job: Mapping[str, str] = field(default_factory=dict)
+
+    def sink_for(self, job: str) -> str:
+        return self.sink_by_job.get(job, self.sink)
+
+
+def tables_from_config(cfg: AppConfig, sink_override: str | None = None) -> Tables:
+    r, p = cfg.reconcile, cfg.paths
+    return Tables(
+        ledger=r.ledger_table or p.table("ledger"),
+        group_commits=r.group_commits_table or p.table("group_commits"),
+        findings=r.findings_table or p.table("findings"),
+        partition_summary=r.partition_summary_table or p.table("partition_summary"),
+        restarts=r.restarts_table or p.table("restarts"),
+        runs=r.runs_table or p.table("audit_runs"),
+        sink=sink_override or r.sink_table or p.table("sink"),
+        sink_by_job={} if sink_override else dict(r.sink_tables),
+    )
+
+
+# --- generic Delta helpers -----------------------------------------------------------------------
+
+
+def read_delta(spark: SparkSession, path: str) -> DataFrame | None:
+    """The table at ``path``, or None when there is none yet (a fresh deployment)."""
+    try:
+        if not DeltaTable.isDeltaTable(spark, path):
+            return None
+    except Exception as exc:
+        # Broad on purpose: the storage client raises its own types (S3, ABFS, local IO).
+        raise InfrastructureError(f"cannot access table storage at {path}: {exc}") from exc
+    return spark.read.format("delta").load(path)
+
+
+def ensure_table(spark: SparkSession, path: str, schema: StructType) -> DeltaTable:
+    if not DeltaTable.isDeltaTable(spark, path):
+        # An empty append rather than DeltaTable.createIfNotExists().location(): the builder
+        # rejects relative paths such as the default ./data.
+        empty(spark, schema).write.format("delta").mode("append").save(path)
+    return DeltaTable.forPath(spark, path)
+
+
+def empty(spark: SparkSession, schema: StructType) -> DataFrame:
+    return spark.createDataFrame([], schema)
+
+
+def merge_findings(spark: SparkSession, path: str, findings: DataFrame) -> None:
+    """Upsert by finding_id: a re-run updates what it sees again and keeps the first detected_at."""
+    target = ensure_table(spark, path, FINDINGS_SCHEMA)
+    updates: dict[str, str | Column] = {
+        c: f"s.{c}" for c in FINDINGS_SCHEMA.fieldNames() if c not in ("finding_id", "detected_at")
+    }
+    (
+        target.alias("t")
+        .merge(findings.alias("s"), "t.finding_id = s.finding_id")
+        .whenMatchedUpdate(set=updates)
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
+def merge_restarts(spark: SparkSession, path: str, restarts: DataFrame) -> None:
+    target = ensure_table(spark, path, RESTARTS_SCHEMA)
+    cond = " AND ".join(f"t.`{c}` = s.`{c}`" for c in RESTARTS_KEY)
+    target.alias("t").merge(
+        restarts.alias("s"), cond
+    ).whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+
+
+def last_window_end(spark: SparkSession, path: str, command: str, jobs: Sequence[str]) -> datetime | None:
+    """Where the previous successful run of ``command`` over the same jobs stopped."""
+    runs = read_delta(spark, path)
+    if runs is None:
+        return None
+    row = (
+        runs.filter(
+            (F.col("command") == command)
+            & (F.col("status") == "succeeded")
+            & (F.col("jobs") == json.dumps(sorted(jobs)))
+        )
+        .agg(F.max("window_end").alias("end"))
+        .first()
+    )
+    return None if row is None else row["end"]
+
+
+def record_run(
+    spark: SparkSession,
+    path: str,
+    *,
+    run_id: str,
+    command: str,
+    jobs: Sequence[str],
+    window: rc.AuditWindow,
+    started_at: datetime,
+    finished_at: datetime,
+) -> None:
+    ensure_table(spark, path, AUDIT_RUNS_SCHEMA)
+    row = (
+        run_id,
+        command,
+        json.dumps(sorted(jobs)),
+        window.since,
+        window.until,
+        started_at,
+        finished_at,
+        "succeeded",
+    )
+    spark.createDataFrame([row], AUDIT_RUNS_SCHEMA).write.format("delta").mode("append").save(path)
+
+
+def drop_orphan_summaries(spark: SparkSession, tables: Tables) -> None:
+    """Remove partition_summary rows of reconcile runs that never finished (killed midway)."""
+    summary = read_delta(spark, tables.partition_summary)
+    runs = read_delta(spark, tables.runs)
+    if summary is None:
+        return
+    done = (
+        []
+        if runs is None
+        else [r.run_id for r in runs.filter(F.col("command") == "reconcile").select("run_id").collect()]
+    )
+    orphan = ~F.col("reconcile_run_id").isin(done) if done else F.lit(True)
+    if summary.filter(orphan).limit(1).count():
+        DeltaTable.forPath(spark, tables.partition_summary).delete(orphan)
+
+
+# --- reading the inputs --------------------------------------------------------------------------
+
+
+def read_ledger(
+    spark: SparkSession, path: str, window: rc.AuditWindow, jobs: Sequence[str], lookback_days: int
+) -> DataFrame:
+    df = read_delta(spark, path)
+    if df is None:
+        return empty(spark, LEDGER_SCHEMA)
+    if window.since is not None:
+        # event_date is the partition column: whole days before the look-back are never listed.
+        first_day = (window.since - timedelta(days=lookback_days)).date()
+        df = df.filter(F.col("event_date") >= F.lit(first_day))
+    if jobs:
+        df = df.filter(F.col("job_name").isin(list(jobs)))
+    return df
+
+
+def read_group_commits(
+    spark: SparkSession, path: str, window: rc.AuditWindow, groups: Sequence[str], lookback_days: int
+) -> DataFrame:
+    df = read_delta(spark, path)
+    if df is None or not groups:
+        return empty(spark, GROUP_COMMITS_SCHEMA)
+    df = df.filter(F.col("group_id").isin(list(groups)))
+    if window.since is not None:
+        first = window.since - timedelta(days=lookback_days)
+        when = F.coalesce("commit_time", "log_time")
+        df = df.filter(when.isNull() | (when >= F.lit(first)))
+    return df
+
+
+@dataclass(frozen=True)
+class SinkColumns:
+    topic: str
+    partition: str
+    offset: str
+    checkpoint: str
+    run: str
+
+
+def sink_columns(cfg: AppConfig) -> SinkColumns:
+    r = cfg.reconcile
+    return SinkColumns(
+        r.sink_topic_column,
+        r.sink_partition_column,
+        r.sink_offset_column,
+        r.sink_checkpoint_column,
+        r.sink_run_column,
+    )
+
+
+class SinkReader:
+    """The sink of one job, read through coordinate filters (Delta file skipping) and renamed."""
+
+    def __init__(self, df: DataFrame, cols: SinkColumns) -> None:
+        missing = [c for c in (cols.topic, cols.partition, cols.offset) if c not in df.columns]
+        if missing:
+            raise SchemaMismatchError(f"sink lacks coordinate columns {missing}; has {df.columns}")
+        self._df = df
+        self._cols = cols
+
+    def where(self, ranges: Iterable[tuple[str, int, int | None, int | None]]) -> DataFrame:
+        """Rows of the given (topic, partition, start, end) ranges (None = unbounded), renamed to
+        the canonical sink columns. The filter is on the table's own columns, before any projection,
+        so Delta prunes files by their min/max statistics.
+
+        A few ranges become one exact disjunction. Many would make a predicate too large for
+        Spark's code generation (it then falls back to interpreting it for every row, several
+        times slower than the scan itself), so they become one bounding box per topic, which Delta
+        still prunes files with, followed by an exact broadcast join on (topic, partition).
+        """
+        c = self._cols
+        wanted = list(ranges)
+        if not wanted:
+            raise ValueError("SinkReader.where needs at least one range")
+
+        def bounded(term: Column, start: int | None, end: int | None) -> Column:
+            if start is not None:
+                term = term & (F.col(c.offset) >= F.lit(start))
+            if end is not None:
+                term = term & (F.col(c.offset) < F.lit(end))
+            return term
+
+        exact: DataFrame | None = None
+        if len(wanted) <= EXACT_FILTER_MAX_RANGES:
+            terms = [
+                bounded((F.col(c.topic) == F.lit(t)) & (F.col(c.partition) == F.lit(p)), lo, hi)
+                for t, p, lo, hi in wanted
+            ]
+            filtered = self._df.filter(reduce(lambda a, b: a | b, terms))
+        else:
+            boxes: dict[str, list[tuple[int, int | None, int | None]]] = defaultdict(list)
+            for t, p, lo, hi in wanted:
+                boxes[t].append((p, lo, hi))
+            terms = []
+            for t, parts in boxes.items():
+                los, his = [lo for _, lo, _ in parts], [hi for _, _, hi in parts]
+                term = (F.col(c.topic) == F.lit(t)) & F.col(c.partition).isin(
+                    sorted({p for p, _, _ in parts})
+                )
+                terms.append(
+                    bounded(
+                        term,
+                        None if None in los else min(x for x in los if x is not None),
+                        None if None in his else max(x for x in his if x is not None),
+                    )
+                )
+            filtered = self._df.filter(reduce(lambda a, b: a | b, terms))
+            if all(len({(lo, hi) for _, lo, hi in parts}) == 1 for parts in boxes.values()):
+                # Every partition of a topic wants the same range: the box is already exact.
+                return self._canonical(filtered)
+            exact = self._df.sparkSession.createDataFrame(
+                wanted, "_w_topic string, _w_partition int, _w_start long, _w_end long"
+            )
+
+        out = self._canonical(filtered)
+        if exact is None:
+            return out
+        inside = (
+            (F.col("topic") == F.col("_w_topic"))
+            & (F.col("partition") == F.col("_w_partition"))
+            & (F.col("_w_start").isNull() | (F.col("offset") >= F.col("_w_start")))
+            & (F.col("_w_end").isNull() | (F.col("offset") < F.col("_w_end")))
+        )
+        return out.join(F.broadcast(exact), on=inside, how="inner").select(*SINK_CANONICAL)
+
+    def _canonical(self, filtered: DataFrame) -> DataFrame:
+        c = self._cols
+
+        def optional(name: str, alias: str, type_: str) -> Column:
+            return (F.col(name) if name in self._df.columns else F.lit(None)).cast(type_).alias(alias)
+
+        return filtered.select(
+            F.col(c.topic).cast("string").alias("topic"),
+            F.col(c.partition).cast("int").alias("partition"),
+            F.col(c.offset).cast("long").alias("offset"),
+            optional(c.checkpoint, "writer_checkpoint_id", "long"),
+            optional(c.run, "writer_run_id", "string"),
+        )
+
+
+# --- gap confirmation against the source topic ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SuspectedGap:
+    topic: str
+    partition: int
+    start: int
+    end: int  # exclusive
+
+
+GapConfirmer = Callable[[Sequence[SuspectedGap]], list[dict[str, Any]]]
+
+
+def kafka_gap_confirmer(
+    kafka: KafkaConfig, bootstrap: str, *, max_records: int, timeout_s: float
+) -> GapConfirmer:
+    """A confirmer that reads exactly the suspected ranges back with a read_committed consumer.
+
+    read_committed never returns transaction markers or aborted records, and compacted-away offsets
+    simply do not exist any more, so a range that returns no record while it lies at or above the
+    log start offset is benign. Below the log start offset retention has deleted the evidence:
+    unverifiable. The cost is one seek and a few fetches per gap, whatever the topic's size.
+    """
+
+    def confirm(gaps: Sequence[SuspectedGap]) -> list[dict[str, Any]]:
+        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+        from app.kafka_clients import librdkafka_conf
+
+        if not gaps:
+            return []
+        conf = librdkafka_conf(
+            kafka,
+            bootstrap,
+            **{
+                "group.id": f"offset-audit-confirm-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+            },
+        )
+        consumer = Consumer(conf)
+        verdicts: list[dict[str, Any]] = []
+        try:
+            for gap in gaps:
+                try:
+                    low, high = consumer.get_watermark_offsets(
+                        TopicPartition(gap.topic, gap.partition), timeout=timeout_s
+                    )
+                except KafkaException as exc:
+                    raise KafkaUnavailableError(
+                        f"cannot read watermarks of {gap.topic}/{gap.partition} from {bootstrap}: {exc}"
+                    ) from exc
+                verdict: dict[str, Any] = {"log_start_offset": low, "high_watermark": high}
+                below = max(0, min(gap.end, low) - gap.start)
+                start, end = max(gap.start, low), min(gap.end, high)
+                sample: list[int] = []
+                found, capped, finished = 0, False, True
+                if start < end:
+                    consumer.assign([TopicPartition(gap.topic, gap.partition, start)])
+                    deadline = time.monotonic() + timeout_s
+                    finished = False
+                    while time.monotonic() < deadline:
+                        msg = consumer.poll(min(1.0, max(0.0, deadline - time.monotonic())))
+                        if msg is None:
+                            continue
+                        err = msg.error()
+                        if err is not None:
+                            if err.code() == KafkaError._PARTITION_EOF:
+                                finished = True
+                                break
+                            raise KafkaUnavailableError(f"reading {gap.topic}/{gap.partition}: {err.str()}")
+                        offset = msg.offset()
+                        if offset is None or offset >= end:
+                            finished = True
+                            break
+                        if offset >= start:
+                            found += 1
+                            if len(sample) < 10:
+                                sample.append(offset)
+                            if found >= max_records:
+                                capped = finished = True
+                                break
+                    consumer.unassign()
+                verdict.update(
+                    {
+                        "data_records": found,
+                        "data_records_capped": capped,
+                        "sample_offsets": sample,
+                        "offsets_below_log_start": below,
+                        "offsets_beyond_high_watermark": max(0, gap.end - max(high, gap.start)),
+                    }
+                )
+                if found:
+                    verdict["status"] = rc.CONFIRMED
+                elif not finished:
+                    verdict.update(status=rc.OPEN, confirmation=f"timed out after {timeout_s:.0f}s")
+                elif below:
+                    verdict["status"] = rc.UNVERIFIABLE
+                else:
+                    verdict["status"] = rc.BENIGN
+                    verdict["explanation"] = (
+                        "no committed data records: transaction markers, aborted or compacted"
+                    )
+                verdicts.append(verdict)
+        finally:
+            consumer.close()
+        return verdicts
+
+    return confirm
+
+
+# --- reconcile -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ReconcileResult:
+    run_id: str
+    window: rc.AuditWindow
+    jobs: list[str]
+    partitions: int = 0
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (finding_type, severity) -> n
+    new_findings: int = 0
+    gaps_suspected: int = 0
+    confirmation: str = "not needed"
+    infra_error: str | None = None
+    top: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    sink_seconds: float = 0.0  # of `seconds`, spent reading the sink
+
+    def worst(self) -> str | None:
+        present = {sev for (_, sev), n in self.counts.items() if n}
+        return next((s for s in SEVERITIES if s in present), None)
+
+
+def _rows_to_ranges(rows: Iterable[Any]) -> list[rc.PartitionRange]:
+    return [
+        rc.PartitionRange(
+            job_name=r["job_name"],
+            group_id=r["group_id"],
+            topic=r["topic"],
+            partition=r["partition"],
+            lo=r["lo"],
+            hi=r["hi"],
+            lo_source=r["lo_source"],
+            hi_checkpoint_id=r["hi_checkpoint_id"],
+            hi_run_id=r["hi_run_id"],
+            beyond_from=r["beyond_from"],
+            last_checkpoint_id=r["last_checkpoint_id"],
+            last_checkpoint_offset=r["last_checkpoint_offset"],
+            last_completed_at=r["last_completed_at"],
+        )
+        for r in rows
+    ]
+
+
+@dataclass
+class SinkOutcome:
+    rows: list[dict[str, Any]] = field(default_factory=list)  # FINDING_CORE dicts
+    stats: dict[tuple[str, str, int], rc.PartitionSink] = field(default_factory=dict)
+    gaps: list[tuple[rc.PartitionRange, int, int]] = field(default_factory=list)
+
+
+def examine_sink(
+    spark: SparkSession, sink: SinkReader, ranges: Sequence[rc.PartitionRange], active_run: str | None
+) -> SinkOutcome:
+    """GAP candidates, DUPLICATE and SINK_BEYOND_CHECKPOINT rows of one job's sink."""
+    out = SinkOutcome()
+    if not ranges:
+        return out
+    by_tp = {(r.topic, r.partition): r for r in ranges}
+    job = ranges[0].job_name
+    covered = [(r.topic, r.partition, r.lo, r.hi) for r in ranges if r.lo is None or r.hi > r.lo]
+    per_tp: dict[tuple[str, int], list[rc.BucketStat]] = defaultdict(list)
+    bitmaps: dict[tuple[str, int], dict[int, bytes]] = defaultdict(dict)
+    if covered:
+        stats = rc.sink_bucket_stats(sink.where(covered)).persist()
+        try:
+            for row in stats.select(
+                "topic",
+                "partition",
+                "bucket",
+                "rows",
+                F.bitmap_count("bitmap").alias("distinct"),
+                "min_offset",
+                "max_offset",
+            ).collect():
+                per_tp[(row["topic"], row["partition"])].append(
+                    rc.BucketStat(
+                        row["bucket"], row["rows"], row["distinct"], row["min_offset"], row["max_offset"]
+                    )
+                )
+            inspect: list[tuple[str, int, int]] = []
+            for tp, rng in by_tp.items():
+                ps = rc.PartitionSink.of(per_tp.get(tp, []))
+                lo = rc.effective_lo(rng, ps)
+                if not rc.is_complete(lo, rng.hi, ps):
+                    inspect += [(tp[0], tp[1], b) for b in rc.buckets_to_inspect(lo, rng.hi, ps)]
+            if inspect:
+                keys = spark.createDataFrame(inspect, "topic string, partition int, bucket long")
+                for row in (
+                    stats.join(F.broadcast(keys), on=["topic", "partition", "bucket"], how="inner")
+                    .select("topic", "partition", "bucket", "bitmap")
+                    .collect()
+                ):
+                    bitmaps[(row["topic"], row["partition"])][row["bucket"]] = bytes(row["bitmap"])
+        finally:
+            stats.unpersist()
+
+    dup_ranges: list[tuple[str, int, int | None, int | None]] = []
+    for tp, rng in by_tp.items():
+        ps = rc.PartitionSink.of(per_tp.get(tp, []))
+        out.stats[(job, tp[0], tp[1])] = ps
+        lo = rc.effective_lo(rng, ps)
+        for start, end in rc.missing_ranges(lo, rng.hi, ps, bitmaps.get(tp, {})):
+            out.gaps.append((rng, start, end))
+        for b in rc.duplicate_buckets(ps):
+            dup_ranges.append((tp[0], tp[1], b * rc.BUCKET_SIZE, (b + 1) * rc.BUCKET_SIZE))
+    if dup_ranges:
+        for run in rc.duplicate_runs(sink.where(dup_ranges)).collect():
+            out.rows.append(rc.duplicate_finding(by_tp[(run["topic"], run["partition"])], run.asDict()))
+
+    tails = [(r.topic, r.partition, r.beyond_from, None) for r in ranges if r.beyond_from is not None]
+    if tails:
+        beyond = sink.where(tails)
+        if active_run is not None:
+            # Rows of the batch the live run is writing right now are not beyond anything yet.
+            beyond = beyond.filter(
+                F.col("writer_run_id").isNotNull() & (F.col("writer_run_id") != active_run)
+            )
+        agg = beyond.groupBy("topic", "partition").agg(
+            F.count("*").alias("rows"),
+            F.max("offset").alias("max_offset"),
+            F.slice(F.array_sort(F.collect_set("writer_run_id")), 1, 10).alias("runs"),
+            F.slice(F.array_sort(F.collect_set("writer_checkpoint_id")), 1, 20).alias("checkpoints"),
+        )
+        for row in agg.collect():
+            rng = by_tp[(row["topic"], row["partition"])]
+            out.rows.append(rc.beyond_finding(rng, row.asDict()))
+    return out
+
+
+def observed_in_restart_ranges(spark: SparkSession, sink: SinkReader, restarts: DataFrame) -> DataFrame:
+    """Per restart and partition: offsets present and duplicate copies the sink holds in the range
+    the restart replayed or skipped. Only those ranges are read."""
+    schema = OBSERVED_DDL
+    ranges = fx.restart_ranges(restarts).collect()
+    if not ranges:
+        return spark.createDataFrame([], schema)
+    copies = (
+        sink.where([(r["topic"], r["partition"], r["range_start"], r["range_end"]) for r in ranges])
+        .groupBy("topic", "partition", "offset")
+        .agg(F.count("*").alias("_copies"))
+    )
+    rdf = spark.createDataFrame([r.asDict() for r in ranges], fx.restart_ranges(restarts).schema)
+    joined = rdf.join(
+        copies,
+        on=(rdf["topic"] == copies["topic"])
+        & (rdf["partition"] == copies["partition"])
+        & (copies["offset"] >= rdf["range_start"])
+        & (copies["offset"] < rdf["range_end"]),
+        how="left",
+    )
+    return joined.groupBy(rdf["job_name"], rdf["run_id"], rdf["topic"], rdf["partition"]).agg(
+        F.coalesce(F.sum(copies["_copies"] - 1), F.lit(0)).cast("long").alias("duplicates_observed"),
+        F.count(copies["offset"]).alias("present_offsets"),
+    )
+
+
+def _active_runs(ledger: DataFrame) -> dict[str, str]:
+    """job -> its latest run when that run has not stopped (its newest batch may be in flight)."""
+    starts = rc.run_starts(ledger).select("job_name", "run_id", "started_at")
+    stopped = (
+        ledger.filter(F.col("event_type") == "RUN_STOPPED")
+        .select("job_name", "run_id")
+        .groupBy("job_name", "run_id")
+        .agg(F.lit(True).alias("stopped"))
+    )
+    latest = starts.groupBy("job_name").agg(F.max_by("run_id", "started_at").alias("run_id"))
+    rows = latest.join(stopped, on=["job_name", "run_id"], how="left").collect()
+    return {r["job_name"]: r["run_id"] for r in rows if not r["stopped"]}
+
+
+def run_reconcile(
+    spark: SparkSession,
+    cfg: AppConfig,
+    *,
+    run_id: str,
+    now: datetime,
+    since: datetime | None,
+    until: datetime | None,
+    jobs: Sequence[str] = (),
+    sink_override: str | None = None,
+    confirmer: GapConfirmer | None = None,
+) -> ReconcileResult:
+    """The whole reconciliation: read, detect, confirm gaps, MERGE findings, write partition_summary.
+
+    ``since`` None means: where the last successful run over the same jobs stopped (or all history).
+    ``confirmer`` None leaves gaps 'open' and says so in their evidence.
+    """
+    started = time.monotonic()
+    r = cfg.reconcile
+    tables = tables_from_config(cfg, sink_override)
+    job_list = sorted(set(jobs) or set(r.jobs))
+    if since is None:
+        since = last_window_end(spark, tables.runs, "reconcile", job_list)
+    window = rc.AuditWindow(until=until or now, since=since)
+    rules = rc.MatchRules(r.commit_match_window_s, r.clock_skew_s)
+    result = ReconcileResult(run_id=run_id, window=window, jobs=job_list)
+    drop_orphan_summaries(spark, tables)
+
+    ledger = read_ledger(spark, tables.ledger, window, job_list, r.baseline_lookback_days).persist()
+    try:
+        groups = sorted(set(r.groups) or {g["group_id"] for g in rc.job_groups(ledger).collect()})
+        gc = read_group_commits(
+            spark, tables.group_commits, window, groups, r.baseline_lookback_days
+        ).persist()
+        try:
+            _reconcile_inputs(spark, cfg, tables, ledger, gc, window, rules, result, now, confirmer)
+        finally:
+            gc.unpersist()
+    finally:
+        ledger.unpersist()
+    record_run(
+        spark,
+        tables.runs,
+        run_id=run_id,
+        command="reconcile",
+        jobs=job_list,
+        window=window,
+        started_at=now,
+        finished_at=now + timedelta(seconds=time.monotonic() - started),
+    )
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _reconcile_inputs(
+    spark: SparkSession,
+    cfg: AppConfig,
+    tables: Tables,
+    ledger: DataFrame,
+    gc: DataFrame,
+    window: rc.AuditWindow,
+    rules: rc.MatchRules,
+    result: ReconcileResult,
+    now: datetime,
+    confirmer: GapConfirmer | None,
+) -> None:
+    groups = rc.job_groups(ledger)
+    commits = rc.effective_commits(gc)
+    horizon_row = gc.agg(F.max(F.coalesce("log_time", "commit_time")).alias("h")).first()
+    horizon = None if horizon_row is None else horizon_row["h"]
+    checkpoints = rc.checkpoint_offsets(ledger).persist()
+    matched = rc.match_commits(commits, rc.commit_requests(ledger, checkpoints), rules).persist()
+    ledger_findings = [
+        rc.find_ledger_inconsistencies(ledger, window),
+        rc.find_commit_failures(ledger, window),
+        rc.find_foreign_commits(matched, groups, window),
+        rc.find_commit_mismatches(matched, window),
+        rc.find_commit_regressions(gc, groups, window),
+        rc.find_skipped_commits(ledger, commits, window, rules, horizon, checkpoints),
+        rc.find_committed_ahead(checkpoints, commits, groups, window.until),
+    ]
+
+    # The sink, job by job (each job may have its own sink table).
+    ranges = _rows_to_ranges(rc.coverage_ranges(ledger, window, checkpoints).collect())
+    result.partitions = len(ranges)
+    active = _active_runs(ledger)
+    by_job: dict[str, list[rc.PartitionRange]] = defaultdict(list)
+    for rng in ranges:
+        by_job[rng.job_name].append(rng)
+    restarts = fx.classify_restarts(ledger, gc, window, rules, checkpoints).persist()
+    sink_rows: list[dict[str, Any]] = []
+    stats: dict[tuple[str, str, int], rc.PartitionSink] = {}
+    gaps: list[tuple[rc.PartitionRange, int, int]] = []
+    observed_frames: list[DataFrame] = []
+    cols = sink_columns(cfg)
+    sink_started = time.monotonic()
+    for job in sorted(set(by_job) | {r["job_name"] for r in restarts.select("job_name").collect()}):
+        df = read_delta(spark, tables.sink_for(job))
+        if df is None:
+            log.warning(
+                "no sink table at %s for job %s: every covered offset counts as missing",
+                tables.sink_for(job),
+                job,
+            )
+            coords = [(cols.topic, StringType()), (cols.partition, IntegerType()), (cols.offset, LongType())]
+            df = empty(spark, StructType([StructField(n, t) for n, t in coords]))
+        sink = SinkReader(df, cols)
+        outcome = examine_sink(spark, sink, by_job.get(job, []), active.get(job))
+        sink_rows += outcome.rows
+        stats.update(outcome.stats)
+        gaps += outcome.gaps
+        observed_frames.append(
+            observed_in_restart_ranges(spark, sink, restarts.filter(F.col("job_name") == job))
+        )
+
+    result.sink_seconds = time.monotonic() - sink_started
+    result.gaps_suspected = len(gaps)
+    verdicts: list[dict[str, Any] | None] = [None] * len(gaps)
+    if gaps and confirmer is not None:
+        try:
+            verdicts = list(confirmer([SuspectedGap(g.topic, g.partition, s, e) for g, s, e in gaps]))
+            result.confirmation = f"{len(gaps)} gap(s) read back from Kafka"
+        except InfrastructureError as exc:
+            # The findings are still written (as 'open', saying why); the exit code reports the outage.
+            result.infra_error = str(exc)
+            result.confirmation = f"failed: {exc}"
+            verdicts = [{"status": rc.OPEN, "confirmation": f"not run: {exc}"} for _ in gaps]
+    elif gaps:
+        result.confirmation = "disabled: gaps left open"
+    for (rng, start, end), verdict in zip(gaps, verdicts, strict=True):
+        sink_rows.append(rc.gap_finding(rng, start, end, verdict))
+
+    observed = reduce(DataFrame.unionByName, observed_frames) if observed_frames else None
+    if observed is None:
+        observed = spark.createDataFrame([], OBSERVED_DDL)
+    restart_findings = fx.find_restart_anomalies(restarts, observed)
+    sink_df = spark.createDataFrame(sink_rows, rc.FINDING_CORE_SCHEMA)
+    core = rc.union_findings([*ledger_findings, restart_findings, sink_df])
+    try:
+        # One job computes every finding; the MERGE and the counts then work on local rows
+        # instead of re-running the (many-join) plan of each finding type.
+        local = rc.finalize_findings(core, result.run_id, now).collect()
+    finally:
+        for frame in (restarts, matched, checkpoints):
+            frame.unpersist()
+    merge_findings(spark, tables.findings, spark.createDataFrame(local, FINDINGS_SCHEMA))
+    rank = {s: i for i, s in enumerate(SEVERITIES)}
+    ordered = sorted(local, key=lambda f: (rank[f["severity"]], -(f["record_count"] or 0)))
+    result.top = [f.asDict() for f in ordered[:10]]
+    by_type: dict[tuple[str, str, int], dict[str, int]] = defaultdict(dict)
+    for f in local:
+        key = (f["finding_type"], f["severity"])
+        result.counts[key] = result.counts.get(key, 0) + 1
+        if f["topic"] is not None and f["partition"] is not None:
+            tp_counts = by_type[(f["job_name"], f["topic"], f["partition"])]
+            tp_counts[f["finding_type"]] = tp_counts.get(f["finding_type"], 0) + 1
+    _write_summary(spark, tables, result.run_id, ranges, stats, by_type, commits, window)
+
+
+def _write_summary(
+    spark: SparkSession,
+    tables: Tables,
+    run_id: str,
+    ranges: Sequence[rc.PartitionRange],
+    stats: Mapping[tuple[str, str, int], rc.PartitionSink],
+    by_type: Mapping[tuple[str, str, int], Mapping[str, int]],
+    commits: DataFrame,
+    window: rc.AuditWindow,
+) -> None:
+    latest = {
+        (r["group_id"], r["topic"], r["partition"]): (r["committed_offset"], r["commit_time"])
+        for r in rc.latest_commits(commits, window.until).collect()
+    }
+    rows = []
+    for rng in ranges:
+        ps = stats.get((rng.job_name, rng.topic, rng.partition), rc.PartitionSink())
+        committed, commit_time = latest.get((rng.group_id, rng.topic, rng.partition), (None, None))
+        lag = (
+            None
+            if committed is None or rng.last_checkpoint_offset is None
+            else rng.last_checkpoint_offset - committed
+        )
+        lag_s = (
+            None
+            if commit_time is None or rng.last_completed_at is None
+            else int((rng.last_completed_at - commit_time).total_seconds())
+        )
+        rows.append(
+            (
+                run_id,
+                rng.job_name,
+                rng.group_id,
+                rng.topic,
+                rng.partition,
+                ps.rows,
+                ps.distinct,
+                ps.min_offset,
+                ps.max_offset,
+                rng.last_checkpoint_id,
+                rng.last_checkpoint_offset,
+                committed,
+                commit_time,
+                lag,
+                lag_s,
+                json.dumps(dict(sorted(by_type.get((rng.job_name, rng.topic, rng.partition), {}).items()))),
+            )
+        )
+    ensure_table(spark, tables.partition_summary, PARTITION_SUMMARY_SCHEMA)
+    if rows:
+        # One append is one Delta commit: a run killed before it leaves nothing half-written.
+        spark.createDataFrame(rows, PARTITION_SUMMARY_SCHEMA).write.format("delta").mode("append").save(
+            tables.partition_summary
+        )
+
+
+# --- forensics -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ForensicsResult:
+    run_id: str
+    window: rc.AuditWindow
+    jobs: list[str]
+    restarts: list[dict[str, Any]] = field(default_factory=list)
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def run_forensics(
+    spark: SparkSession,
+    cfg: AppConfig,
+    *,
+    run_id: str,
+    now: datetime,
+    since: datetime | None,
+    until: datetime | None,
+    jobs: Sequence[str] = (),
+    sink_override: str | None = None,
+) -> ForensicsResult:
+    """Classify every run start in the window; MERGE restarts and RESTART_* findings."""
+    r = cfg.reconcile
+    tables = tables_from_config(cfg, sink_override)
+    job_list = sorted(set(jobs) or set(r.jobs))
+    if since is None:
+        since = last_window_end(spark, tables.runs, "forensics", job_list)
+    window = rc.AuditWindow(until=until or now, since=since)
+    rules = rc.MatchRules(r.commit_match_window_s, r.clock_skew_s)
+    result = ForensicsResult(run_id=run_id, window=window, jobs=job_list)
+    ledger = read_ledger(spark, tables.ledger, window, job_list, r.baseline_lookback_days).persist()
+    try:
+        groups = sorted(set(r.groups) or {g["group_id"] for g in rc.job_groups(ledger).collect()})
+        gc = read_group_commits(spark, tables.group_commits, window, groups, r.baseline_lookback_days)
+        restarts = fx.classify_restarts(ledger, gc, window, rules).persist()
+        try:
+            cols = sink_columns(cfg)
+            frames = []
+            for job in sorted({row["job_name"] for row in restarts.select("job_name").collect()}):
+                df = read_delta(spark, tables.sink_for(job))
+                if df is None:
+                    continue
+                frames.append(
+                    observed_in_restart_ranges(
+                        spark, SinkReader(df, cols), restarts.filter(F.col("job_name") == job)
+                    )
+                )
+            observed = (
+                reduce(DataFrame.unionByName, frames) if frames else spark.createDataFrame([], OBSERVED_DDL)
+            )
+            table = fx.restarts_table(restarts, observed, run_id)
+            merge_restarts(spark, tables.restarts, table)
+            findings = rc.finalize_findings(fx.find_restart_anomalies(restarts, observed), run_id, now)
+            merge_findings(spark, tables.findings, findings)
+            result.restarts = [
+                row.asDict() for row in table.orderBy("started_at", "topic", "partition").collect()
+            ]
+        finally:
+            restarts.unpersist()
+    finally:
+        ledger.unpersist()
+    for row in result.restarts:
+        key = (row["classification"], "")
+        result.counts[key] = result.counts.get(key, 0) + 1
+    record_run(
+        spark,
+        tables.runs,
+        run_id=run_id,
+        command="forensics",
+        jobs=job_list,
+        window=window,
+        started_at=now,
+        finished_at=now,
+    )
+    return result
+
+
+def timeline(
+    spark: SparkSession, cfg: AppConfig, *, job: str, at: datetime, around: timedelta
+) -> list[dict[str, Any]]:
+    """Ledger events, group commits, restarts and findings of ``job`` within ``around`` of ``at``."""
+    tables = tables_from_config(cfg)
+    lo, hi = at - around, at + around
+    ledger = read_delta(spark, tables.ledger)
+    if ledger is None:
+        return []
+    events = ledger.filter(
+        (F.col("job_name") == job)
+        & (F.col("event_date") >= F.lit(lo.date()))
+        & (F.col("event_date") <= F.lit(hi.date()))
+        & F.col("event_time").between(F.lit(lo), F.lit(hi))
+    )
+    ledger_rows = [r.asDict() for r in events.orderBy("event_time").limit(5000).collect()]
+    groups = sorted({r["group_id"] for r in ledger_rows if r.get("group_id")})
+    runs = sorted({r["run_id"] for r in ledger_rows})
+    commit_rows: list[dict[str, Any]] = []
+    gc = read_delta(spark, tables.group_commits)
+    if gc is not None and groups:
+        commit_rows = [
+            r.asDict()
+            for r in gc.filter(
+                F.col("group_id").isin(groups)
+                & F.coalesce("commit_time", "log_time").between(F.lit(lo), F.lit(hi))
+            )
+            .limit(5000)
+            .collect()
+        ]
+    restart_rows: list[dict[str, Any]] = []
+    rs = read_delta(spark, tables.restarts)
+    if rs is not None:
+        restart_rows = [
+            r.asDict()
+            for r in rs.filter(
+                (F.col("job_name") == job) & F.col("started_at").between(F.lit(lo), F.lit(hi))
+            ).collect()
+        ]
+    finding_rows: list[dict[str, Any]] = []
+    fs = read_delta(spark, tables.findings)
+    if fs is not None and runs:
+        finding_rows = [
+            r.asDict()
+            for r in fs.filter(
+                (F.col("job_name") == job) & (F.col("run_id").isin(runs) | F.col("run_id").isNull())
+            )
+            .orderBy(F.array_position(F.array(*[F.lit(s) for s in SEVERITIES]), F.col("severity")))
+            .limit(50)
+            .collect()
+        ]
+    return fx.timeline_entries(ledger_rows, commit_rows, restart_rows, finding_rows)

@@ -1,0 +1,462 @@
+"""reconcile: one test per finding type of shared/DESIGN.md section 5, benign and empty cases
+included, on small hand-built frames; then the whole run over Delta tables (MERGE, incremental
+window, a run killed midway)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from app import reconcile as rc
+from app import reconcile_io as rio
+from app.config import AppConfig, PathsConfig, ReconcileConfig
+from tests.spark.tables import (
+    GROUP,
+    JOB,
+    TOPIC,
+    at,
+    checkpoint,
+    commits_df,
+    ev,
+    gc,
+    ledger_df,
+    rows_of,
+    sink_df,
+    sink_rows,
+)
+
+pytestmark = pytest.mark.spark
+
+WINDOW = rc.AuditWindow(until=at(10_000))
+RULES = rc.MatchRules(commit_match_window_s=60, clock_skew_s=1)
+
+
+def findings(df: DataFrame, finding_type: str) -> list[dict[str, Any]]:
+    rows = [r.asDict() for r in df.filter(F.col("finding_type") == finding_type).collect()]
+    for r in rows:
+        r["evidence"] = json.loads(r["evidence"])
+    return sorted(rows, key=lambda r: (r["partition"] or 0, r["checkpoint_id"] or 0, r["offset_start"] or 0))
+
+
+def ranges(
+    spark: SparkSession, ledger: DataFrame, window: rc.AuditWindow = WINDOW
+) -> list[rc.PartitionRange]:
+    return rio._rows_to_ranges(rc.coverage_ranges(ledger, window).collect())
+
+
+def examine(
+    spark: SparkSession, ledger: DataFrame, sink: DataFrame, active: str | None = None
+) -> rio.SinkOutcome:
+    reader = rio.SinkReader(
+        sink, rio.SinkColumns("kafka_topic", "kafka_partition", "kafka_offset", "_checkpoint_id", "_run_id")
+    )
+    return rio.examine_sink(spark, reader, ranges(spark, ledger), active)
+
+
+# --- sink: GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT ------------------------------------------------
+
+
+def test_sink_aggregates_prove_complete_partitions_and_locate_gaps_and_duplicates(
+    spark: SparkSession,
+) -> None:
+    ledger = ledger_df(
+        spark,
+        ev("OFFSETS_RESTORED", 0, offsets={0: 0, 1: 0, 2: 0, 3: 0}, detail={"source": "earliest"}),
+        checkpoint(1, 10, {0: 100, 1: 100, 2: 20, 3: 5}),
+        # partition 4 crosses a bitmap bucket boundary (32768)
+        ev("OFFSETS_RESTORED", 0, offsets={4: 32760}, detail={"source": "specific"}),
+        checkpoint(2, 20, {4: 32780}),
+    )
+    sink = sink_df(
+        spark,
+        sink_rows(0, range(100)),  # complete
+        sink_rows(1, [o for o in range(100) if not 40 <= o < 50 and o != 60]),  # two holes
+        sink_rows(2, range(20)),
+        sink_rows(2, range(10, 13), run="run-2", cp=7),  # 10..12 written twice
+        # partition 3: read by the job, never in the sink
+        sink_rows(4, [o for o in range(32760, 32780) if o not in (32767, 32768)]),
+    )
+    out = examine(spark, ledger, sink)
+
+    assert sorted((r.partition, s, e) for r, s, e in out.gaps) == [
+        (1, 40, 50),
+        (1, 60, 61),
+        (3, 0, 5),
+        (4, 32767, 32769),
+    ]
+    dups = [r for r in out.rows if r["finding_type"] == rc.DUPLICATE]
+    assert [(d["partition"], d["offset_start"], d["offset_end"], d["record_count"]) for d in dups] == [
+        (2, 10, 13, 3)
+    ]
+    assert json.loads(dups[0]["evidence"])["writers"] == [
+        {"cp": 1, "run": "run-1"},
+        {"cp": 7, "run": "run-2"},
+    ]
+    stats = out.stats[(JOB, TOPIC, 2)]
+    assert (stats.rows, stats.distinct, stats.min_offset, stats.max_offset) == (23, 20, 0, 19)
+    assert out.stats[(JOB, TOPIC, 3)].rows == 0
+
+
+def test_sink_beyond_last_completed_checkpoint_is_reported_unless_the_live_run_writes_it(
+    spark: SparkSession,
+) -> None:
+    ledger = ledger_df(
+        spark,
+        ev("RUN_STARTED", 0, run="run-1"),
+        ev("OFFSETS_RESTORED", 0, offsets={0: 0}, run="run-1"),
+        checkpoint(1, 10, {0: 10}),
+        ev("RUN_STOPPED", 30, run="run-1"),
+    )
+    sink = sink_df(spark, sink_rows(0, range(10)), sink_rows(0, range(10, 14), cp=2))
+    beyond = [r for r in examine(spark, ledger, sink).rows if r["finding_type"] == rc.SINK_BEYOND_CHECKPOINT]
+    assert [(b["offset_start"], b["offset_end"], b["record_count"], b["severity"]) for b in beyond] == [
+        (10, 14, 4, "warn")
+    ]
+    assert json.loads(beyond[0]["evidence"])["writer_checkpoints"] == [2]
+
+    # The same rows while run-1 is still running are its in-flight batch, not an anomaly.
+    live = examine(spark, ledger.filter(F.col("event_type") != "RUN_STOPPED"), sink, active="run-1")
+    assert [r for r in live.rows if r["finding_type"] == rc.SINK_BEYOND_CHECKPOINT] == []
+
+
+def test_many_partitions_are_read_through_a_bounding_box_and_an_exact_join(spark: SparkSession) -> None:
+    # More ranges than rio.EXACT_FILTER_MAX_RANGES, each partition at its own offsets.
+    n = rio.EXACT_FILTER_MAX_RANGES + 4
+    ledger = ledger_df(
+        spark,
+        ev("OFFSETS_RESTORED", 0, offsets={p: 10 * p for p in range(n)}),
+        checkpoint(1, 10, {p: 10 * p + 10 for p in range(n)}),
+    )
+    present = [sink_rows(p, range(0, 10 * p + 15)) for p in range(n) if p != 7]  # 7 is missing entirely
+    present.append(sink_rows(7, range(70, 75)))
+    out = examine(spark, ledger, sink_df(spark, *present))
+    assert sorted((r.partition, s, e) for r, s, e in out.gaps) == [(7, 75, 80)]
+    assert out.stats[(JOB, TOPIC, 3)].rows == 10  # only [30, 40) of partition 3 was read
+
+
+def test_gap_statuses_follow_the_confirmation_verdict() -> None:
+    rng = rc.PartitionRange(JOB, GROUP, TOPIC, 0, lo=0, hi=100, lo_source="restored", hi_checkpoint_id=3)
+    cases = {
+        None: ("open", "critical"),
+        "confirmed": ("confirmed", "critical"),
+        "benign": ("benign", "info"),
+        "unverifiable": ("unverifiable", "error"),
+    }
+    for verdict, expected in cases.items():
+        row = rc.gap_finding(rng, 10, 20, None if verdict is None else {"status": verdict})
+        assert (row["status"], row["severity"]) == expected
+        assert (row["offset_start"], row["offset_end"], row["record_count"], row["checkpoint_id"]) == (
+            10,
+            20,
+            10,
+            3,
+        )
+    assert json.loads(rc.gap_finding(rng, 10, 20, None)["evidence"])["confirmation"] == "not run"
+
+
+# --- commits -------------------------------------------------------------------------------------
+
+
+def test_skipped_commits_are_classified_superseded_failed_or_never_attempted(spark: SparkSession) -> None:
+    ledger = ledger_df(
+        spark,
+        checkpoint(1, 0, {0: 10}),  # committed normally
+        checkpoint(2, 10, {0: 20}, commit=False),
+        ev("COMMIT_REQUESTED", 11, cp=2, offsets={0: 20}, detail={"attempt": 2}),
+        ev(
+            "COMMIT_SKIPPED",
+            12,
+            cp=2,
+            offsets={0: 20},
+            detail={"reason": "superseded_in_flight", "superseded_by": 3},
+        ),
+        checkpoint(3, 12, {0: 30}),  # covers checkpoint 2
+        checkpoint(4, 20, {0: 40}, commit=False),
+        ev("COMMIT_REQUESTED", 21, cp=4, offsets={0: 40}, detail={"attempt": 4}),
+        ev(
+            "COMMIT_FAILED",
+            22,
+            cp=4,
+            offsets={0: 40},
+            detail={"attempt": 4, "error": "NOT_COORDINATOR", "retriable": True},
+        ),
+        checkpoint(5, 30, {0: 50}, commit=False),  # the job died before committing
+    )
+    commits = commits_df(spark, gc(2, 0, 10), gc(14, 0, 30))
+    out = rc.find_skipped_commits(ledger, commits, WINDOW, RULES, horizon=at(5000))
+    got = [
+        (f["checkpoint_id"], f["evidence"]["reason"], f["severity"], f["status"])
+        for f in findings(out, rc.SKIPPED_COMMIT)
+    ]
+    assert got == [
+        (2, "superseded", "info", "benign"),
+        (4, "failed", "warn", "open"),
+        (5, "never_attempted", "warn", "open"),
+    ]
+    # Checkpoints completed after the ingest horizon are not judged yet.
+    assert rc.find_skipped_commits(ledger, commits, WINDOW, RULES, horizon=at(82)).count() == 2
+    assert rc.find_skipped_commits(ledger, commits, WINDOW, RULES, horizon=None).count() == 0
+
+
+def test_commit_failures_are_grouped_by_error(spark: SparkSession) -> None:
+    fail = {"error": "REBALANCE_IN_PROGRESS", "retriable": True, "message": "rebalance"}
+    ledger = ledger_df(
+        spark,
+        ev("COMMIT_FAILED", 1, cp=1, offsets={0: 10}, detail={**fail, "attempt": 1}),
+        ev("COMMIT_FAILED", 5, cp=2, offsets={0: 20}, detail={**fail, "attempt": 2}),
+        ev("COMMIT_FAILED", 9, cp=3, offsets={0: 30}, detail={"error": "NOT_COORDINATOR", "attempt": 3}),
+    )
+    got = findings(rc.find_commit_failures(ledger, WINDOW), rc.COMMIT_FAILURE)
+    assert sorted(
+        (f["evidence"]["error"], f["record_count"], tuple(f["evidence"]["checkpoint_ids"])) for f in got
+    ) == [
+        ("NOT_COORDINATOR", 1, (3,)),
+        ("REBALANCE_IN_PROGRESS", 2, (1, 2)),
+    ]
+    assert {f["severity"] for f in got} == {"warn"}
+
+
+def test_foreign_commits_and_mismatches(spark: SparkSession) -> None:
+    # A Flink legacy job: raw 9 means last processed 9, normalized and committed as 10.
+    ledger = ledger_df(
+        spark,
+        checkpoint(1, 0, {0: 9, 1: 9}, engine="flink-legacy"),
+    )
+    commits = commits_df(
+        spark,
+        gc(2, 0, 10),  # explained exactly
+        gc(2, 1, 9),  # committed raw, +1 forgotten: a mismatch
+        gc(500, 0, 0),  # a reset tool, long after any request: foreign
+        gc(None, 1, 77, kind="snapshot"),  # an Admin API snapshot nobody requested: foreign
+    )
+    matched = rc.match_commits(commits, rc.commit_requests(ledger), RULES)
+    mismatch = findings(rc.find_commit_mismatches(matched, WINDOW), rc.COMMIT_MISMATCH)
+    assert [
+        (
+            m["partition"],
+            m["checkpoint_id"],
+            m["evidence"]["committed_offset"],
+            m["evidence"]["checkpoint_offset"],
+        )
+        for m in mismatch
+    ] == [(1, 1, 9, 10)]
+    foreign_window = rc.AuditWindow(until=at(10_000), since=None)
+    foreign = findings(
+        rc.find_foreign_commits(matched, rc.job_groups(ledger), foreign_window), rc.FOREIGN_COMMIT
+    )
+    # The snapshot has no commit time, so the window cannot place it: only the timed commit counts.
+    assert [(f["partition"], f["offset_start"], f["job_name"], f["severity"]) for f in foreign] == [
+        (0, 0, JOB, "error")
+    ]
+
+
+def test_commit_regression_and_a_tombstone_resets_history(spark: SparkSession) -> None:
+    ledger = ledger_df(spark, checkpoint(1, 0, {0: 10}))
+    commits = commits_df(
+        spark,
+        gc(1, 0, 50),
+        gc(2, 0, 30),  # backwards: regression
+        gc(3, 0, None, kind="tombstone"),
+        gc(4, 0, 5),  # after a deletion: a fresh start, not a regression
+    )
+    got = findings(rc.find_commit_regressions(commits, rc.job_groups(ledger), WINDOW), rc.COMMIT_REGRESSION)
+    assert [(g["offset_start"], g["offset_end"], g["record_count"], g["job_name"]) for g in got] == [
+        (30, 50, 20, JOB)
+    ]
+
+
+def test_committed_ahead_of_the_latest_completed_checkpoint(spark: SparkSession) -> None:
+    ledger = ledger_df(spark, checkpoint(1, 0, {0: 10, 1: 10}))
+    commits = commits_df(spark, gc(2, 0, 10), gc(2, 1, 10), gc(50, 1, 25))
+    got = findings(
+        rc.find_committed_ahead(rc.checkpoint_offsets(ledger), commits, rc.job_groups(ledger), at(100)),
+        rc.COMMITTED_AHEAD,
+    )
+    assert [
+        (g["partition"], g["offset_start"], g["offset_end"], g["record_count"], g["severity"]) for g in got
+    ] == [(1, 10, 25, 15, "critical")]
+
+
+# --- ledger --------------------------------------------------------------------------------------
+
+
+def test_ledger_inconsistencies(spark: SparkSession) -> None:
+    ledger = ledger_df(
+        spark,
+        ev("RUN_STARTED", 0, run="run-1"),
+        checkpoint(1, 1, {0: 10}),
+        checkpoint(2, 3, {0: 8}),  # backwards inside run-1
+        ev("CHECKPOINT_COMPLETED", 6, cp=3),  # completed, never snapshotted
+        ev("RUN_STARTED", 9, run="run-2"),  # run-1 never stopped
+    )
+    got = findings(rc.find_ledger_inconsistencies(ledger, WINDOW), rc.LEDGER_INCONSISTENT)
+    assert sorted((g["evidence"]["kind"], g["run_id"], g["checkpoint_id"]) for g in got) == [
+        ("completed_without_snapshot", "run-1", 3),
+        ("offsets_backwards_in_run", "run-1", 2),
+        ("previous_run_not_stopped", "run-2", None),
+    ]
+
+
+def test_checkpoint_offsets_fall_back_to_the_snapshot_for_a_bare_completion(spark: SparkSession) -> None:
+    ledger = ledger_df(
+        spark,
+        ev("CHECKPOINT_SNAPSHOT", 0, cp=4, offsets={0: 10, 1: 12}),
+        ev("CHECKPOINT_COMPLETED", 1, cp=4),
+        ev("COMMIT_SKIPPED", 1, cp=4, detail={"reason": "unknown_checkpoint"}),
+    )
+    assert rows_of(rc.checkpoint_offsets(ledger), "checkpoint_id", "partition", "offset") == {
+        (4, 0, 10),
+        (4, 1, 12),
+    }
+
+
+def test_finding_ids_hash_identity_not_run_or_time(spark: SparkSession) -> None:
+    ledger = ledger_df(
+        spark, ev("COMMIT_FAILED", 1, cp=1, offsets={0: 10}, detail={"error": "X", "attempt": 1})
+    )
+    core = rc.find_commit_failures(ledger, WINDOW)
+    a = rc.finalize_findings(core, "rec-1", at(100)).first()
+    b = rc.finalize_findings(core, "rec-2", at(200)).first()
+    assert a is not None
+    assert b is not None
+    assert a.finding_id == b.finding_id
+    assert len(a.finding_id) == 64
+
+
+# --- whole runs over Delta tables ----------------------------------------------------------------
+
+
+def config_for(app_config: AppConfig, tmp_path: Path, **reconcile: Any) -> AppConfig:
+    return dataclasses.replace(
+        app_config,
+        paths=PathsConfig(data_dir=str(tmp_path), cache_dir=app_config.paths.cache_dir),
+        reconcile=ReconcileConfig(**reconcile),
+    )
+
+
+def save(df: DataFrame, cfg: AppConfig, name: str, mode: str = "overwrite") -> None:
+    writer = df.write.format("delta").mode(mode)
+    if name == "ledger":
+        writer = writer.partitionBy("event_date")
+    writer.save(cfg.paths.table(name))
+
+
+def read(spark: SparkSession, cfg: AppConfig, name: str) -> DataFrame:
+    return spark.read.format("delta").load(cfg.paths.table(name))
+
+
+def reconcile(
+    spark: SparkSession,
+    cfg: AppConfig,
+    run_id: str,
+    confirmer: Any = None,
+    since: Any = None,
+    until: Any = None,
+) -> rio.ReconcileResult:
+    return rio.run_reconcile(
+        spark, cfg, run_id=run_id, now=at(20_000), since=since, until=until or at(10_000), confirmer=confirmer
+    )
+
+
+def test_empty_window_and_missing_tables_give_a_clean_run(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+) -> None:
+    cfg = config_for(app_config, tmp_path)
+    result = reconcile(spark, cfg, "rec-empty")
+    assert (result.partitions, result.counts, result.worst()) == (0, {}, None)
+    assert read(spark, cfg, "findings").count() == 0
+
+    # Ledger rows exist but none inside the window: still nothing to judge.
+    save(ledger_df(spark, checkpoint(1, 0, {0: 10})), cfg, "ledger")
+    late = reconcile(spark, cfg, "rec-late", since=at(5000), until=at(6000))
+    assert (late.partitions, late.counts) == (0, {})
+
+
+def test_full_run_merges_findings_idempotently_and_survives_a_killed_run(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+) -> None:
+    cfg = config_for(app_config, tmp_path)
+    save(
+        ledger_df(
+            spark,
+            ev("RUN_STARTED", 0),
+            ev("OFFSETS_RESTORED", 0, offsets={0: 0, 1: 0}, detail={"source": "earliest"}),
+            checkpoint(1, 10, {0: 50, 1: 50}),
+            ev("RUN_STOPPED", 30),
+        ),
+        cfg,
+        "ledger",
+    )
+    save(commits_df(spark, gc(12, 0, 50), gc(12, 1, 50), gc(4000, 0, 40)), cfg, "group_commits")
+    save(sink_df(spark, sink_rows(0, range(50)), sink_rows(1, range(0, 45))), cfg, "sink")
+
+    def benign(gaps: Sequence[rio.SuspectedGap]) -> list[dict[str, Any]]:
+        return [{"status": "benign", "data_records": 0} for _ in gaps]
+
+    first = reconcile(spark, cfg, "rec-1", confirmer=benign)
+    assert first.counts == {
+        ("GAP", "info"): 1,
+        ("COMMIT_REGRESSION", "error"): 1,
+        ("FOREIGN_COMMIT", "error"): 1,
+    }
+    before = read(spark, cfg, "findings").select("finding_id", "status", "detected_at").collect()
+
+    # A run killed after writing its partition_summary but before recording success ...
+    orphan = read(spark, cfg, "partition_summary").withColumn("reconcile_run_id", F.lit("rec-killed"))
+    orphan.write.format("delta").mode("append").save(cfg.paths.table("partition_summary"))
+    # ... and the same inputs reconciled again, this time without confirmation.
+    second = reconcile(spark, cfg, "rec-2", since=at(-3600))
+    after = read(spark, cfg, "findings")
+    assert sorted(r.finding_id for r in after.collect()) == sorted(r.finding_id for r in before)
+    assert rows_of(
+        after.filter("finding_type = 'GAP'"), "offset_start", "offset_end", "status", "reconcile_run_id"
+    ) == {(45, 50, "open", "rec-2")}
+    # detected_at is the first detection; the orphaned summary rows are gone.
+    assert {r.detected_at for r in after.collect()} == {r.detected_at for r in before}
+    summary = read(spark, cfg, "partition_summary")
+    assert rows_of(summary, "reconcile_run_id") == {("rec-1",), ("rec-2",)}
+    p1 = summary.filter("reconcile_run_id = 'rec-2' AND partition = 1").first()
+    assert p1 is not None
+    assert (p1.sink_count, p1.sink_distinct, p1.sink_min_offset, p1.sink_max_offset) == (45, 45, 0, 44)
+    assert (p1.last_checkpoint_offset, p1.last_committed_offset, p1.commit_lag_offsets) == (50, 50, 0)
+    assert json.loads(p1.findings_by_type) == {"GAP": 1}
+    assert second.worst() == "critical"
+
+
+def test_incremental_window_starts_from_the_previous_checkpoint(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+) -> None:
+    cfg = config_for(app_config, tmp_path)
+    save(
+        ledger_df(
+            spark,
+            ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
+            checkpoint(1, 10, {0: 50}),
+            checkpoint(2, 1000, {0: 100}),
+        ),
+        cfg,
+        "ledger",
+    )
+    save(commits_df(spark, gc(12, 0, 50), gc(1002, 0, 100)), cfg, "group_commits")
+    # 10..19 missing from the first checkpoint's range, 60..69 from the second's
+    save(
+        sink_df(spark, sink_rows(0, [o for o in range(100) if not (10 <= o < 20 or 60 <= o < 70)])),
+        cfg,
+        "sink",
+    )
+
+    nightly = reconcile(spark, cfg, "rec-night", since=at(500), until=at(2000))
+    gaps = read(spark, cfg, "findings").filter("finding_type = 'GAP'")
+    assert rows_of(gaps, "offset_start", "offset_end") == {(60, 70)}
+    assert nightly.partitions == 1
+    # Without --since the next run continues where the last successful one stopped.
+    assert rio.last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) == at(2000).replace(
+        tzinfo=None
+    )

@@ -1,0 +1,76 @@
+"""The range arithmetic behind GAP detection, without a JVM."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.reconcile import (
+    BUCKET_SIZE,
+    BucketStat,
+    PartitionRange,
+    PartitionSink,
+    bitmap_offsets,
+    buckets_to_inspect,
+    duplicate_buckets,
+    effective_lo,
+    is_complete,
+    missing_ranges,
+    severity_at_least,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def bitmap(*positions: int) -> bytes:
+    out = bytearray(BUCKET_SIZE // 8)
+    for p in positions:
+        out[p // 8] |= 1 << (p % 8)
+    return bytes(out)
+
+
+def test_bitmap_offsets_reads_spark_bit_order() -> None:
+    assert bitmap_offsets(2, bitmap(0, 9, 32767)) == [
+        2 * BUCKET_SIZE,
+        2 * BUCKET_SIZE + 9,
+        3 * BUCKET_SIZE - 1,
+    ]
+
+
+def test_complete_partition_needs_no_inspection() -> None:
+    sink = PartitionSink.of([BucketStat(0, 100, 100, 0, 99)])
+    assert is_complete(0, 100, sink)
+    assert buckets_to_inspect(0, 100, sink) == []
+    assert missing_ranges(0, 100, sink, {}) == []
+
+
+def test_missing_ranges_from_bitmaps_and_empty_buckets() -> None:
+    # bucket 0 lacks 5..9, bucket 1 has no row at all, bucket 2 holds its first 10 offsets
+    b0 = bitmap(*[p for p in range(BUCKET_SIZE) if not 5 <= p < 10])
+    sink = PartitionSink.of(
+        [
+            BucketStat(0, BUCKET_SIZE - 5, BUCKET_SIZE - 5, 0, BUCKET_SIZE - 1),
+            BucketStat(2, 10, 10, 2 * BUCKET_SIZE, 2 * BUCKET_SIZE + 9),
+        ]
+    )
+    hi = 2 * BUCKET_SIZE + 10
+    assert not is_complete(0, hi, sink)
+    assert buckets_to_inspect(0, hi, sink) == [0]  # bucket 2 is complete within [lo, hi)
+    assert missing_ranges(0, hi, sink, {0: b0}) == [(5, 10), (BUCKET_SIZE, 2 * BUCKET_SIZE)]
+
+
+def test_duplicates_hide_gaps_from_a_bare_count_but_not_from_distinct() -> None:
+    sink = PartitionSink.of([BucketStat(0, 10, 9, 0, 9)])  # one offset twice, one missing
+    assert sink.rows == 10
+    assert not is_complete(0, 10, sink)
+    assert duplicate_buckets(sink) == [0]
+
+
+def test_unknown_start_falls_back_to_the_first_sink_offset() -> None:
+    rng = PartitionRange("j", "g", "t", 0, lo=None, hi=50, lo_source="sink_min")
+    assert effective_lo(rng, PartitionSink.of([BucketStat(0, 10, 10, 40, 49)])) == 40
+    assert effective_lo(rng, PartitionSink()) == 50  # nothing in the sink, nothing to prove
+
+
+def test_severity_order() -> None:
+    assert severity_at_least("critical", "error")
+    assert not severity_at_least("warn", "error")
