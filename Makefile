@@ -61,7 +61,7 @@ format: python-deps
 	$(VENV)/bin/ruff check --fix .
 
 bench: setup
-	$(PY) -m bench
+	$(PY) -m bench.stream
 
 clean:
 	rm -rf data build .pytest_cache .mypy_cache .ruff_cache $(STAMPS)

@@ -168,6 +168,14 @@ def configure_logging(level: str) -> None:
     )
     # librdkafka and py4j chatter drowns the progress lines people need to see.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_drop_py4j_reconnects)
+
+
+def _drop_py4j_reconnects(record: logging.LogRecord) -> bool:
+    # py4j logs each reconnect of a stale callback connection, with a traceback, on the root logger
+    # at INFO; it retries by itself, so the trace is noise that reads like a failure.
+    return not (record.name == "root" and str(record.msg).startswith("Exception while sending command"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -282,10 +283,16 @@ class LocalKafka:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C in a terminal must not reach the broker directly
-                preexec_fn=_die_with_parent if self.die_with_parent else None,
+                preexec_fn=_die_with_parent if self._pdeathsig_applies() else None,
             )
         finally:
             out.close()
+
+    def _pdeathsig_applies(self) -> bool:
+        # The kernel sends the parent-death signal when the *thread* that forked exits, not the
+        # process: a broker started from a worker thread would die with that thread. Only the main
+        # thread lives as long as the process.
+        return self.die_with_parent and threading.current_thread() is threading.main_thread()
 
     def _wait_ready(self, state: BrokerState, t0: float) -> None:
         deadline = t0 + self.start_timeout_s

@@ -34,6 +34,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from app.committer import ERROR_OUTCOME_UNKNOWN
 from app.schemas import (
     EVENT_CHECKPOINT_COMPLETED,
     EVENT_CHECKPOINT_SNAPSHOT,
@@ -444,10 +445,14 @@ def find_commit_failures(ledger: DataFrame, window: AuditWindow) -> DataFrame:
         F.min("offset").alias("_min_offset"),
         F.max("offset").alias("_max_offset"),
     )
+    # OUTCOME_UNKNOWN is what a crash leaves for a commit in flight: not a failure Kafka reported.
+    # Whether those offsets reached Kafka is judged by the skipped-commit check against
+    # __consumer_offsets, so here it is only information.
+    unknown = F.col("_error") == ERROR_OUTCOME_UNKNOWN
     return core_findings(
         grouped,
         finding_type=COMMIT_FAILURE,
-        severity=WARN,
+        severity=F.when(unknown, F.lit(INFO)).otherwise(F.lit(WARN)),
         status=OPEN,
         evidence=evidence_json(
             error=F.col("_error"),
@@ -473,10 +478,20 @@ def find_commit_failures(ledger: DataFrame, window: AuditWindow) -> DataFrame:
 
 
 def commit_requests(ledger: DataFrame, checkpoints: DataFrame | None = None) -> DataFrame:
-    """COMMIT_REQUESTED per partition with the checkpoint's own normalized offset beside it."""
-    requests = ledger.filter(
-        (F.col("event_type") == EVENT_COMMIT_REQUESTED) & F.col("partition").isNotNull()
-    ).select(
+    """COMMIT_REQUESTED per partition with the checkpoint's own normalized offset beside it.
+
+    A completion the streaming job recovered after a crash (detail.recovered) also counts as a
+    request: the dead process may have sent its commit before the ledger heard of it. Each request
+    carries its run's stop time, if any, so that nothing committed after a run stopped is pinned
+    on that run.
+    """
+    is_request = (F.col("event_type") == EVENT_COMMIT_REQUESTED) & F.col("partition").isNotNull()
+    is_recovered = (
+        (F.col("event_type") == EVENT_CHECKPOINT_COMPLETED)
+        & F.col("partition").isNotNull()
+        & (F.coalesce(_detail("recovered"), F.lit("false")) == "true")
+    )
+    requests = ledger.filter(is_request | is_recovered).select(
         *_KEY,
         "group_id",
         "engine",
@@ -484,10 +499,28 @@ def commit_requests(ledger: DataFrame, checkpoints: DataFrame | None = None) -> 
         F.col("offset").alias("requested_offset"),
         F.col("event_time").alias("requested_at"),
     )
+    # A run ends at its RUN_STOPPED, or, when it died without one, when the job's next run started.
+    stopped = (
+        ledger.filter(F.col("event_type") == EVENT_RUN_STOPPED)
+        .groupBy("job_name", "run_id")
+        .agg(F.max("event_time").alias("_stopped_at"))
+    )
+    by_start = Window.partitionBy("job_name").orderBy("_started_at", "run_id")
+    started = (
+        ledger.filter(F.col("event_type") == EVENT_RUN_STARTED)
+        .groupBy("job_name", "run_id")
+        .agg(F.min("event_time").alias("_started_at"))
+        .withColumn("_next_start", F.lead("_started_at").over(by_start))
+    )
+    stops = started.join(stopped, on=["job_name", "run_id"], how="full").select(
+        "job_name", "run_id", F.coalesce("_stopped_at", "_next_start").alias("run_stopped_at")
+    )
     ckpt = _checkpoints(ledger, checkpoints).select(
         *_KEY, *_TP, F.col("offset").alias("checkpoint_offset"), F.col("raw_offset").alias("checkpoint_raw")
     )
-    return requests.join(ckpt, on=[*_KEY, *_TP], how="left")
+    return requests.join(ckpt, on=[*_KEY, *_TP], how="left").join(
+        stops, on=["job_name", "run_id"], how="left"
+    )
 
 
 def match_commits(commits: DataFrame, requests: DataFrame, rules: MatchRules) -> DataFrame:
@@ -510,6 +543,8 @@ def match_commits(commits: DataFrame, requests: DataFrame, rules: MatchRules) ->
             F.col("record_kind"),
         ),
     )
+    if "run_stopped_at" not in requests.columns:
+        requests = requests.withColumn("run_stopped_at", F.lit(None).cast("timestamp"))
     req = requests.select(
         *[F.col(c).alias(f"_r_{c}") for c in requests.columns],
     )
@@ -525,7 +560,12 @@ def match_commits(commits: DataFrame, requests: DataFrame, rules: MatchRules) ->
             commit_time.isNull() | (req_time <= plus_seconds(commit_time, rules.clock_skew_s))
         )
         timed = lower & upper
-        return (timed | snapshot_ok) if exact else timed
+        if exact:
+            return timed | snapshot_ok
+        # A run that had stopped cannot have sent a different offset afterwards: such a commit is
+        # foreign (a reset tool, another consumer), not a mismatch of that run.
+        stopped = F.col("_r_run_stopped_at")
+        return timed & (stopped.isNull() | (commit_time <= plus_seconds(stopped, rules.clock_skew_s)))
 
     equal_tp = [F.col(c) == F.col(f"_r_{c}") for c in key]
     cond_exact = equal_tp[0]

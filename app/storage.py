@@ -47,3 +47,20 @@ def delete_path(spark: SparkSession, path: str) -> None:
 
 def table_exists(spark: SparkSession, path: str) -> bool:
     return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Write (replace) a small text file, through Hadoop's FS so cluster URIs work too."""
+    fs, hpath = _fs_and_path(spark, path)
+    stream = fs.create(hpath, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+
+
+def modification_time_ms(spark: SparkSession, path: str) -> int | None:
+    fs, hpath = _fs_and_path(spark, path)
+    if not fs.exists(hpath):
+        return None
+    return int(fs.getFileStatus(hpath).getModificationTime())

@@ -15,6 +15,7 @@ from datetime import datetime
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from app.committer import ERROR_OUTCOME_UNKNOWN
 from app.errors import OffsetAuditError
 from app.offsets import LedgerEvent, TopicPartitionKey
 from app.schemas import (
@@ -187,13 +188,17 @@ def recovery_events(
     group_id: str,
     new_run_id: str,
     now: datetime,
+    written_at: Mapping[tuple[str, int], datetime] | None = None,
 ) -> list[LedgerEvent]:
     """Events the previous run could not flush before it died, rebuilt from Spark's checkpoint.
 
-    They carry the previous run's id (they belong to it) and detail.recovered = true. A commit that
-    was requested but never answered is closed as OUTCOME_UNKNOWN; the reconciliation settles what
-    really happened from __consumer_offsets.
+    They carry the previous run's id (they belong to it) and detail.recovered = true. Their time is
+    when Spark wrote the checkpoint file (`written_at[("offsets"|"commits", batch)]`), so they sort
+    before the new run's start like the events they stand for; `now` only when that is unknown. A
+    commit that was requested but never answered is closed as OUTCOME_UNKNOWN; the reconciliation
+    settles what really happened from __consumer_offsets.
     """
+    times = written_at or {}
     owner = facts.last_run_id or new_run_id
     detail = {"recovered": True, "recovered_by": new_run_id}
     events: list[LedgerEvent] = []
@@ -205,7 +210,7 @@ def recovery_events(
                 engine=ENGINE,
                 checkpoint_id=batch,
                 event_type=EVENT_CHECKPOINT_SNAPSHOT,
-                event_time=now,
+                event_time=times.get(("offsets", batch), now),
                 group_id=group_id,
                 offsets=dict(offset_log[batch]),
                 detail=detail,
@@ -218,7 +223,7 @@ def recovery_events(
                 engine=ENGINE,
                 checkpoint_id=batch,
                 event_type=EVENT_CHECKPOINT_COMPLETED,
-                event_time=now,
+                event_time=times.get(("commits", batch), now),
                 group_id=group_id,
                 offsets=dict(offset_log[batch]),
                 detail=detail,
@@ -227,7 +232,7 @@ def recovery_events(
         unknown = {
             **detail,
             "attempt": attempt,
-            "error": "OUTCOME_UNKNOWN",
+            "error": ERROR_OUTCOME_UNKNOWN,
             "retriable": True,
             "message": "the process stopped before the commit was acknowledged",
         }

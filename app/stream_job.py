@@ -32,7 +32,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
 from app import __version__
-from app.committer import OffsetCommitter
+from app.committer import CommitFn, OffsetCommitter
 from app.config import AppConfig
 from app.errors import InfrastructureError
 from app.kafka_clients import librdkafka_conf, spark_kafka_options
@@ -56,7 +56,7 @@ from app.schemas import (
     EVENT_RUN_STARTED,
     EVENT_RUN_STOPPED,
 )
-from app.storage import list_names, read_text
+from app.storage import list_names, modification_time_ms, read_text
 from app.stream import (
     ENGINE,
     LedgerFacts,
@@ -130,10 +130,13 @@ class StreamJob:
         run_id: str | None = None,
         clock: Callable[[], datetime] = utc_now,
         audited: bool = True,
+        commit_fn_wrapper: Callable[[CommitFn], CommitFn] | None = None,
     ) -> None:
         # audited=False runs the same pipeline without ledger and committer: the baseline that the
         # benchmark compares against, never a user-facing mode.
         self.audited = audited
+        # Lets the demo take the broker down exactly when a commit is sent; None in normal runs.
+        self._commit_fn_wrapper = commit_fn_wrapper
         self.spark = spark
         self.cfg = cfg
         self.scfg = cfg.stream
@@ -353,12 +356,15 @@ class StreamJob:
             commit_consumer.close()
 
     def _new_committer(self, consumer: Any) -> OffsetCommitter:
+        commit_fn = make_commit_fn(consumer)
+        if self._commit_fn_wrapper is not None:
+            commit_fn = self._commit_fn_wrapper(commit_fn)
         return OffsetCommitter(
             job_name=self.scfg.job_name,
             run_id=self.run_id,
             engine=ENGINE,
             group_id=self.scfg.group_id,
-            commit_fn=make_commit_fn(consumer),
+            commit_fn=commit_fn,
             max_pending=self.scfg.max_pending_checkpoints,
             clock=self.clock,
             commit_enabled=self.scfg.commit_offsets,
@@ -368,14 +374,26 @@ class StreamJob:
         now = self.clock()
         recovered: list[LedgerEvent] = []
         if plan.mode == "checkpoint":
+            facts = self._ledger_facts()
+            offset_log, commits = self._offset_log(), self._log_ids("commits")
+            written_at = {}
+            for log_name, batches, known in (
+                ("offsets", offset_log, facts.snapshot_ids),
+                ("commits", commits, facts.completed_ids),
+            ):
+                for batch in set(batches) - known:
+                    ms = modification_time_ms(self.spark, f"{self.checkpoint_dir}/{log_name}/{batch}")
+                    if ms is not None:
+                        written_at[(log_name, batch)] = datetime.fromtimestamp(ms / 1000, UTC)
             recovered = recovery_events(
-                self._ledger_facts(),
-                self._offset_log(),
-                self._log_ids("commits"),
+                facts,
+                offset_log,
+                commits,
                 self.scfg.job_name,
                 self.scfg.group_id,
                 self.run_id,
                 now,
+                written_at,
             )
         started = LedgerEvent(
             job_name=self.scfg.job_name,
@@ -416,6 +434,9 @@ class StreamJob:
             .option("assign", json.dumps(assign))
             .option("failOnDataLoss", str(self.scfg.fail_on_data_loss).lower())
             .option("kafka.isolation.level", self.scfg.isolation_level)
+            # Ride out a short broker outage (each attempt waits for the client's API timeout)
+            # instead of failing the query on the first unanswered offset lookup.
+            .option("fetchOffset.numRetries", "10")
         )
         if plan.mode != "checkpoint":
             reader = reader.option("startingOffsets", plan.starting_offsets_json())

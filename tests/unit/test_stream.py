@@ -141,3 +141,23 @@ def test_recovery_rebuilds_unflushed_snapshots_completions_and_open_commits() ->
 def test_recovery_with_a_complete_ledger_adds_nothing() -> None:
     facts = LedgerFacts(frozenset({0}), frozenset({0}), {}, "run-a")
     assert recovery_events(facts, {0: {("t", 0): 3}}, [0], "job", "grp", "run-b", NOW) == []
+
+
+def test_recovered_events_carry_the_time_spark_wrote_the_checkpoint_file() -> None:
+    facts = LedgerFacts(frozenset(), frozenset(), {}, "run-a")
+    planned = datetime(2026, 11, 1, 11, 0, 1, tzinfo=UTC)
+    committed = datetime(2026, 11, 1, 11, 0, 4, tzinfo=UTC)
+    events = recovery_events(
+        facts,
+        {0: {("t", 0): 3}},
+        [0],
+        "job",
+        "grp",
+        "run-b",
+        NOW,
+        written_at={("offsets", 0): planned, ("commits", 0): committed},
+    )
+    assert {(e.event_type, e.event_time) for e in events} == {
+        (EVENT_CHECKPOINT_SNAPSHOT, planned),
+        (EVENT_CHECKPOINT_COMPLETED, committed),
+    }

@@ -1,0 +1,62 @@
+"""`offset-audit demo`: the embedded default, from nothing to a dashboard, through real incidents."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from app.config import AppConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-screenshot", action="store_true", help="skip the dashboard PNG (needs chromium)"
+    )
+
+
+def run(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from app.cli import EXIT_FINDINGS, EXIT_OK, emit
+    from app.demo import Demo
+    from app.nightly import summary_text
+    from app.runtime import spark_session
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    demo = Demo(
+        cfg,
+        spark_session(cfg),
+        env=args.env,
+        conf_dir=args.conf_dir,
+        progress=say,
+        screenshot=not args.no_screenshot,
+    )
+    outcome = demo.run()
+    lines = [summary_text(outcome.nightly, "warn")] if outcome.nightly else []
+    lines.append("injected incidents: " + ", ".join(outcome.incidents))
+    for expected in outcome.expected:
+        found = "found  " if expected not in outcome.missing else "MISSING"
+        where = "" if expected.partition is None else f" partition {expected.partition}"
+        lines.append(
+            f"  {found} {expected.severity:<8} {expected.finding_type:<20}{where} ({expected.incident})"
+        )
+    for row in outcome.unexpected:
+        lines.append(
+            f"  UNEXPECTED {row['severity']} {row['finding_type']} partition {row['partition']} "
+            f"[{row['offset_start']}, {row['offset_end']}) {row['evidence']}"
+        )
+    lines.append(
+        "every injected incident was found and nothing else at warn or above"
+        if outcome.ok
+        else "the audit's findings differ from the injected incidents (see above)"
+    )
+    summary = {
+        "ok": outcome.ok,
+        "incidents": outcome.incidents,
+        "missing": [e.__dict__ for e in outcome.missing],
+        "unexpected": outcome.unexpected,
+        "report": outcome.nightly.report if outcome.nightly else None,
+        "screenshot": outcome.nightly.screenshot if outcome.nightly else None,
+    }
+    emit(args, summary, "\n".join(lines))
+    return EXIT_OK if outcome.ok else EXIT_FINDINGS

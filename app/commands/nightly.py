@@ -1,0 +1,40 @@
+"""`offset-audit nightly`: ingest-offsets -> reconcile -> forensics -> check -> report, one run id."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from app.config import AppConfig
+from app.schemas import SEVERITIES
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--run-id",
+        default=None,
+        help="run id; give a failed night's id to finish it (done steps are skipped)",
+    )
+    parser.add_argument(
+        "--fail-on",
+        choices=SEVERITIES,
+        default="error",
+        help="exit 1 when findings or failed expectations reach this severity",
+    )
+    parser.add_argument("--screenshot", action="store_true", help="also render the dashboard to a PNG")
+
+
+def run(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from app.cli import EXIT_FINDINGS, EXIT_INFRA, EXIT_OK, emit
+    from app.nightly import Nightly, summary_text
+    from app.runtime import kafka_bootstrap, spark_session
+
+    nightly = Nightly(
+        spark_session(cfg), cfg, lambda: kafka_bootstrap(cfg), args.run_id, screenshot=args.screenshot
+    )
+    result = nightly.run()
+    summary = dataclasses.asdict(result) | {"failing": result.failing(args.fail_on), "fail_on": args.fail_on}
+    emit(args, summary, summary_text(result, args.fail_on))
+    if result.failed_step is not None:
+        return EXIT_INFRA
+    return EXIT_FINDINGS if result.failing(args.fail_on) else EXIT_OK
