@@ -19,9 +19,11 @@ writer_run_id``.
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import reduce
 from typing import Any, Final
 
 from pyspark.sql import Column, DataFrame, Window
@@ -50,9 +52,12 @@ from app.schemas import (
     require_columns,
 )
 
-# Spark's bitmap functions use fixed 32768-bit (4 KiB) buckets; a bucket of offsets is the unit
-# in which the sink's completeness is proven (count, distinct, min, max per bucket).
-BUCKET_SIZE: Final = 32768
+# The sink's completeness is proven per bucket of 32768 offsets (count, distinct, min, max per
+# bucket), built from 64-offset presence words; a bucket's words decode to a 4 KiB bitmap.
+BUCKET_SHIFT: Final = 15
+BUCKET_SIZE: Final = 1 << BUCKET_SHIFT
+WORD_SHIFT: Final = 6
+WORD_BITS: Final = 1 << WORD_SHIFT
 
 
 def _vocab(value: str, vocabulary: tuple[str, ...]) -> str:
@@ -978,20 +983,81 @@ def coverage_ranges(
 # --- sink completeness: buckets, gaps, duplicates ------------------------------------------------
 
 
-def sink_bucket_stats(sink: DataFrame) -> DataFrame:
-    """count, distinct, min and max per (topic, partition, 32768-offset bucket), with the bitmap.
+def sink_words(sink: DataFrame, topics: Sequence[str]) -> DataFrame:
+    """rows and a 64-bit presence word per (topic, partition, word = offset // 64).
 
-    Exact and without a shuffle of rows: each task aggregates its (clustered) files into a few
-    buckets, and only the 4 KiB bitmaps travel. Completeness of a bucket is then arithmetic.
+    Only fixed-width aggregates (count, bit_or), so Spark hash-aggregates inside each task and a
+    clustered sink shrinks 64-fold before anything is shuffled. (Spark's own bitmap aggregate keeps
+    a binary buffer, which forces a sort of every row: several times the cost of the scan.) Each
+    topic is aggregated on its own and named afterwards: a string in the grouping key takes the
+    hash map off its fixed-width fast path, which nearly doubles the cost, and a filter on one
+    topic lets Delta skip the other topics' files (the Kafka source writes one file per
+    topic-partition and batch). Rows of topics not in ``topics`` are left out.
     """
     require_columns(sink, ["topic", "partition", "offset"], "sink")
-    bucket = F.floor(F.col("offset") / F.lit(BUCKET_SIZE)).cast("long")
-    return sink.groupBy("topic", "partition", bucket.alias("bucket")).agg(
-        F.count("*").alias("rows"),
-        F.min("offset").alias("min_offset"),
-        F.max("offset").alias("max_offset"),
-        F.bitmap_construct_agg(F.pmod(F.col("offset"), F.lit(BUCKET_SIZE))).alias("bitmap"),
+    if not topics:
+        raise ValueError("sink_words needs the topics to aggregate")
+    offset = F.col("offset")
+    word = F.shiftright(offset, WORD_SHIFT).cast("long").alias("word")
+    # shiftleft with a per-row shift: PySpark's F.shiftleft only takes a constant.
+    bit = F.call_function("shiftleft", F.lit(1).cast("long"), offset.bitwiseAND(WORD_BITS - 1).cast("int"))
+    per_topic = [
+        sink.filter(F.col("topic") == F.lit(topic))
+        .groupBy("partition", word)
+        .agg(F.count("*").alias("rows"), F.bit_or(bit).alias("bits"))
+        .select(F.lit(topic).alias("topic"), "partition", "word", "rows", "bits")
+        for topic in dict.fromkeys(topics)
+    ]
+    return reduce(DataFrame.unionByName, per_topic)
+
+
+def _lowest_bit(bits: Column) -> Column:
+    """Index of the lowest set bit: smear it into every higher position, then count the rest.
+    Shifts only: ANSI mode rejects the overflow of the usual x & -x at bit 63."""
+    smeared = bits
+    for shift in (1, 2, 4, 8, 16, 32):
+        smeared = smeared.bitwiseOR(F.shiftleft(smeared, shift))
+    return WORD_BITS - F.bit_count(smeared)
+
+
+def _highest_bit(bits: Column) -> Column:
+    """Index of the highest set bit: smear it into every lower position, then count."""
+    smeared = bits
+    for shift in (1, 2, 4, 8, 16, 32):
+        smeared = smeared.bitwiseOR(F.shiftrightunsigned(smeared, shift))
+    return F.bit_count(smeared) - 1
+
+
+def sink_bucket_stats(words: DataFrame) -> DataFrame:
+    """count, distinct, min and max per (topic, partition, 32768-offset bucket), from ``sink_words``.
+
+    Exact: a word's distinct offsets are its set bits, its extra copies are rows minus those.
+    Completeness of a bucket is then arithmetic; the words of the few incomplete buckets locate
+    the missing offsets (``bucket_bitmap``).
+    """
+    require_columns(words, ["topic", "partition", "word", "rows", "bits"], "sink words")
+    word, bits = F.col("word"), F.col("bits")
+    return words.groupBy(
+        "topic", "partition", F.shiftright(word, BUCKET_SHIFT - WORD_SHIFT).cast("long").alias("bucket")
+    ).agg(
+        F.sum("rows").cast("long").alias("rows"),
+        F.sum(F.bit_count(bits)).cast("long").alias("distinct"),
+        F.min(word * WORD_BITS + _lowest_bit(bits)).alias("min_offset"),
+        F.max(word * WORD_BITS + _highest_bit(bits)).alias("max_offset"),
     )
+
+
+def bucket_bitmap(bucket: int, words: Iterable[tuple[int, int]]) -> bytes:
+    """The presence bitmap of one bucket (the layout ``bitmap_offsets`` reads) from its (word, bits)."""
+    out = bytearray(BUCKET_SIZE // 8)
+    first = bucket * (BUCKET_SIZE // WORD_BITS)
+    for word, bits in words:
+        index = word - first
+        if not 0 <= index < BUCKET_SIZE // WORD_BITS:
+            raise ValueError(f"word {word} is not in bucket {bucket}")
+        # Little-endian: offset bit i of the word lands in byte i // 8, bit i % 8.
+        struct.pack_into("<q", out, index * 8, bits)
+    return bytes(out)
 
 
 @dataclass(frozen=True)

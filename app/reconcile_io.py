@@ -5,10 +5,11 @@ The sink is the only large input. It is read twice at most, and only for the par
 offset ranges the window's checkpoints cover, through filters on its coordinate columns so Delta's
 per-file min/max statistics skip every file outside them:
 
-1. one aggregate per (topic, partition, 32768-offset bucket) with count, min, max and a bitmap of
-   the offsets present (``app.reconcile.sink_bucket_stats``). Summed per partition it is the
-   count / distinct / min / max that proves most partitions complete; the bitmaps of the few
-   buckets that are not complete locate the missing ranges without a second read;
+1. one hash aggregate per (topic, partition, 64-offset word): rows and a presence word
+   (``app.reconcile.sink_words``), rolled up per 32768-offset bucket into count, distinct, min and
+   max (``sink_bucket_stats``). Summed per partition it is the count / distinct / min / max that
+   proves most partitions complete; the words of the few buckets that are not complete locate the
+   missing ranges without a second read;
 2. the buckets that hold more rows than distinct offsets, read again for their duplicate offsets.
 
 Rows past the last completed checkpoint are counted by a third, tail-only read.
@@ -534,38 +535,31 @@ def examine_sink(
     per_tp: dict[tuple[str, int], list[rc.BucketStat]] = defaultdict(list)
     bitmaps: dict[tuple[str, int], dict[int, bytes]] = defaultdict(dict)
     if covered:
-        stats = rc.sink_bucket_stats(sink.where(covered)).persist()
-        try:
-            for row in stats.select(
-                "topic",
-                "partition",
-                "bucket",
-                "rows",
-                F.bitmap_count("bitmap").alias("distinct"),
-                "min_offset",
-                "max_offset",
-            ).collect():
-                per_tp[(row["topic"], row["partition"])].append(
-                    rc.BucketStat(
-                        row["bucket"], row["rows"], row["distinct"], row["min_offset"], row["max_offset"]
-                    )
+        topics = sorted({t for t, _, _, _ in covered})
+        for row in rc.sink_bucket_stats(rc.sink_words(sink.where(covered), topics)).collect():
+            per_tp[(row["topic"], row["partition"])].append(
+                rc.BucketStat(
+                    row["bucket"], row["rows"], row["distinct"], row["min_offset"], row["max_offset"]
                 )
-            inspect: list[tuple[str, int, int]] = []
-            for tp, rng in by_tp.items():
-                ps = rc.PartitionSink.of(per_tp.get(tp, []))
-                lo = rc.effective_lo(rng, ps)
-                if not rc.is_complete(lo, rng.hi, ps):
-                    inspect += [(tp[0], tp[1], b) for b in rc.buckets_to_inspect(lo, rng.hi, ps)]
-            if inspect:
-                keys = spark.createDataFrame(inspect, "topic string, partition int, bucket long")
-                for row in (
-                    stats.join(F.broadcast(keys), on=["topic", "partition", "bucket"], how="inner")
-                    .select("topic", "partition", "bucket", "bitmap")
-                    .collect()
-                ):
-                    bitmaps[(row["topic"], row["partition"])][row["bucket"]] = bytes(row["bitmap"])
-        finally:
-            stats.unpersist()
+            )
+        # Incomplete buckets are read again, alone (Delta skips every other file), for their
+        # presence words: cheaper than keeping the words of the whole sink around.
+        inspect: list[tuple[str, int, int | None, int | None]] = []
+        for tp, rng in by_tp.items():
+            ps = rc.PartitionSink.of(per_tp.get(tp, []))
+            lo = rc.effective_lo(rng, ps)
+            if not rc.is_complete(lo, rng.hi, ps):
+                inspect += [
+                    (tp[0], tp[1], max(lo, b * rc.BUCKET_SIZE), min(rng.hi, (b + 1) * rc.BUCKET_SIZE))
+                    for b in rc.buckets_to_inspect(lo, rng.hi, ps)
+                ]
+        if inspect:
+            found: dict[tuple[str, int, int], list[tuple[int, int]]] = defaultdict(list)
+            for row in rc.sink_words(sink.where(inspect), topics).collect():
+                b = row["word"] * rc.WORD_BITS // rc.BUCKET_SIZE
+                found[(row["topic"], row["partition"], b)].append((row["word"], row["bits"]))
+            for (topic, partition, b), bucket_words in found.items():
+                bitmaps[(topic, partition)][b] = rc.bucket_bitmap(b, bucket_words)
 
     dup_ranges: list[tuple[str, int, int | None, int | None]] = []
     for tp, rng in by_tp.items():

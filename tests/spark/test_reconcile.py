@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,44 @@ def test_sink_aggregates_prove_complete_partitions_and_locate_gaps_and_duplicate
     stats = out.stats[(JOB, TOPIC, 2)]
     assert (stats.rows, stats.distinct, stats.min_offset, stats.max_offset) == (23, 20, 0, 19)
     assert out.stats[(JOB, TOPIC, 3)].rows == 0
+
+
+def test_bucket_stats_from_presence_words_equal_a_direct_count(spark: SparkSession) -> None:
+    rng = random.Random(7)
+    # word edges (63, 64), bucket edges (32767, 32768) and random offsets, some of them repeated
+    offsets = [
+        0,
+        63,
+        64,
+        127,
+        32767,
+        32768,
+        65535,
+        *[rng.randrange(0, 3 * rc.BUCKET_SIZE) for _ in range(500)],
+    ]
+    offsets += rng.sample(offsets, 60)
+    rows = [(t, p, o) for t in ("t", "u") for p in (0, 1) for o in offsets if p == 0 or o % 3]
+    sink = spark.createDataFrame([*rows, ("not-asked-for", 0, 1)], "topic string, partition int, offset long")
+    words = rc.sink_words(sink, ["u", "t"])
+    got = {
+        (r["topic"], r["partition"], r["bucket"]): (
+            r["rows"],
+            r["distinct"],
+            r["min_offset"],
+            r["max_offset"],
+        )
+        for r in rc.sink_bucket_stats(words).collect()
+    }
+    want: dict[tuple[str, int, int], list[int]] = {}
+    for t, p, o in rows:
+        want.setdefault((t, p, o // rc.BUCKET_SIZE), []).append(o)
+    assert got == {k: (len(v), len(set(v)), min(v), max(v)) for k, v in want.items()}
+    by_bucket: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
+    for r in words.collect():
+        key = (r["topic"], r["partition"], r["word"] * 64 // rc.BUCKET_SIZE)
+        by_bucket.setdefault(key, []).append((r["word"], r["bits"]))
+    for (t, p, b), bucket_words in by_bucket.items():
+        assert rc.bitmap_offsets(b, rc.bucket_bitmap(b, bucket_words)) == sorted(set(want[(t, p, b)]))
 
 
 def test_sink_beyond_last_completed_checkpoint_is_reported_unless_the_live_run_writes_it(

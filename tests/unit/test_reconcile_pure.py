@@ -10,6 +10,7 @@ from app.reconcile import (
     PartitionRange,
     PartitionSink,
     bitmap_offsets,
+    bucket_bitmap,
     buckets_to_inspect,
     duplicate_buckets,
     effective_lo,
@@ -28,12 +29,31 @@ def bitmap(*positions: int) -> bytes:
     return bytes(out)
 
 
-def test_bitmap_offsets_reads_spark_bit_order() -> None:
+def test_bitmap_offsets_reads_bit_i_of_byte_i_div_8() -> None:
     assert bitmap_offsets(2, bitmap(0, 9, 32767)) == [
         2 * BUCKET_SIZE,
         2 * BUCKET_SIZE + 9,
         3 * BUCKET_SIZE - 1,
     ]
+
+
+def test_bucket_bitmap_places_each_word_bit_at_its_offset() -> None:
+    words_per_bucket = BUCKET_SIZE // 64
+    first = 3 * words_per_bucket
+    # bit 63 makes the word negative as a signed long, the way Spark hands it over
+    words = [(first, 1 | 1 << 9), (first + 1, -(1 << 63)), (first + words_per_bucket - 1, 1 << 63 >> 1)]
+    base = 3 * BUCKET_SIZE
+    assert bitmap_offsets(3, bucket_bitmap(3, words)) == [
+        base,
+        base + 9,
+        base + 64 + 63,
+        base + BUCKET_SIZE - 2,
+    ]
+
+
+def test_bucket_bitmap_rejects_a_word_of_another_bucket() -> None:
+    with pytest.raises(ValueError, match="not in bucket 0"):
+        bucket_bitmap(0, [(BUCKET_SIZE // 64, 1)])
 
 
 def test_complete_partition_needs_no_inspection() -> None:
