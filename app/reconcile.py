@@ -1140,7 +1140,7 @@ def duplicate_buckets(sink: PartitionSink) -> list[int]:
 
 
 def bitmap_offsets(bucket: int, bitmap: bytes) -> list[int]:
-    """The offsets a Spark bitmap marks present (bit i of byte i // 8, least significant first)."""
+    """The offsets a bucket bitmap marks present (bit i of byte i // 8, least significant first)."""
     out = []
     base = bucket * BUCKET_SIZE
     for byte_index, byte in enumerate(bitmap):

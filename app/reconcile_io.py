@@ -1,18 +1,19 @@
 """Reading and writing for `reconcile` and `forensics`: Delta tables, the MERGE into findings, and
 confirmation of suspected gaps against the source topic.
 
-The sink is the only large input. It is read twice at most, and only for the partitions and
+The sink is the only large input. It is read in full once, and only for the partitions and
 offset ranges the window's checkpoints cover, through filters on its coordinate columns so Delta's
 per-file min/max statistics skip every file outside them:
 
 1. one hash aggregate per (topic, partition, 64-offset word): rows and a presence word
    (``app.reconcile.sink_words``), rolled up per 32768-offset bucket into count, distinct, min and
    max (``sink_bucket_stats``). Summed per partition it is the count / distinct / min / max that
-   proves most partitions complete; the words of the few buckets that are not complete locate the
-   missing ranges without a second read;
-2. the buckets that hold more rows than distinct offsets, read again for their duplicate offsets.
+   proves most partitions complete;
+2. the few buckets that are not complete, read again alone for their presence words, which locate
+   the missing ranges;
+3. the buckets that hold more rows than distinct offsets, read again for their duplicate offsets.
 
-Rows past the last completed checkpoint are counted by a third, tail-only read.
+Rows past the last completed checkpoint are counted by a tail-only read.
 """
 
 from __future__ import annotations
@@ -534,6 +535,7 @@ def examine_sink(
     covered = [(r.topic, r.partition, r.lo, r.hi) for r in ranges if r.lo is None or r.hi > r.lo]
     per_tp: dict[tuple[str, int], list[rc.BucketStat]] = defaultdict(list)
     bitmaps: dict[tuple[str, int], dict[int, bytes]] = defaultdict(dict)
+    sinks: dict[tuple[str, int], rc.PartitionSink] = {}
     if covered:
         topics = sorted({t for t, _, _, _ in covered})
         for row in rc.sink_bucket_stats(rc.sink_words(sink.where(covered), topics)).collect():
@@ -546,7 +548,7 @@ def examine_sink(
         # presence words: cheaper than keeping the words of the whole sink around.
         inspect: list[tuple[str, int, int | None, int | None]] = []
         for tp, rng in by_tp.items():
-            ps = rc.PartitionSink.of(per_tp.get(tp, []))
+            ps = sinks[tp] = rc.PartitionSink.of(per_tp.get(tp, []))
             lo = rc.effective_lo(rng, ps)
             if not rc.is_complete(lo, rng.hi, ps):
                 inspect += [
@@ -563,7 +565,7 @@ def examine_sink(
 
     dup_ranges: list[tuple[str, int, int | None, int | None]] = []
     for tp, rng in by_tp.items():
-        ps = rc.PartitionSink.of(per_tp.get(tp, []))
+        ps = sinks.get(tp, rc.PartitionSink())  # absent: nothing covered, so nothing was read
         out.stats[(job, tp[0], tp[1])] = ps
         lo = rc.effective_lo(rng, ps)
         for start, end in rc.missing_ranges(lo, rng.hi, ps, bitmaps.get(tp, {})):
