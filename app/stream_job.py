@@ -281,8 +281,9 @@ class StreamJob:
         with self._lock:
             committer.snapshot(batch_id, parse_offset_log(text))
         events = committer.drain()
-        # The ledger append runs beside the sink append (Spark takes jobs from several threads), so
-        # its small Delta commit hides behind the sink's write instead of adding to the batch time.
+        # The ledger append runs beside the sink append, so its small Delta commit hides behind the
+        # sink's write instead of adding to the batch time (on local storage it is not even a Spark
+        # job: app.ledger writes it with delta-rs).
         # Both finish before the batch returns, and both are idempotent per batch id, so a failure of
         # either fails the batch and its retry completes whichever half is missing.
         t_prepared = time.monotonic()
