@@ -5,13 +5,20 @@ The sink is the only large input. It is read in full once, and only for the part
 offset ranges the window's checkpoints cover, through filters on its coordinate columns so Delta's
 per-file min/max statistics skip every file outside them:
 
-1. one hash aggregate per (topic, partition, 64-offset word): rows and a presence word
-   (``app.reconcile.sink_words``), rolled up per 32768-offset bucket into count, distinct, min and
-   max (``sink_bucket_stats``). Summed per partition it is the count / distinct / min / max that
-   proves most partitions complete;
-2. the few buckets that are not complete, read again alone for their presence words, which locate
-   the missing ranges;
-3. the buckets that hold more rows than distinct offsets, read again for their duplicate offsets.
+1. one aggregate per (topic, partition): rows, min, max and a fingerprint, the XOR of xxhash64 of
+   every offset (``app.reconcile.sink_fingerprints``). Compared with the fingerprint of the offsets
+   the range must hold, computed from generated offsets (``expected_fingerprints``, each offset
+   once however many partitions share it), it proves most partitions complete at about the cost
+   of a bare count;
+2. the partitions that fail it, read again alone: a hash aggregate per 64-offset word (rows and a
+   presence word, ``sink_words``), rolled up per 32768-offset bucket into count, distinct, min and
+   max (``sink_bucket_stats``);
+3. the few buckets that are not complete, read again alone for their presence words, which locate
+   the missing ranges, and the buckets that hold more rows than distinct offsets, read again for
+   their duplicate offsets.
+
+The ledger and commit findings are computed by a second thread, in their own FAIR scheduler pool,
+while the sink is scanned.
 
 Rows past the last completed checkpoint are counted by a tail-only read.
 """
@@ -24,13 +31,14 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import reduce
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     IntegerType,
@@ -55,6 +63,7 @@ from app.schemas import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Successful runs of reconcile and forensics: where the next incremental window starts. Not a
 # DESIGN section 4 table: it is bookkeeping of these two commands only.
@@ -536,18 +545,34 @@ def examine_sink(
     per_tp: dict[tuple[str, int], list[rc.BucketStat]] = defaultdict(list)
     bitmaps: dict[tuple[str, int], dict[int, bytes]] = defaultdict(dict)
     sinks: dict[tuple[str, int], rc.PartitionSink] = {}
+    proven: set[tuple[str, int]] = set()
     if covered:
         topics = sorted({t for t, _, _, _ in covered})
-        for row in rc.sink_bucket_stats(rc.sink_words(sink.where(covered), topics)).collect():
-            per_tp[(row["topic"], row["partition"])].append(
-                rc.BucketStat(
-                    row["bucket"], row["rows"], row["distinct"], row["min_offset"], row["max_offset"]
+        started = time.monotonic()
+        proven = _prove_complete(spark, sink, covered, by_tp, topics, sinks)
+        log.info(
+            "sink of %s: %d of %d partitions proven complete by count and fingerprint in %.1fs",
+            job,
+            len(proven),
+            len(covered),
+            time.monotonic() - started,
+        )
+        # The rest is examined per bucket, reading only its partitions (Delta skips the others).
+        rest = [c for c in covered if (c[0], c[1]) in sinks and (c[0], c[1]) not in proven]
+        if rest:
+            started = time.monotonic()
+            for row in rc.sink_bucket_stats(rc.sink_words(sink.where(rest), topics)).collect():
+                per_tp[(row["topic"], row["partition"])].append(
+                    rc.BucketStat(
+                        row["bucket"], row["rows"], row["distinct"], row["min_offset"], row["max_offset"]
+                    )
                 )
-            )
         # Incomplete buckets are read again, alone (Delta skips every other file), for their
         # presence words: cheaper than keeping the words of the whole sink around.
         inspect: list[tuple[str, int, int | None, int | None]] = []
         for tp, rng in by_tp.items():
+            if tp in proven:
+                continue
             ps = sinks[tp] = rc.PartitionSink.of(per_tp.get(tp, []))
             lo = rc.effective_lo(rng, ps)
             if not rc.is_complete(lo, rng.hi, ps):
@@ -562,11 +587,21 @@ def examine_sink(
                 found[(row["topic"], row["partition"], b)].append((row["word"], row["bits"]))
             for (topic, partition, b), bucket_words in found.items():
                 bitmaps[(topic, partition)][b] = rc.bucket_bitmap(b, bucket_words)
+        if rest:
+            log.info(
+                "sink of %s: %d partition(s) examined per bucket (%d bucket(s) decoded) in %.1fs",
+                job,
+                len(rest),
+                len(inspect),
+                time.monotonic() - started,
+            )
 
     dup_ranges: list[tuple[str, int, int | None, int | None]] = []
     for tp, rng in by_tp.items():
         ps = sinks.get(tp, rc.PartitionSink())  # absent: nothing covered, so nothing was read
         out.stats[(job, tp[0], tp[1])] = ps
+        if tp in proven:
+            continue
         lo = rc.effective_lo(rng, ps)
         for start, end in rc.missing_ranges(lo, rng.hi, ps, bitmaps.get(tp, {})):
             out.gaps.append((rng, start, end))
@@ -594,6 +629,65 @@ def examine_sink(
             rng = by_tp[(row["topic"], row["partition"])]
             out.rows.append(rc.beyond_finding(rng, row.asDict()))
     return out
+
+
+def _prove_complete(
+    spark: SparkSession,
+    sink: SinkReader,
+    covered: Sequence[tuple[str, int, int | None, int]],
+    by_tp: Mapping[tuple[str, int], rc.PartitionRange],
+    topics: Sequence[str],
+    sinks: dict[tuple[str, int], rc.PartitionSink],
+) -> set[tuple[str, int]]:
+    """One scan of the covered ranges: the partitions proven complete by count and fingerprint.
+
+    Fills ``sinks`` with a provisional entry for every partition that has rows (the complete ones
+    keep theirs); partitions without any row are left out of ``sinks``.
+    """
+    started = time.monotonic()
+    prints = {
+        (r["topic"], r["partition"]): r for r in rc.sink_fingerprints(sink.where(covered), topics).collect()
+    }
+    scanned = time.monotonic()
+    candidates: dict[tuple[str, int], tuple[int, int]] = {}
+    for tp, row in prints.items():
+        rng = by_tp[tp]
+        lo = row["min_offset"] if rng.lo is None else rng.lo
+        sinks[tp] = rc.PartitionSink(row["rows"], row["rows"], row["min_offset"], row["max_offset"])
+        # Only ranges the sink holds exactly as many rows of are worth an expected fingerprint, so
+        # offsets are generated for no more than the rows just read.
+        if row["rows"] == rng.hi - lo:
+            candidates[tp] = (lo, rng.hi)
+    segments = rc.elementary_segments(candidates.values())
+    expected: dict[tuple[int, int], int] = {}
+    if segments:
+        chunks = spark.createDataFrame(
+            rc.fingerprint_chunks(segments), "seg_start long, seg_end long, start long, end long"
+        )
+        expected = {
+            (r["seg_start"], r["seg_end"]): r["fingerprint"]
+            for r in rc.expected_fingerprints(chunks).collect()
+        }
+    log.debug(
+        "fingerprints: sink scan %.1fs, expected fingerprints of %d offsets %.1fs",
+        scanned - started,
+        sum(b - a for a, b in segments),
+        time.monotonic() - scanned,
+    )
+    proven = set()
+    for tp, (lo, hi) in candidates.items():
+        row = prints[tp]
+        if rc.proven_complete(
+            lo,
+            hi,
+            row["rows"],
+            row["min_offset"],
+            row["max_offset"],
+            row["fingerprint"],
+            rc.range_fingerprint(lo, hi, expected),
+        ):
+            proven.add(tp)
+    return proven
 
 
 def observed_in_restart_ranges(spark: SparkSession, sink: SinkReader, restarts: DataFrame) -> DataFrame:
@@ -718,7 +812,64 @@ def _reconcile_inputs(
         rc.find_skipped_commits(ledger, commits, window, rules, horizon, checkpoints),
         rc.find_committed_ahead(checkpoints, commits, groups, window.until),
     ]
+    # The ledger and commit findings do not depend on the sink: they are computed by another
+    # thread while this one scans the sink. They are many small jobs on small tables, mostly driver
+    # time, which the scan's tasks leave room for.
+    background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reconcile-ledger")
+    ledger_local = background.submit(
+        _in_pool,
+        spark,
+        "ledger-analysis",
+        lambda: rc.finalize_findings(rc.union_findings(ledger_findings), result.run_id, now).collect(),
+    )
+    try:
+        sink_local, ranges, stats = _sink_and_restart_findings(
+            spark, cfg, tables, ledger, gc, checkpoints, window, rules, result, now, confirmer
+        )
+        local = rc.one_per_finding_id([*ledger_local.result(), *sink_local])
+    finally:
+        background.shutdown(wait=True)
+        for frame in (matched, checkpoints):
+            frame.unpersist()
+    merge_findings(spark, tables.findings, spark.createDataFrame(local, FINDINGS_SCHEMA))
+    rank = {s: i for i, s in enumerate(SEVERITIES)}
+    ordered = sorted(local, key=lambda f: (rank[f["severity"]], -(f["record_count"] or 0)))
+    result.top = [f.asDict() for f in ordered[:10]]
+    by_type: dict[tuple[str, str, int], dict[str, int]] = defaultdict(dict)
+    for f in local:
+        key = (f["finding_type"], f["severity"])
+        result.counts[key] = result.counts.get(key, 0) + 1
+        if f["topic"] is not None and f["partition"] is not None:
+            tp_counts = by_type[(f["job_name"], f["topic"], f["partition"])]
+            tp_counts[f["finding_type"]] = tp_counts.get(f["finding_type"], 0) + 1
+    _write_summary(spark, tables, result.run_id, ranges, stats, by_type, commits, window)
 
+
+def _in_pool(spark: SparkSession, pool: str, work: Callable[[], T]) -> T:
+    """Run ``work`` with this thread's Spark jobs in their own FAIR scheduler pool."""
+    sc = spark.sparkContext
+    sc.setLocalProperty("spark.scheduler.pool", pool)
+    try:
+        return work()
+    finally:
+        sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+
+
+def _sink_and_restart_findings(
+    spark: SparkSession,
+    cfg: AppConfig,
+    tables: Tables,
+    ledger: DataFrame,
+    gc: DataFrame,
+    checkpoints: DataFrame,
+    window: rc.AuditWindow,
+    rules: rc.MatchRules,
+    result: ReconcileResult,
+    now: datetime,
+    confirmer: GapConfirmer | None,
+) -> tuple[list[Row], list[rc.PartitionRange], dict[tuple[str, str, int], rc.PartitionSink]]:
+    """GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT and RESTART_* findings, finalized as local rows, with
+    the covered ranges and the sink's statistics per partition."""
     # The sink, job by job (each job may have its own sink table).
     ranges = _rows_to_ranges(rc.coverage_ranges(ledger, window, checkpoints).collect())
     result.partitions = len(ranges)
@@ -774,26 +925,13 @@ def _reconcile_inputs(
         observed = spark.createDataFrame([], OBSERVED_DDL)
     restart_findings = fx.find_restart_anomalies(restarts, observed)
     sink_df = spark.createDataFrame(sink_rows, rc.FINDING_CORE_SCHEMA)
-    core = rc.union_findings([*ledger_findings, restart_findings, sink_df])
     try:
-        # One job computes every finding; the MERGE and the counts then work on local rows
+        # One job computes these findings; the MERGE and the counts then work on local rows
         # instead of re-running the (many-join) plan of each finding type.
-        local = rc.finalize_findings(core, result.run_id, now).collect()
+        local = rc.finalize_findings(rc.union_findings([restart_findings, sink_df]), result.run_id, now)
+        return local.collect(), ranges, stats
     finally:
-        for frame in (restarts, matched, checkpoints):
-            frame.unpersist()
-    merge_findings(spark, tables.findings, spark.createDataFrame(local, FINDINGS_SCHEMA))
-    rank = {s: i for i, s in enumerate(SEVERITIES)}
-    ordered = sorted(local, key=lambda f: (rank[f["severity"]], -(f["record_count"] or 0)))
-    result.top = [f.asDict() for f in ordered[:10]]
-    by_type: dict[tuple[str, str, int], dict[str, int]] = defaultdict(dict)
-    for f in local:
-        key = (f["finding_type"], f["severity"])
-        result.counts[key] = result.counts.get(key, 0) + 1
-        if f["topic"] is not None and f["partition"] is not None:
-            tp_counts = by_type[(f["job_name"], f["topic"], f["partition"])]
-            tp_counts[f["finding_type"]] = tp_counts.get(f["finding_type"], 0) + 1
-    _write_summary(spark, tables, result.run_id, ranges, stats, by_type, commits, window)
+        restarts.unpersist()
 
 
 def _write_summary(

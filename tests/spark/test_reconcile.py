@@ -143,6 +143,60 @@ def test_bucket_stats_from_presence_words_equal_a_direct_count(spark: SparkSessi
         assert rc.bitmap_offsets(b, rc.bucket_bitmap(b, bucket_words)) == sorted(set(want[(t, p, b)]))
 
 
+def test_expected_fingerprints_equal_the_fingerprint_of_a_sink_holding_each_offset_once(
+    spark: SparkSession,
+) -> None:
+    # Overlapping ranges of three partitions, one longer than a generation chunk.
+    wanted = {0: (5, 5 + rc.FINGERPRINT_CHUNK + 17), 1: (100, 300), 2: (250, 260)}
+    rows = [("t", p, o) for p, (lo, hi) in wanted.items() for o in range(lo, hi)]
+    sink = spark.createDataFrame(rows, "topic string, partition int, offset long")
+    got = {r["partition"]: r for r in rc.sink_fingerprints(sink, ["t"]).collect()}
+    segments = rc.elementary_segments(wanted.values())
+    chunks = spark.createDataFrame(
+        rc.fingerprint_chunks(segments), "seg_start long, seg_end long, start long, end long"
+    )
+    expected = {
+        (r["seg_start"], r["seg_end"]): r["fingerprint"] for r in rc.expected_fingerprints(chunks).collect()
+    }
+    for p, (lo, hi) in wanted.items():
+        g = got[p]
+        assert (g["rows"], g["min_offset"], g["max_offset"]) == (hi - lo, lo, hi - 1)
+        assert g["fingerprint"] == rc.range_fingerprint(lo, hi, expected)
+        assert rc.proven_complete(
+            lo,
+            hi,
+            g["rows"],
+            g["min_offset"],
+            g["max_offset"],
+            g["fingerprint"],
+            rc.range_fingerprint(lo, hi, expected),
+        )
+
+
+def test_a_partition_with_as_many_rows_as_offsets_but_a_gap_and_a_duplicate_is_not_proven_complete(
+    spark: SparkSession,
+) -> None:
+    ledger = ledger_df(
+        spark,
+        ev("OFFSETS_RESTORED", 0, offsets={0: 0, 1: 0}, detail={"source": "earliest"}),
+        checkpoint(1, 10, {0: 100, 1: 100}),
+    )
+    # partition 1: offset 30 missing, 70 written twice: 100 rows for 100 offsets, same min and max.
+    sink = sink_df(
+        spark,
+        sink_rows(0, range(100)),
+        sink_rows(1, [o for o in range(100) if o != 30]),
+        sink_rows(1, [70], run="run-2", cp=7),
+    )
+    out = examine(spark, ledger, sink)
+
+    assert [(r.partition, s, e) for r, s, e in out.gaps] == [(1, 30, 31)]
+    dups = [r for r in out.rows if r["finding_type"] == rc.DUPLICATE]
+    assert [(d["partition"], d["offset_start"], d["offset_end"]) for d in dups] == [(1, 70, 71)]
+    assert (out.stats[(JOB, TOPIC, 1)].rows, out.stats[(JOB, TOPIC, 1)].distinct) == (100, 99)
+    assert (out.stats[(JOB, TOPIC, 0)].rows, out.stats[(JOB, TOPIC, 0)].distinct) == (100, 100)
+
+
 def test_sink_beyond_last_completed_checkpoint_is_reported_unless_the_live_run_writes_it(
     spark: SparkSession,
 ) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from app.reconcile import (
     BUCKET_SIZE,
+    FINGERPRINT_CHUNK,
     BucketStat,
     PartitionRange,
     PartitionSink,
@@ -14,8 +15,13 @@ from app.reconcile import (
     buckets_to_inspect,
     duplicate_buckets,
     effective_lo,
+    elementary_segments,
+    fingerprint_chunks,
     is_complete,
     missing_ranges,
+    one_per_finding_id,
+    proven_complete,
+    range_fingerprint,
     severity_at_least,
 )
 
@@ -94,3 +100,66 @@ def test_unknown_start_falls_back_to_the_first_sink_offset() -> None:
 def test_severity_order() -> None:
     assert severity_at_least("critical", "error")
     assert not severity_at_least("warn", "error")
+
+
+# --- the fingerprint proof of complete partitions -------------------------------------------------
+
+
+def test_elementary_segments_cut_overlapping_ranges_once_and_skip_uncovered_stretches() -> None:
+    assert elementary_segments([(0, 10), (5, 15), (20, 30), (7, 7), (20, 30)]) == [
+        (0, 5),
+        (5, 10),
+        (10, 15),
+        (20, 30),
+    ]
+    assert elementary_segments([]) == []
+
+
+def test_fingerprint_chunks_split_long_segments_at_the_chunk_size() -> None:
+    n = FINGERPRINT_CHUNK
+    assert fingerprint_chunks([(3, 3 + 2 * n + 1), (9 * n, 9 * n + 4)]) == [
+        (3, 3 + 2 * n + 1, 3, 3 + n),
+        (3, 3 + 2 * n + 1, 3 + n, 3 + 2 * n),
+        (3, 3 + 2 * n + 1, 3 + 2 * n, 3 + 2 * n + 1),
+        (9 * n, 9 * n + 4, 9 * n, 9 * n + 4),
+    ]
+
+
+def test_range_fingerprint_xors_the_pieces_of_the_range_and_refuses_an_incomplete_cover() -> None:
+    pieces = {(0, 5): 0b0011, (5, 10): 0b0101, (10, 15): 0b1000}
+    assert range_fingerprint(0, 10, pieces) == 0b0110
+    assert range_fingerprint(5, 15, pieces) == 0b1101
+    assert range_fingerprint(0, 15, pieces) == 0b1110
+    assert range_fingerprint(0, 20, pieces) is None  # 15..19 has no piece
+    assert range_fingerprint(2, 10, pieces) is None  # starts inside a piece
+
+
+@pytest.mark.parametrize(
+    ("rows", "lo_seen", "hi_seen", "fingerprint", "expected", "proven"),
+    [
+        (10, 0, 9, 42, 42, True),
+        (10, 0, 9, 41, 42, False),  # same count, other offsets (a gap and a duplicate)
+        (9, 0, 9, 42, 42, False),
+        (10, 1, 9, 42, 42, False),
+        (10, 0, 8, 42, 42, False),
+        (10, 0, 9, 42, None, False),
+    ],
+)
+def test_proven_complete_needs_count_bounds_and_fingerprint(
+    rows: int, lo_seen: int, hi_seen: int, fingerprint: int, expected: int | None, proven: bool
+) -> None:
+    assert proven_complete(0, 10, rows, lo_seen, hi_seen, fingerprint, expected) is proven
+    assert proven_complete(5, 5, 0, 0, 0, 0, 0) is False  # nothing to prove: an empty range
+
+
+def test_one_per_finding_id_keeps_the_most_severe_then_the_largest() -> None:
+    rows = [
+        {"finding_id": "a", "severity": "warn", "record_count": 5},
+        {"finding_id": "b", "severity": "info", "record_count": None},
+        {"finding_id": "a", "severity": "error", "record_count": 1},
+        {"finding_id": "a", "severity": "error", "record_count": 3},
+    ]
+    assert one_per_finding_id(rows) == [
+        {"finding_id": "a", "severity": "error", "record_count": 3},
+        {"finding_id": "b", "severity": "info", "record_count": None},
+    ]
