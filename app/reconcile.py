@@ -243,15 +243,18 @@ def finalize_findings(core: DataFrame, reconcile_run_id: str, detected_at: datet
     )
 
 
+def finding_order(row: Mapping[str, Any]) -> tuple[int, int]:
+    """Sort key of a finalized finding: most severe first, then the one counting the most records."""
+    return SEVERITIES.index(row["severity"]), -(row["record_count"] or 0)
+
+
 def one_per_finding_id(rows: Iterable[Any]) -> list[Any]:
     """Finalized rows of several ``finalize_findings`` calls, one per finding id, chosen as that
-    function chooses: the most severe, then the one counting the most records. Order is kept."""
-    rank = {s: i for i, s in enumerate(SEVERITIES)}
+    function chooses (the first by ``finding_order``). Order is kept."""
     best: dict[str, Any] = {}
     for row in rows:
         kept = best.get(row["finding_id"])
-        key = (rank[row["severity"]], -(row["record_count"] or 0))
-        if kept is None or key < (rank[kept["severity"]], -(kept["record_count"] or 0)):
+        if kept is None or finding_order(row) < finding_order(kept):
             best[row["finding_id"]] = row
     return list(best.values())
 

@@ -545,11 +545,12 @@ def examine_sink(
     per_tp: dict[tuple[str, int], list[rc.BucketStat]] = defaultdict(list)
     bitmaps: dict[tuple[str, int], dict[int, bytes]] = defaultdict(dict)
     sinks: dict[tuple[str, int], rc.PartitionSink] = {}
-    proven: set[tuple[str, int]] = set()
+    proven: dict[tuple[str, int], rc.PartitionSink] = {}
     if covered:
         topics = sorted({t for t, _, _, _ in covered})
         started = time.monotonic()
-        proven = _prove_complete(spark, sink, covered, by_tp, topics, sinks)
+        proven, with_rows = _prove_complete(spark, sink, covered, by_tp, topics)
+        sinks.update(proven)
         log.info(
             "sink of %s: %d of %d partitions proven complete by count and fingerprint in %.1fs",
             job,
@@ -558,7 +559,7 @@ def examine_sink(
             time.monotonic() - started,
         )
         # The rest is examined per bucket, reading only its partitions (Delta skips the others).
-        rest = [c for c in covered if (c[0], c[1]) in sinks and (c[0], c[1]) not in proven]
+        rest = [c for c in covered if (c[0], c[1]) in with_rows and (c[0], c[1]) not in proven]
         if rest:
             started = time.monotonic()
             for row in rc.sink_bucket_stats(rc.sink_words(sink.where(rest), topics)).collect():
@@ -637,13 +638,9 @@ def _prove_complete(
     covered: Sequence[tuple[str, int, int | None, int]],
     by_tp: Mapping[tuple[str, int], rc.PartitionRange],
     topics: Sequence[str],
-    sinks: dict[tuple[str, int], rc.PartitionSink],
-) -> set[tuple[str, int]]:
-    """One scan of the covered ranges: the partitions proven complete by count and fingerprint.
-
-    Fills ``sinks`` with a provisional entry for every partition that has rows (the complete ones
-    keep theirs); partitions without any row are left out of ``sinks``.
-    """
+) -> tuple[dict[tuple[str, int], rc.PartitionSink], set[tuple[str, int]]]:
+    """One scan of the covered ranges: the partitions proven complete by count and fingerprint,
+    with their statistics, and the set of every partition that has rows in its range."""
     started = time.monotonic()
     prints = {
         (r["topic"], r["partition"]): r for r in rc.sink_fingerprints(sink.where(covered), topics).collect()
@@ -653,7 +650,6 @@ def _prove_complete(
     for tp, row in prints.items():
         rng = by_tp[tp]
         lo = row["min_offset"] if rng.lo is None else rng.lo
-        sinks[tp] = rc.PartitionSink(row["rows"], row["rows"], row["min_offset"], row["max_offset"])
         # Only ranges the sink holds exactly as many rows of are worth an expected fingerprint, so
         # offsets are generated for no more than the rows just read.
         if row["rows"] == rng.hi - lo:
@@ -674,7 +670,7 @@ def _prove_complete(
         sum(b - a for a, b in segments),
         time.monotonic() - scanned,
     )
-    proven = set()
+    proven = {}
     for tp, (lo, hi) in candidates.items():
         row = prints[tp]
         if rc.proven_complete(
@@ -686,8 +682,9 @@ def _prove_complete(
             row["fingerprint"],
             rc.range_fingerprint(lo, hi, expected),
         ):
-            proven.add(tp)
-    return proven
+            # Complete: every offset once, so distinct offsets equal rows.
+            proven[tp] = rc.PartitionSink(row["rows"], row["rows"], row["min_offset"], row["max_offset"])
+    return proven, set(prints)
 
 
 def observed_in_restart_ranges(spark: SparkSession, sink: SinkReader, restarts: DataFrame) -> DataFrame:
@@ -832,9 +829,7 @@ def _reconcile_inputs(
         for frame in (matched, checkpoints):
             frame.unpersist()
     merge_findings(spark, tables.findings, spark.createDataFrame(local, FINDINGS_SCHEMA))
-    rank = {s: i for i, s in enumerate(SEVERITIES)}
-    ordered = sorted(local, key=lambda f: (rank[f["severity"]], -(f["record_count"] or 0)))
-    result.top = [f.asDict() for f in ordered[:10]]
+    result.top = [f.asDict() for f in sorted(local, key=rc.finding_order)[:10]]
     by_type: dict[tuple[str, str, int], dict[str, int]] = defaultdict(dict)
     for f in local:
         key = (f["finding_type"], f["severity"])
