@@ -51,9 +51,6 @@ def local_conf(cfg: SparkConfig, jars: Sequence[Path], warehouse_dir: str) -> di
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.adaptive.enabled": "true",
-        # reconcile scans the sink while another thread works through the ledger's many small
-        # jobs; FAIR pools keep those from queueing behind every task of the scan.
-        "spark.scheduler.mode": "FAIR",
         # JVM time zone as well as the SQL one: Delta's commit timestamps and our clocks agree.
         "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
