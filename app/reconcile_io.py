@@ -17,10 +17,10 @@ per-file min/max statistics skip every file outside them:
    the missing ranges, and the buckets that hold more rows than distinct offsets, read again for
    their duplicate offsets.
 
-The ledger and commit findings are computed before the sink is read, in one job over the
-(persisted, small) ledger and group commits. Running them in a second thread beside the scan was
-tried and measured slower: on a small machine their many short stages and the scan's tasks slow
-each other down more than the overlap saves.
+The ledger and commit findings are computed before the sink is read, in one query (many short
+Spark stages) over the (persisted, small) ledger and group commits. Running them in a second
+thread beside the scan was tried and measured slower: on a small machine their stages and the
+scan's tasks slow each other down more than the overlap saves.
 
 Rows past the last completed checkpoint are counted by a tail-only read.
 """
@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import reduce
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Row, SparkSession
@@ -64,7 +64,6 @@ from app.schemas import (
 )
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # Successful runs of reconcile and forensics: where the next incremental window starts. Not a
 # DESIGN section 4 table: it is bookkeeping of these two commands only.
