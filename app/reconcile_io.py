@@ -51,6 +51,7 @@ from pyspark.sql.types import (
 )
 
 from app import forensics as fx
+from app import ledger_audit as la
 from app import reconcile as rc
 from app.config import AppConfig, KafkaConfig
 from app.errors import InfrastructureError, KafkaUnavailableError, SchemaMismatchError
@@ -758,12 +759,19 @@ def run_reconcile(
 
     ledger = read_ledger(spark, tables.ledger, window, job_list, r.baseline_lookback_days).persist()
     try:
-        groups = sorted(set(r.groups) or {g["group_id"] for g in rc.job_groups(ledger).collect()})
+        # The window's ledger and commits are small next to the sink: their findings are
+        # computed on the driver (app.ledger_audit) from one Arrow copy of each.
+        ledger_rows = ledger.toArrow()
+        groups = sorted(set(r.groups) or la.ledger_groups(ledger_rows))
         gc = read_group_commits(
             spark, tables.group_commits, window, groups, r.baseline_lookback_days
         ).persist()
         try:
-            _reconcile_inputs(spark, cfg, tables, ledger, gc, window, rules, result, now, confirmer)
+            audit = la.LedgerAudit(ledger_rows, gc.toArrow(), window, rules)
+            try:
+                _reconcile_inputs(spark, cfg, tables, ledger, gc, audit, result, now, confirmer)
+            finally:
+                audit.close()
         finally:
             gc.unpersist()
     finally:
@@ -788,40 +796,25 @@ def _reconcile_inputs(
     tables: Tables,
     ledger: DataFrame,
     gc: DataFrame,
-    window: rc.AuditWindow,
-    rules: rc.MatchRules,
+    audit: la.LedgerAudit,
     result: ReconcileResult,
     now: datetime,
     confirmer: GapConfirmer | None,
 ) -> None:
-    groups = rc.job_groups(ledger)
-    commits = rc.effective_commits(gc)
-    horizon_row = gc.agg(F.max(F.coalesce("log_time", "commit_time")).alias("h")).first()
-    horizon = None if horizon_row is None else horizon_row["h"]
+    window, rules = audit.window, audit.rules
+    started = time.monotonic()
+    ledger_local = la.finalize(audit.all_findings(), result.run_id, now)
+    log.info("ledger and commit findings: %d in %.1fs", len(ledger_local), time.monotonic() - started)
     checkpoints = rc.checkpoint_offsets(ledger).persist()
-    matched = rc.match_commits(commits, rc.commit_requests(ledger, checkpoints), rules).persist()
-    ledger_findings = [
-        rc.find_ledger_inconsistencies(ledger, window),
-        rc.find_commit_failures(ledger, window),
-        rc.find_foreign_commits(matched, groups, window),
-        rc.find_commit_mismatches(matched, window),
-        rc.find_commit_regressions(gc, groups, window),
-        rc.find_skipped_commits(ledger, commits, window, rules, horizon, checkpoints),
-        rc.find_committed_ahead(checkpoints, commits, groups, window.until),
-    ]
     try:
-        started = time.monotonic()
-        ledger_local = rc.finalize_findings(rc.union_findings(ledger_findings), result.run_id, now).collect()
-        log.info("ledger and commit findings: %d in %.1fs", len(ledger_local), time.monotonic() - started)
         sink_local, ranges, stats = _sink_and_restart_findings(
             spark, cfg, tables, ledger, gc, checkpoints, window, rules, result, now, confirmer
         )
-        local = rc.one_per_finding_id([*ledger_local, *sink_local])
     finally:
-        for frame in (matched, checkpoints):
-            frame.unpersist()
+        checkpoints.unpersist()
+    local = rc.one_per_finding_id([*ledger_local, *(r.asDict() for r in sink_local)])
     merge_findings(spark, tables.findings, spark.createDataFrame(local, FINDINGS_SCHEMA))
-    result.top = [f.asDict() for f in sorted(local, key=rc.finding_order)[:10]]
+    result.top = sorted(local, key=rc.finding_order)[:10]
     by_type: dict[tuple[str, str, int], dict[str, int]] = defaultdict(dict)
     for f in local:
         key = (f["finding_type"], f["severity"])
@@ -829,7 +822,7 @@ def _reconcile_inputs(
         if f["topic"] is not None and f["partition"] is not None:
             tp_counts = by_type[(f["job_name"], f["topic"], f["partition"])]
             tp_counts[f["finding_type"]] = tp_counts.get(f["finding_type"], 0) + 1
-    _write_summary(spark, tables, result.run_id, ranges, stats, by_type, commits, window)
+    _write_summary(spark, tables, result.run_id, ranges, stats, by_type, rc.effective_commits(gc), window)
 
 
 def _sink_and_restart_findings(

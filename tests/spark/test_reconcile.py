@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from app import ledger_audit as la
 from app import reconcile as rc
 from app import reconcile_io as rio
 from app.config import AppConfig, PathsConfig, ReconcileConfig
@@ -39,11 +40,20 @@ WINDOW = rc.AuditWindow(until=at(10_000))
 RULES = rc.MatchRules(commit_match_window_s=60, clock_skew_s=1)
 
 
-def findings(df: DataFrame, finding_type: str) -> list[dict[str, Any]]:
-    rows = [r.asDict() for r in df.filter(F.col("finding_type") == finding_type).collect()]
-    for r in rows:
-        r["evidence"] = json.loads(r["evidence"])
+def findings(found: DataFrame | Sequence[Mapping[str, Any]], finding_type: str) -> list[dict[str, Any]]:
+    all_rows = [r.asDict() for r in found.collect()] if isinstance(found, DataFrame) else found
+    rows = [
+        {**r, "evidence": json.loads(r["evidence"])} for r in all_rows if r["finding_type"] == finding_type
+    ]
     return sorted(rows, key=lambda r: (r["partition"] or 0, r["checkpoint_id"] or 0, r["offset_start"] or 0))
+
+
+def audit(
+    ledger: DataFrame, commits: DataFrame | None = None, window: rc.AuditWindow = WINDOW
+) -> la.LedgerAudit:
+    """The ledger analysis over hand-built frames, as run_reconcile feeds it (one Arrow copy each)."""
+    gc_rows = commits if commits is not None else commits_df(ledger.sparkSession)
+    return la.LedgerAudit(ledger.toArrow(), gc_rows.toArrow(), window, RULES)
 
 
 def ranges(
@@ -283,10 +293,10 @@ def test_skipped_commits_are_classified_superseded_failed_or_never_attempted(spa
         checkpoint(5, 30, {0: 50}, commit=False),  # the job died before committing
     )
     commits = commits_df(spark, gc(2, 0, 10), gc(14, 0, 30))
-    out = rc.find_skipped_commits(ledger, commits, WINDOW, RULES, horizon=at(5000))
+    ledger_audit = audit(ledger, commits)
     got = [
         (f["checkpoint_id"], f["evidence"]["reason"], f["severity"], f["status"])
-        for f in findings(out, rc.SKIPPED_COMMIT)
+        for f in findings(ledger_audit.skipped_commits(horizon=at(5000)), rc.SKIPPED_COMMIT)
     ]
     assert got == [
         (2, "superseded", "info", "benign"),
@@ -294,8 +304,10 @@ def test_skipped_commits_are_classified_superseded_failed_or_never_attempted(spa
         (5, "never_attempted", "warn", "open"),
     ]
     # Checkpoints completed after the ingest horizon are not judged yet.
-    assert rc.find_skipped_commits(ledger, commits, WINDOW, RULES, horizon=at(82)).count() == 2
-    assert rc.find_skipped_commits(ledger, commits, WINDOW, RULES, horizon=None).count() == 0
+    assert len(ledger_audit.skipped_commits(horizon=at(82))) == 2
+    assert ledger_audit.skipped_commits(horizon=None) == []
+    # The horizon run_reconcile uses: the newest commit ingested (at 14 s, so nothing is judged).
+    assert ledger_audit.horizon() == at(14)
 
 
 def test_commit_failures_are_grouped_by_error(spark: SparkSession) -> None:
@@ -306,7 +318,7 @@ def test_commit_failures_are_grouped_by_error(spark: SparkSession) -> None:
         ev("COMMIT_FAILED", 5, cp=2, offsets={0: 20}, detail={**fail, "attempt": 2}),
         ev("COMMIT_FAILED", 9, cp=3, offsets={0: 30}, detail={"error": "NOT_COORDINATOR", "attempt": 3}),
     )
-    got = findings(rc.find_commit_failures(ledger, WINDOW), rc.COMMIT_FAILURE)
+    got = findings(audit(ledger).commit_failures(), rc.COMMIT_FAILURE)
     assert sorted(
         (f["evidence"]["error"], f["record_count"], tuple(f["evidence"]["checkpoint_ids"])) for f in got
     ) == [
@@ -329,8 +341,7 @@ def test_foreign_commits_and_mismatches(spark: SparkSession) -> None:
         gc(500, 0, 0),  # a reset tool, long after any request: foreign
         gc(None, 1, 77, kind="snapshot"),  # an Admin API snapshot nobody requested: foreign
     )
-    matched = rc.match_commits(commits, rc.commit_requests(ledger), RULES)
-    mismatch = findings(rc.find_commit_mismatches(matched, WINDOW), rc.COMMIT_MISMATCH)
+    mismatch = findings(audit(ledger, commits).commit_mismatches(), rc.COMMIT_MISMATCH)
     assert [
         (
             m["partition"],
@@ -341,9 +352,7 @@ def test_foreign_commits_and_mismatches(spark: SparkSession) -> None:
         for m in mismatch
     ] == [(1, 1, 9, 10)]
     foreign_window = rc.AuditWindow(until=at(10_000), since=None)
-    foreign = findings(
-        rc.find_foreign_commits(matched, rc.job_groups(ledger), foreign_window), rc.FOREIGN_COMMIT
-    )
+    foreign = findings(audit(ledger, commits, foreign_window).foreign_commits(), rc.FOREIGN_COMMIT)
     # The snapshot has no commit time, so the window cannot place it: only the timed commit counts.
     assert [(f["partition"], f["offset_start"], f["job_name"], f["severity"]) for f in foreign] == [
         (0, 0, JOB, "error")
@@ -359,7 +368,7 @@ def test_commit_regression_and_a_tombstone_resets_history(spark: SparkSession) -
         gc(3, 0, None, kind="tombstone"),
         gc(4, 0, 5),  # after a deletion: a fresh start, not a regression
     )
-    got = findings(rc.find_commit_regressions(commits, rc.job_groups(ledger), WINDOW), rc.COMMIT_REGRESSION)
+    got = findings(audit(ledger, commits).commit_regressions(), rc.COMMIT_REGRESSION)
     assert [(g["offset_start"], g["offset_end"], g["record_count"], g["job_name"]) for g in got] == [
         (30, 50, 20, JOB)
     ]
@@ -369,8 +378,7 @@ def test_committed_ahead_of_the_latest_completed_checkpoint(spark: SparkSession)
     ledger = ledger_df(spark, checkpoint(1, 0, {0: 10, 1: 10}))
     commits = commits_df(spark, gc(2, 0, 10), gc(2, 1, 10), gc(50, 1, 25))
     got = findings(
-        rc.find_committed_ahead(rc.checkpoint_offsets(ledger), commits, rc.job_groups(ledger), at(100)),
-        rc.COMMITTED_AHEAD,
+        audit(ledger, commits, rc.AuditWindow(until=at(100))).committed_ahead(), rc.COMMITTED_AHEAD
     )
     assert [
         (g["partition"], g["offset_start"], g["offset_end"], g["record_count"], g["severity"]) for g in got
@@ -389,7 +397,7 @@ def test_ledger_inconsistencies(spark: SparkSession) -> None:
         ev("CHECKPOINT_COMPLETED", 6, cp=3),  # completed, never snapshotted
         ev("RUN_STARTED", 9, run="run-2"),  # run-1 never stopped
     )
-    got = findings(rc.find_ledger_inconsistencies(ledger, WINDOW), rc.LEDGER_INCONSISTENT)
+    got = findings(audit(ledger).ledger_inconsistencies(), rc.LEDGER_INCONSISTENT)
     assert sorted((g["evidence"]["kind"], g["run_id"], g["checkpoint_id"]) for g in got) == [
         ("completed_without_snapshot", "run-1", 3),
         ("offsets_backwards_in_run", "run-1", 2),
@@ -414,13 +422,16 @@ def test_finding_ids_hash_identity_not_run_or_time(spark: SparkSession) -> None:
     ledger = ledger_df(
         spark, ev("COMMIT_FAILED", 1, cp=1, offsets={0: 10}, detail={"error": "X", "attempt": 1})
     )
-    core = rc.find_commit_failures(ledger, WINDOW)
-    a = rc.finalize_findings(core, "rec-1", at(100)).first()
-    b = rc.finalize_findings(core, "rec-2", at(200)).first()
-    assert a is not None
-    assert b is not None
-    assert a.finding_id == b.finding_id
-    assert len(a.finding_id) == 64
+    core = audit(ledger).commit_failures()
+    a = la.finalize(core, "rec-1", at(100))
+    b = la.finalize(core, "rec-2", at(200))
+    assert len(a) == len(b) == 1
+    assert a[0]["finding_id"] == b[0]["finding_id"]
+    assert len(a[0]["finding_id"]) == 64
+    # The same id as Spark's finalize_findings (which the sink and restart findings go through),
+    # so one finding keeps one id whichever engine computed it.
+    spark_ids = rc.finalize_findings(spark.createDataFrame(core, rc.FINDING_CORE_SCHEMA), "rec-3", at(300))
+    assert [r.finding_id for r in spark_ids.collect()] == [a[0]["finding_id"]]
 
 
 # --- whole runs over Delta tables ----------------------------------------------------------------
