@@ -50,6 +50,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from app import delta_rows
 from app import forensics as fx
 from app import ledger_audit as la
 from app import reconcile as rc
@@ -145,19 +146,9 @@ def empty(spark: SparkSession, schema: StructType) -> DataFrame:
     return spark.createDataFrame([], schema)
 
 
-def merge_findings(spark: SparkSession, path: str, findings: DataFrame) -> None:
+def merge_findings(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
     """Upsert by finding_id: a re-run updates what it sees again and keeps the first detected_at."""
-    target = ensure_table(spark, path, FINDINGS_SCHEMA)
-    updates: dict[str, str | Column] = {
-        c: f"s.{c}" for c in FINDINGS_SCHEMA.fieldNames() if c not in ("finding_id", "detected_at")
-    }
-    (
-        target.alias("t")
-        .merge(findings.alias("s"), "t.finding_id = s.finding_id")
-        .whenMatchedUpdate(set=updates)
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
 
 
 def merge_restarts(spark: SparkSession, path: str, restarts: DataFrame) -> None:
@@ -196,7 +187,6 @@ def record_run(
     started_at: datetime,
     finished_at: datetime,
 ) -> None:
-    ensure_table(spark, path, AUDIT_RUNS_SCHEMA)
     row = (
         run_id,
         command,
@@ -207,7 +197,9 @@ def record_run(
         finished_at,
         "succeeded",
     )
-    spark.createDataFrame([row], AUDIT_RUNS_SCHEMA).write.format("delta").mode("append").save(path)
+    delta_rows.append_rows(
+        spark, path, AUDIT_RUNS_SCHEMA, [dict(zip(AUDIT_RUNS_SCHEMA.fieldNames(), row, strict=True))]
+    )
 
 
 def drop_orphan_summaries(spark: SparkSession, tables: Tables) -> None:
@@ -813,7 +805,7 @@ def _reconcile_inputs(
     finally:
         checkpoints.unpersist()
     local = rc.one_per_finding_id([*ledger_local, *(r.asDict() for r in sink_local)])
-    merge_findings(spark, tables.findings, spark.createDataFrame(local, FINDINGS_SCHEMA))
+    merge_findings(spark, tables.findings, local)
     result.top = sorted(local, key=rc.finding_order)[:10]
     by_type: dict[tuple[str, str, int], dict[str, int]] = defaultdict(dict)
     for f in local:
@@ -952,12 +944,14 @@ def _write_summary(
                 json.dumps(dict(sorted(by_type.get((rng.job_name, rng.topic, rng.partition), {}).items()))),
             )
         )
-    ensure_table(spark, tables.partition_summary, PARTITION_SUMMARY_SCHEMA)
-    if rows:
-        # One append is one Delta commit: a run killed before it leaves nothing half-written.
-        spark.createDataFrame(rows, PARTITION_SUMMARY_SCHEMA).write.format("delta").mode("append").save(
-            tables.partition_summary
-        )
+    # One append is one Delta commit: a run killed before it leaves nothing half-written.
+    names = PARTITION_SUMMARY_SCHEMA.fieldNames()
+    delta_rows.append_rows(
+        spark,
+        tables.partition_summary,
+        PARTITION_SUMMARY_SCHEMA,
+        [dict(zip(names, row, strict=True)) for row in rows],
+    )
 
 
 # --- forensics -----------------------------------------------------------------------------------
@@ -1015,7 +1009,7 @@ def run_forensics(
             table = fx.restarts_table(restarts, observed, run_id)
             merge_restarts(spark, tables.restarts, table)
             findings = rc.finalize_findings(fx.find_restart_anomalies(restarts, observed), run_id, now)
-            merge_findings(spark, tables.findings, findings)
+            merge_findings(spark, tables.findings, [r.asDict() for r in findings.collect()])
             result.restarts = [
                 row.asDict() for row in table.orderBy("started_at", "topic", "partition").collect()
             ]
