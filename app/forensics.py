@@ -6,7 +6,9 @@ A restart is judged per partition against the last checkpoint completed before t
 (normally the previous run's last one): resumed at it -> exact, below it -> replay (the records in
 between are read twice; the sink shows them as duplicates unless the sink is idempotent), above it
 -> skip (the records in between were never read: a gap). The group's committed offset at that
-moment is kept beside it because a restart without state resumes from there.
+moment is kept beside it because a restart without state resumes from there. The
+classification itself is computed from the ledger in app/ledger_audit.py; this module links it to
+the sink and formats it.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from app.reconcile import (
     CRITICAL,
@@ -25,15 +28,10 @@ from app.reconcile import (
     RESTART_REPLAY,
     RESTART_SKIP,
     WARN,
-    AuditWindow,
-    MatchRules,
-    checkpoint_offsets,
     core_findings,
     evidence_json,
-    plus_seconds,
-    run_starts,
 )
-from app.schemas import EVENT_OFFSETS_RESTORED, RESTART_CLASSES, RESTARTS_SCHEMA
+from app.schemas import RESTART_CLASSES, RESTARTS_SCHEMA
 
 EXACT: Final = RESTART_CLASSES[0]
 REPLAY: Final = RESTART_CLASSES[1]
@@ -44,117 +42,29 @@ if (EXACT, REPLAY, SKIP, UNKNOWN) != ("exact", "replay", "skip", "unknown"):
 
 _TP: Final = ("topic", "partition")
 
-
-def classify_restarts(
-    ledger: DataFrame,
-    group_commits: DataFrame,
-    window: AuditWindow,
-    rules: MatchRules,
-    checkpoints: DataFrame | None = None,
-) -> DataFrame:
-    """One row per run start in the window (that has a previous run) and partition.
-
-    Columns: the restarts contract minus ``duplicates_observed`` and ``forensics_run_id``.
-    Partitions come from the run's OFFSETS_RESTORED rows and from the previous checkpoint, so a
-    partition the new run never restored still shows up (as unknown).
-    """
-    runs = run_starts(ledger).filter(
-        F.col("previous_run_id").isNotNull() & window.contains(F.col("started_at"))
-    )
-    restored = (
-        ledger.filter((F.col("event_type") == EVENT_OFFSETS_RESTORED) & F.col("partition").isNotNull())
-        .groupBy("job_name", "run_id", *_TP)
-        .agg(
-            F.min_by("offset", "event_time").alias("resumed_offset"),
-            F.min_by(
-                F.coalesce(
-                    F.get_json_object("detail", "$.source"),
-                    F.get_json_object("detail", "$.resume_source"),
-                    F.get_json_object("detail", "$.reason"),
-                ),
-                "event_time",
-            ).alias("resume_source"),
-            F.max("group_id").alias("_restored_group"),
-        )
-    )
-    completed = checkpoints if checkpoints is not None else checkpoint_offsets(ledger)
-    ckpts = completed.filter(F.col("offset").isNotNull())
-    # The last checkpoint of the job completed before the run started, per partition.
-    prior = (
-        runs.select("job_name", "run_id", "started_at")
-        .join(
-            ckpts.select(
-                "job_name", *_TP, "offset", "completed_at", "checkpoint_id", F.col("run_id").alias("_cp_run")
-            ),
-            on="job_name",
-            how="inner",
-        )
-        .filter(F.col("completed_at") < F.col("started_at"))
-        .groupBy("job_name", "run_id", *_TP)
-        .agg(
-            F.max_by("offset", F.struct("completed_at", "checkpoint_id")).alias("previous_checkpoint_offset"),
-            F.max_by("checkpoint_id", F.struct("completed_at", "checkpoint_id")).alias(
-                "previous_checkpoint_id"
-            ),
-            F.max_by("_cp_run", F.struct("completed_at", "checkpoint_id")).alias("previous_checkpoint_run"),
-        )
-    )
-    per_partition = restored.join(prior, on=["job_name", "run_id", *_TP], how="full_outer")
-    base = runs.join(per_partition, on=["job_name", "run_id"], how="inner").withColumn(
-        "group_id", F.coalesce(F.col("group_id"), F.col("_restored_group"))
-    )
-
-    commits = group_commits.filter(F.col("record_kind").isin("commit", "snapshot", "tombstone")).select(
-        F.col("group_id").alias("_g"),
-        F.col("topic").alias("_t"),
-        F.col("partition").alias("_p"),
-        F.col("committed_offset").alias("_c_offset"),
-        F.coalesce("commit_time", "log_time").alias("_c_time"),
-        F.col("log_offset").alias("_c_log_offset"),
-    )
-    at_start = base.join(
-        commits,
-        on=(F.col("group_id") == F.col("_g"))
-        & (F.col("topic") == F.col("_t"))
-        & (F.col("partition") == F.col("_p"))
-        & (F.col("_c_time") <= plus_seconds(F.col("started_at"), rules.clock_skew_s)),
-        how="left",
-    )
-    latest = Window.partitionBy("job_name", "run_id", *_TP).orderBy(
-        F.col("_c_time").desc_nulls_last(), F.col("_c_log_offset").desc_nulls_last()
-    )
-    with_commit = (
-        at_start.withColumn("_commit_rank", F.row_number().over(latest))
-        .filter(F.col("_commit_rank") == 1)
-        .drop("_commit_rank")
-    )
-    resumed, previous = F.col("resumed_offset"), F.col("previous_checkpoint_offset")
-    known = resumed.isNotNull() & previous.isNotNull()
-    classification = (
-        F.when(~known, F.lit(UNKNOWN))
-        .when(resumed == previous, F.lit(EXACT))
-        .when(resumed < previous, F.lit(REPLAY))
-        .otherwise(F.lit(SKIP))
-    )
-    return with_commit.select(
-        "job_name",
-        "run_id",
-        "previous_run_id",
-        "started_at",
-        "group_id",
-        *_TP,
-        "resumed_offset",
-        "resume_source",
-        "previous_checkpoint_offset",
-        "previous_checkpoint_id",
-        "previous_checkpoint_run",
-        F.col("_c_offset").alias("group_committed_offset"),
-        classification.alias("classification"),
-        F.when(known & (resumed < previous), previous - resumed)
-        .otherwise(F.lit(0))
-        .alias("records_replayed"),
-        F.when(known & (resumed > previous), resumed - previous).otherwise(F.lit(0)).alias("records_skipped"),
-    )
+# A restart per run start and partition, as app.ledger_audit classifies it: the restarts contract
+# minus what the sink and the forensics run add (duplicates_observed, forensics_run_id), plus the
+# previous checkpoint's id and run for the evidence.
+RESTART_FRAME_SCHEMA: Final = StructType(
+    [
+        StructField("job_name", StringType()),
+        StructField("run_id", StringType()),
+        StructField("previous_run_id", StringType()),
+        StructField("started_at", TimestampType()),
+        StructField("group_id", StringType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("resumed_offset", LongType()),
+        StructField("resume_source", StringType()),
+        StructField("previous_checkpoint_offset", LongType()),
+        StructField("previous_checkpoint_id", LongType()),
+        StructField("previous_checkpoint_run", StringType()),
+        StructField("group_committed_offset", LongType()),
+        StructField("classification", StringType()),
+        StructField("records_replayed", LongType()),
+        StructField("records_skipped", LongType()),
+    ]
+)
 
 
 def restart_ranges(restarts: DataFrame) -> DataFrame:

@@ -26,6 +26,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from app import forensics as fx
 from app import reconcile as rc
 from app.committer import ERROR_OUTCOME_UNKNOWN
 from app.schemas import (
@@ -35,6 +36,7 @@ from app.schemas import (
     EVENT_COMMIT_REQUESTED,
     EVENT_COMMIT_SKIPPED,
     EVENT_COMMIT_SUCCEEDED,
+    EVENT_OFFSETS_RESTORED,
     EVENT_RUN_STARTED,
     EVENT_RUN_STOPPED,
     FINDINGS_SCHEMA,
@@ -149,6 +151,8 @@ def _naive_utc(table: pa.Table) -> pa.Table:
     return table
 
 
+RESTART_COLUMNS: Final = tuple(fx.RESTART_FRAME_SCHEMA.fieldNames())
+
 # Skip reasons of the committer, folded into the three classes DESIGN section 5 names.
 _SUPERSEDED_REASONS: Final = ("superseded_in_flight", "pending_evicted", "unknown_checkpoint")
 
@@ -174,6 +178,16 @@ class LedgerAudit:
         self._db.register("ledger", _naive_utc(ledger))
         self._db.register("gc", _naive_utc(group_commits))
         self._db.execute(_VIEWS)
+        # The group's last effective commit per partition before the window's end.
+        self._db.execute(
+            f"""
+            CREATE TEMP VIEW latest_commits AS
+            SELECT * FROM commits WHERE effective_time < {_ts(window.until)}
+            QUALIFY row_number() OVER (
+                PARTITION BY group_id, topic, "partition"
+                ORDER BY effective_time DESC NULLS LAST, log_offset DESC NULLS LAST) = 1
+            """
+        )
 
     def close(self) -> None:
         self._db.close()
@@ -186,7 +200,7 @@ class LedgerAudit:
         return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
 
     def _within(self, expr: str) -> str:
-        """SQL of AuditWindow.contains: [since, until), null outside."""
+        """SQL of the window test: ``expr`` in [since, until); null is outside."""
         inside = f"({expr}) < {_ts(self.window.until)}"
         return inside if self.window.since is None else f"{inside} AND ({expr}) >= {_ts(self.window.since)}"
 
@@ -209,6 +223,172 @@ class LedgerAudit:
             *self.skipped_commits(self.horizon()),
             *self.committed_ahead(),
         ]
+
+    # --- views the sink phase and forensics use --------------------------------------------------
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """Completed checkpoints per partition: job_name, run_id, checkpoint_id, topic, partition,
+        group_id, engine, offset (normalized), raw_offset, completed_at.
+
+        A completion recorded without partition rows (the committer's unknown-checkpoint case)
+        takes its offsets from the checkpoint's snapshot. Repeated events of one checkpoint
+        collapse to the first completion time.
+        """
+        return _aware_rows(self.rows("SELECT * FROM checkpoints"))
+
+    def latest_commits(self) -> dict[tuple[str | None, str, int], tuple[int | None, datetime | None]]:
+        """(group, topic, partition) -> the group's last committed offset before ``until`` and its time."""
+        rows = self.rows(
+            'SELECT group_id, topic, "partition", committed_offset, commit_time FROM latest_commits'
+        )
+        return {
+            (r["group_id"], r["topic"], r["partition"]): (r["committed_offset"], _aware(r["commit_time"]))
+            for r in rows
+        }
+
+    def active_runs(self) -> dict[str, str]:
+        """job -> its latest run when that run has not stopped (its newest batch may be in flight)."""
+        rows = self.rows(
+            f"""
+            WITH latest AS (
+                SELECT job_name, arg_max_null(run_id, started_at) AS run_id FROM runs GROUP BY job_name
+            )
+            SELECT * FROM latest l WHERE NOT EXISTS (
+                SELECT 1 FROM ledger s WHERE s.event_type = '{EVENT_RUN_STOPPED}'
+                  AND s.job_name = l.job_name AND s.run_id = l.run_id)
+            """
+        )
+        return {r["job_name"]: r["run_id"] for r in rows}
+
+    def coverage(self) -> list[dict[str, Any]]:
+        """Per job and partition, the offsets [lo, hi) the window's checkpoints vouch for.
+
+        hi is the highest offset of a checkpoint completed in the window. lo is where the window's
+        data starts: the last checkpoint completed before it (within the look-back read), else the
+        lowest offset a run in the window restored from, else unknown (null: the sink's first
+        offset is then taken as the start). ``beyond_from`` is the highest completed offset in
+        everything read (also after ``until``): sink rows at or past it belong to no completed
+        checkpoint.
+        """
+        key = 'job_name, topic, "partition"'
+        on = 't.job_name = {0}.job_name AND t.topic = {0}.topic AND t."partition" = {0}."partition"'
+        before = f"completed_at < {_ts(self.window.since)}" if self.window.since is not None else "false"
+        rows = self.rows(
+            f"""
+            WITH ck AS (
+                SELECT * FROM checkpoints WHERE "offset" IS NOT NULL
+            ), top AS (
+                SELECT {key}, max("offset") AS hi,
+                       arg_max_null(checkpoint_id, {{'o': "offset", 't': completed_at}}) AS hi_checkpoint_id,
+                       arg_max_null(run_id, {{'o': "offset", 't': completed_at}}) AS hi_run_id,
+                       max(group_id) AS group_id,
+                       max(completed_at) AS last_completed_at,
+                       arg_max_null(checkpoint_id, completed_at) AS last_checkpoint_id,
+                       arg_max_null("offset", completed_at) AS last_checkpoint_offset,
+                       min("offset") AS min_in_window
+                FROM ck WHERE {self._within("completed_at")} GROUP BY {key}
+            ), base AS (
+                SELECT {key}, arg_max_null("offset", completed_at) AS baseline
+                FROM ck WHERE {before} GROUP BY {key}
+            ), restored AS (
+                SELECT {key}, min("offset") AS restored
+                FROM ledger
+                WHERE event_type = '{EVENT_OFFSETS_RESTORED}' AND "offset" IS NOT NULL
+                  AND {self._within("event_time")}
+                GROUP BY {key}
+            ), beyond AS (
+                SELECT {key}, max("offset") AS beyond_from FROM ck GROUP BY {key}
+            )
+            SELECT t.job_name, t.topic, t."partition", t.group_id,
+                   CASE WHEN b.baseline IS NOT NULL OR r.restored IS NOT NULL
+                        THEN least(coalesce(b.baseline, r.restored), r.restored, t.min_in_window) END AS lo,
+                   CASE WHEN b.baseline IS NOT NULL THEN 'previous_checkpoint'
+                        WHEN r.restored IS NOT NULL THEN 'restored'
+                        ELSE 'sink_min' END AS lo_source,
+                   t.hi, t.hi_checkpoint_id, t.hi_run_id, t.last_checkpoint_id, t.last_checkpoint_offset,
+                   t.last_completed_at, y.beyond_from
+            FROM top t
+            LEFT JOIN base b ON {on.format("b")}
+            LEFT JOIN restored r ON {on.format("r")}
+            LEFT JOIN beyond y ON {on.format("y")}
+            """
+        )
+        return _aware_rows(rows)
+
+    def restarts(self) -> list[dict[str, Any]]:
+        """One row per run start in the window (that has a previous run) and partition.
+
+        A restart is judged per partition against the last checkpoint of the job completed before
+        the run started: resumed at it -> exact, below it -> replay, above it -> skip, either
+        unknown -> unknown. Partitions come from the run's OFFSETS_RESTORED rows and from that
+        checkpoint, so a partition the new run never restored still shows up (as unknown). The
+        group's committed offset at the start (plus clock skew) is kept beside it.
+        Columns: RESTART_COLUMNS.
+        """
+        skew = _secs(self.rules.clock_skew_s)
+        tp = 'topic, "partition"'
+        source = (
+            "coalesce(detail(detail, '$.source'), detail(detail, '$.resume_source'), "
+            "detail(detail, '$.reason'))"
+        )
+        order = "{'t': k.completed_at, 'c': k.checkpoint_id}"
+        rows = self.rows(
+            f"""
+            WITH r AS (
+                SELECT * FROM runs WHERE previous_run_id IS NOT NULL AND {self._within("started_at")}
+            ), restored AS (
+                SELECT job_name, run_id, {tp},
+                       arg_min_null("offset", event_time) AS resumed_offset,
+                       arg_min_null({source}, event_time) AS resume_source,
+                       max(group_id) AS restored_group
+                FROM ledger WHERE event_type = '{EVENT_OFFSETS_RESTORED}' AND "partition" IS NOT NULL
+                GROUP BY job_name, run_id, {tp}
+            ), prior AS (
+                SELECT r.job_name, r.run_id, k.topic, k."partition",
+                       arg_max_null(k."offset", {order}) AS previous_checkpoint_offset,
+                       arg_max_null(k.checkpoint_id, {order}) AS previous_checkpoint_id,
+                       arg_max_null(k.run_id, {order}) AS previous_checkpoint_run
+                FROM r JOIN checkpoints k ON r.job_name = k.job_name
+                WHERE k."offset" IS NOT NULL AND k.completed_at < r.started_at
+                GROUP BY r.job_name, r.run_id, k.topic, k."partition"
+            ), per_partition AS (
+                SELECT coalesce(a.job_name, b.job_name) AS job_name,
+                       coalesce(a.run_id, b.run_id) AS run_id,
+                       coalesce(a.topic, b.topic) AS topic,
+                       coalesce(a."partition", b."partition") AS "partition",
+                       a.resumed_offset, a.resume_source, a.restored_group, b.previous_checkpoint_offset,
+                       b.previous_checkpoint_id, b.previous_checkpoint_run
+                FROM restored a FULL JOIN prior b
+                  ON a.job_name = b.job_name AND a.run_id = b.run_id AND a.topic = b.topic
+                 AND a."partition" = b."partition"
+            ), base AS (
+                SELECT r.previous_run_id, r.started_at, coalesce(r.group_id, p.restored_group) AS group_id,
+                       p.* EXCLUDE (restored_group)
+                FROM r JOIN per_partition p ON r.job_name = p.job_name AND r.run_id = p.run_id
+            ), at_start AS (
+                SELECT b.*, c.committed_offset AS group_committed_offset
+                FROM base b LEFT JOIN gc c
+                  ON c.record_kind IN ('commit', 'snapshot', 'tombstone') AND b.group_id = c.group_id
+                 AND b.topic = c.topic AND b."partition" = c."partition"
+                 AND coalesce(c.commit_time, c.log_time) <= b.started_at + {skew}
+                QUALIFY row_number() OVER (
+                    PARTITION BY b.job_name, b.run_id, b.topic, b."partition"
+                    ORDER BY coalesce(c.commit_time, c.log_time) DESC NULLS LAST, c.log_offset DESC NULLS LAST
+                ) = 1
+            )
+            SELECT *,
+                   CASE WHEN resumed_offset IS NULL OR previous_checkpoint_offset IS NULL THEN '{fx.UNKNOWN}'
+                        WHEN resumed_offset = previous_checkpoint_offset THEN '{fx.EXACT}'
+                        WHEN resumed_offset < previous_checkpoint_offset THEN '{fx.REPLAY}'
+                        ELSE '{fx.SKIP}' END AS classification,
+                   CASE WHEN resumed_offset < previous_checkpoint_offset
+                        THEN previous_checkpoint_offset - resumed_offset ELSE 0 END AS records_replayed,
+                   CASE WHEN resumed_offset > previous_checkpoint_offset
+                        THEN resumed_offset - previous_checkpoint_offset ELSE 0 END AS records_skipped
+            FROM at_start
+            """
+        )
+        return [{c: r[c] for c in RESTART_COLUMNS} for r in _aware_rows(rows)]
 
     # --- LEDGER_INCONSISTENT -----------------------------------------------------------------------
 
@@ -548,7 +728,7 @@ class LedgerAudit:
             ), covering AS (
                 SELECT k.job_name, k.run_id, k.checkpoint_id, k.topic, k."partition",
                        min(c.effective_time) AS covered_at,
-                       arg_min(c.committed_offset, c.effective_time) AS covered_by_offset
+                       arg_min_null(c.committed_offset, c.effective_time) AS covered_by_offset
                 FROM unreached k JOIN commits c ON {same_tp} AND c.committed_offset >= k."offset"
                 GROUP BY k.job_name, k.run_id, k.checkpoint_id, k.topic, k."partition"
             ), events AS (
@@ -637,18 +817,13 @@ class LedgerAudit:
             f"""
             WITH done AS (
                 SELECT group_id, topic, "partition", max("offset") AS max_completed,
-                       arg_max(checkpoint_id, "offset") AS max_checkpoint,
-                       arg_max(run_id, "offset") AS max_run
+                       arg_max_null(checkpoint_id, "offset") AS max_checkpoint,
+                       arg_max_null(run_id, "offset") AS max_run
                 FROM checkpoints WHERE completed_at < {until} AND "offset" IS NOT NULL
                 GROUP BY group_id, topic, "partition"
-            ), latest AS (
-                SELECT * FROM commits WHERE effective_time < {until}
-                QUALIFY row_number() OVER (
-                    PARTITION BY group_id, topic, "partition"
-                    ORDER BY effective_time DESC NULLS LAST, log_offset DESC NULLS LAST) = 1
             )
             SELECT l.*, d.max_completed, d.max_checkpoint, d.max_run, g.job_name
-            FROM latest l
+            FROM latest_commits l
             JOIN done d ON l.group_id = d.group_id AND l.topic = d.topic AND l."partition" = d."partition"
             LEFT JOIN job_groups g ON l.group_id = g.group_id
             WHERE l.committed_offset > d.max_completed
@@ -690,6 +865,10 @@ _COORDINATES: Final = ("job_name", "group_id", "topic", "partition", "run_id", "
 def _aware(value: Any) -> Any:
     """UTC wall times from DuckDB back to instants."""
     return value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
+
+
+def _aware_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: _aware(v) for k, v in r.items()} for r in rows]
 
 
 def _to_int(value: Any) -> int | None:

@@ -2,10 +2,9 @@
 
 Sink-derived findings (GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT) start from small per-bucket
 aggregates that the I/O module collects, so their range arithmetic is plain Python and testable
-without a JVM. The ledger views the sink phase needs (completed checkpoints, runs, coverage) are
-``DataFrame -> DataFrame`` transforms. Ledger- and commit-derived findings live in
-app/ledger_audit.py: they read only the small ledger window and the group's commits, so they run on
-the driver.
+without a JVM. Everything read from the ledger and the group's commits (ledger- and
+commit-derived findings, completed checkpoints, the ranges the sink must hold, restarts) lives in
+app/ledger_audit.py: those inputs are small, so they are analysed on the driver.
 
 Every finding function returns the *core* columns (``FINDING_CORE``): the contract's columns minus
 the run id and detection time, plus ``identity``, a string that together with the coordinates makes
@@ -13,9 +12,8 @@ the finding unique. ``finalize_findings`` turns that into the ``findings`` contr
 ``finding_id = sha2(identity columns)`` -- never over run ids of the reconciliation or times of
 detection, so a re-run over the same inputs yields the same ids.
 
-Internal frames use canonical names: the ledger and group_commits keep their contract columns; the
-sink is renamed by the I/O module to ``topic, partition, offset, writer_checkpoint_id,
-writer_run_id``.
+Internal frames use canonical names: the sink is renamed by the I/O module to ``topic, partition,
+offset, writer_checkpoint_id, writer_run_id``.
 """
 
 from __future__ import annotations
@@ -39,11 +37,6 @@ from pyspark.sql.types import (
 )
 
 from app.schemas import (
-    EVENT_CHECKPOINT_COMPLETED,
-    EVENT_CHECKPOINT_SNAPSHOT,
-    EVENT_OFFSETS_RESTORED,
-    EVENT_RUN_STARTED,
-    EVENT_RUN_STOPPED,
     FINDING_STATUSES,
     FINDING_TYPES,
     FINDINGS_SCHEMA,
@@ -126,10 +119,6 @@ class AuditWindow:
     until: datetime
     since: datetime | None = None
 
-    def contains(self, col: Column) -> Column:
-        inside = col < F.lit(self.until)
-        return inside if self.since is None else inside & (col >= F.lit(self.since))
-
 
 @dataclass(frozen=True)
 class MatchRules:
@@ -144,14 +133,6 @@ class MatchRules:
 
 def evidence_json(**fields: Column) -> Column:
     return F.to_json(F.struct(*[c.alias(k) for k, c in fields.items()]))
-
-
-def _detail(path: str) -> Column:
-    return F.get_json_object(F.col("detail"), f"$.{path}")
-
-
-def plus_seconds(col: Column, seconds: float) -> Column:
-    return col + F.make_interval(secs=F.lit(seconds))
 
 
 def core_findings(
@@ -184,11 +165,6 @@ def core_findings(
         for f in FINDING_CORE_SCHEMA.fields
     ]
     return df.select(*out)
-
-
-def empty_findings(df: DataFrame) -> DataFrame:
-    """A FINDING_CORE frame with no rows, from any frame's session."""
-    return df.sparkSession.createDataFrame([], FINDING_CORE_SCHEMA)
 
 
 def union_findings(frames: Sequence[DataFrame]) -> DataFrame:
@@ -251,188 +227,6 @@ def one_per_finding_id(rows: Iterable[Any]) -> list[Any]:
         if kept is None or finding_order(row) < finding_order(kept):
             best[row["finding_id"]] = row
     return list(best.values())
-
-
-# --- ledger views --------------------------------------------------------------------------------
-
-
-_KEY: Final = ("job_name", "run_id", "checkpoint_id")
-_TP: Final = ("topic", "partition")
-
-
-def checkpoint_offsets(ledger: DataFrame) -> DataFrame:
-    """Completed checkpoints per partition: job_name, run_id, checkpoint_id, group_id, engine, topic,
-    partition, offset (normalized), raw_offset, completed_at.
-
-    A completion recorded without partition rows (the committer's unknown-checkpoint case) takes its
-    offsets from the checkpoint's snapshot. Repeated events of one checkpoint collapse to the first
-    completion time.
-    """
-    require_columns(ledger, ["event_type", *_KEY, *_TP, "offset", "event_time"], "ledger")
-    completed = ledger.filter(F.col("event_type") == EVENT_CHECKPOINT_COMPLETED)
-    times = completed.groupBy(*_KEY).agg(
-        F.min("event_time").alias("completed_at"),
-        F.count("partition").alias("_ckpt_partition_rows"),
-    )
-    cols = [*_KEY, "group_id", "engine", *_TP, "offset", "raw_offset"]
-    with_parts = completed.filter(F.col("partition").isNotNull()).select(*cols)
-    snapshots = ledger.filter(
-        (F.col("event_type") == EVENT_CHECKPOINT_SNAPSHOT) & F.col("partition").isNotNull()
-    ).select(*cols)
-    from_snapshot = (
-        times.filter(F.col("_ckpt_partition_rows") == 0)
-        .select(*_KEY)
-        .join(snapshots, on=list(_KEY), how="inner")
-    )
-    per_partition = (
-        with_parts.unionByName(from_snapshot)
-        .groupBy(*_KEY, *_TP)
-        .agg(
-            F.max("group_id").alias("group_id"),
-            F.max("engine").alias("engine"),
-            F.max("offset").alias("offset"),
-            F.max("raw_offset").alias("raw_offset"),
-        )
-    )
-    return per_partition.join(times.select(*_KEY, "completed_at"), on=list(_KEY), how="inner")
-
-
-def _checkpoints(ledger: DataFrame, checkpoints: DataFrame | None) -> DataFrame:
-    # Callers that run several transforms pass checkpoint_offsets once, persisted.
-    return checkpoints if checkpoints is not None else checkpoint_offsets(ledger)
-
-
-def run_starts(ledger: DataFrame) -> DataFrame:
-    """Runs with their start and the job's previous run: job_name, run_id, started_at,
-    previous_run_id, previous_started_at, previous_stopped_at, group_id."""
-    starts = (
-        ledger.filter(F.col("event_type") == EVENT_RUN_STARTED)
-        .groupBy("job_name", "run_id")
-        .agg(F.min("event_time").alias("started_at"), F.max("group_id").alias("group_id"))
-    )
-    stops = (
-        ledger.filter(F.col("event_type") == EVENT_RUN_STOPPED)
-        .groupBy("job_name", "run_id")
-        .agg(F.max("event_time").alias("stopped_at"))
-    )
-    runs = starts.join(stops, on=["job_name", "run_id"], how="left")
-    by_start = Window.partitionBy("job_name").orderBy("started_at", "run_id")
-    return runs.select(
-        "job_name",
-        "run_id",
-        "started_at",
-        "group_id",
-        F.lag("run_id").over(by_start).alias("previous_run_id"),
-        F.lag("started_at").over(by_start).alias("previous_started_at"),
-        F.lag("stopped_at").over(by_start).alias("previous_stopped_at"),
-    )
-
-
-def job_groups(ledger: DataFrame) -> DataFrame:
-    """group_id -> the job committing to it (the smallest name when several share a group)."""
-    return (
-        ledger.filter(F.col("group_id").isNotNull())
-        .groupBy("group_id")
-        .agg(F.min("job_name").alias("job_name"))
-    )
-
-
-def effective_commits(group_commits: DataFrame) -> DataFrame:
-    """Group commits that carry an offset: 'commit' records and Admin API 'snapshot' rows."""
-    require_columns(group_commits, ["group_id", *_TP, "committed_offset", "commit_time", "record_kind"], "gc")
-    return group_commits.filter(
-        F.col("record_kind").isin("commit", "snapshot") & F.col("committed_offset").isNotNull()
-    )
-
-
-# --- the group's latest commit ----------------------------------------------------------------
-
-
-def latest_commits(commits: DataFrame, until: datetime) -> DataFrame:
-    """The group's last committed offset per partition before ``until`` (tombstones clear it)."""
-    rows = commits.filter(
-        F.col("record_kind").isin("commit", "snapshot", "tombstone")
-        & (F.coalesce("commit_time", "log_time") < F.lit(until))
-    )
-    order = Window.partitionBy("group_id", *_TP).orderBy(
-        F.coalesce("commit_time", "log_time").desc_nulls_last(), F.col("log_offset").desc_nulls_last()
-    )
-    return (
-        rows.withColumn("_latest_rank", F.row_number().over(order))
-        .filter((F.col("_latest_rank") == 1) & (F.col("record_kind") != "tombstone"))
-        .select("group_id", *_TP, "committed_offset", "commit_time", "log_partition", "log_offset")
-    )
-
-
-# --- coverage: which offsets the sink must hold --------------------------------------------------
-
-
-def coverage_ranges(
-    ledger: DataFrame, window: AuditWindow, checkpoints: DataFrame | None = None
-) -> DataFrame:
-    """Per job and partition, the offsets [lo, hi) the window's checkpoints vouch for.
-
-    hi is the highest offset of a checkpoint completed in the window. lo is where the window's
-    data starts: the last checkpoint completed before it (within the look-back read), else the
-    lowest offset a run in the window restored from, else unknown (null: the sink's first offset
-    is then taken as the start). ``beyond_from`` is the highest completed offset in everything
-    read (also after ``until``): sink rows at or past it belong to no completed checkpoint.
-    """
-    ckpts = _checkpoints(ledger, checkpoints).filter(F.col("offset").isNotNull())
-    key = ["job_name", *_TP]
-    in_window = window.contains(F.col("completed_at"))
-    inside = ckpts.filter(in_window)
-    before = (
-        ckpts.filter(F.col("completed_at") < F.lit(window.since))
-        if window.since is not None
-        else ckpts.limit(0)
-    )
-    top = inside.groupBy(*key).agg(
-        F.max("offset").alias("hi"),
-        F.max_by("checkpoint_id", F.struct("offset", "completed_at")).alias("hi_checkpoint_id"),
-        F.max_by("run_id", F.struct("offset", "completed_at")).alias("hi_run_id"),
-        F.max("group_id").alias("group_id"),
-        F.max("completed_at").alias("last_completed_at"),
-        F.max_by("checkpoint_id", "completed_at").alias("last_checkpoint_id"),
-        F.max_by("offset", "completed_at").alias("last_checkpoint_offset"),
-        F.min("offset").alias("_min_in_window"),
-    )
-    base = before.groupBy(*key).agg(F.max_by("offset", "completed_at").alias("_baseline"))
-    restored = (
-        ledger.filter(
-            (F.col("event_type") == EVENT_OFFSETS_RESTORED)
-            & F.col("offset").isNotNull()
-            & window.contains(F.col("event_time"))
-        )
-        .groupBy(*key)
-        .agg(F.min("offset").alias("_restored"))
-    )
-    beyond = ckpts.groupBy(*key).agg(F.max("offset").alias("beyond_from"))
-    joined = (
-        top.join(base, on=key, how="left").join(restored, on=key, how="left").join(beyond, on=key, how="left")
-    )
-    lo_known = F.least(
-        F.coalesce(F.col("_baseline"), F.col("_restored")), F.col("_restored"), F.col("_min_in_window")
-    )
-    return joined.select(
-        *key,
-        "group_id",
-        F.when(F.col("_baseline").isNotNull() | F.col("_restored").isNotNull(), lo_known)
-        .otherwise(F.lit(None))
-        .cast("long")
-        .alias("lo"),
-        F.when(F.col("_baseline").isNotNull(), F.lit("previous_checkpoint"))
-        .when(F.col("_restored").isNotNull(), F.lit("restored"))
-        .otherwise(F.lit("sink_min"))
-        .alias("lo_source"),
-        "hi",
-        "hi_checkpoint_id",
-        "hi_run_id",
-        "last_checkpoint_id",
-        "last_checkpoint_offset",
-        "last_completed_at",
-        "beyond_from",
-    )
 
 
 # --- sink completeness: buckets, gaps, duplicates ------------------------------------------------

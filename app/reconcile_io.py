@@ -17,10 +17,10 @@ per-file min/max statistics skip every file outside them:
    the missing ranges, and the buckets that hold more rows than distinct offsets, read again for
    their duplicate offsets.
 
-The ledger and commit findings are computed before the sink is read, in one query (many short
-Spark stages) over the (persisted, small) ledger and group commits. Running them in a second
-thread beside the scan was tried and measured slower: on a small machine their stages and the
-scan's tasks slow each other down more than the overlap saves.
+The ledger window and the group's commits are small: they are read once into Arrow (by delta-rs
+on local storage) and analysed on the driver (``app.ledger_audit``): findings, the ranges above,
+restarts. Spark runs only the sink reads. The rows a run stores (findings, partition summary, the
+run record) are likewise written from the driver (``app.delta_rows``).
 
 Rows past the last completed checkpoint are counted by a tail-only read.
 """
@@ -37,10 +37,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import reduce
 from typing import Any, Final
+from urllib.parse import urlparse
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     IntegerType,
     LongType,
@@ -56,6 +61,7 @@ from app import ledger_audit as la
 from app import reconcile as rc
 from app.config import AppConfig, KafkaConfig
 from app.errors import InfrastructureError, KafkaUnavailableError, SchemaMismatchError
+from app.ledger import is_local_path
 from app.schemas import (
     FINDINGS_SCHEMA,
     GROUP_COMMITS_SCHEMA,
@@ -248,6 +254,56 @@ def read_group_commits(
         when = F.coalesce("commit_time", "log_time")
         df = df.filter(when.isNull() | (when >= F.lit(first)))
     return df
+
+
+def read_ledger_rows(
+    spark: SparkSession, path: str, window: rc.AuditWindow, jobs: Sequence[str], lookback_days: int
+) -> pa.Table:
+    """The window's ledger (with its look-back) as one Arrow table for the driver-side analysis.
+
+    On local storage delta-rs reads it (about half a second for 800K rows, where a first Spark
+    read plus conversion took 13 s); elsewhere Spark does, with the storage credentials.
+    """
+    if not is_local_path(path):
+        return read_ledger(spark, path, window, jobs, lookback_days).toArrow()
+    dataset = _local_dataset(path)
+    if dataset is None:
+        return to_arrow_schema(LEDGER_SCHEMA).empty_table()
+    keep = pc.scalar(True)
+    if window.since is not None:
+        keep = pc.field("event_date") >= pc.scalar((window.since - timedelta(days=lookback_days)).date())
+    if jobs:
+        keep = keep & pc.field("job_name").isin(list(jobs))
+    return dataset.to_table(filter=keep)
+
+
+def read_group_commit_rows(
+    spark: SparkSession, path: str, window: rc.AuditWindow, groups: Sequence[str], lookback_days: int
+) -> pa.Table:
+    """The groups' commits (with the look-back) as one Arrow table, read as read_ledger_rows."""
+    if not is_local_path(path):
+        return read_group_commits(spark, path, window, groups, lookback_days).toArrow()
+    dataset = _local_dataset(path)
+    if dataset is None or not groups:
+        return to_arrow_schema(GROUP_COMMITS_SCHEMA).empty_table()
+    rows = dataset.to_table(filter=pc.field("group_id").isin(list(groups)))
+    if window.since is None:
+        return rows
+    when = pc.coalesce(rows.column("commit_time"), rows.column("log_time"))
+    first = pa.scalar(window.since - timedelta(days=lookback_days), type=when.type)
+    return rows.filter(pc.or_kleene(pc.is_null(when), pc.greater_equal(when, first)))
+
+
+def _local_dataset(path: str) -> pa.dataset.Dataset | None:
+    from deltalake import DeltaTable
+
+    local = urlparse(path).path
+    try:
+        if not DeltaTable.is_deltatable(local):
+            return None
+        return DeltaTable(local).to_pyarrow_dataset()
+    except OSError as exc:
+        raise InfrastructureError(f"cannot access table storage at {path}: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -707,18 +763,29 @@ def observed_in_restart_ranges(spark: SparkSession, sink: SinkReader, restarts: 
     )
 
 
-def _active_runs(ledger: DataFrame) -> dict[str, str]:
-    """job -> its latest run when that run has not stopped (its newest batch may be in flight)."""
-    starts = rc.run_starts(ledger).select("job_name", "run_id", "started_at")
-    stopped = (
-        ledger.filter(F.col("event_type") == "RUN_STOPPED")
-        .select("job_name", "run_id")
-        .groupBy("job_name", "run_id")
-        .agg(F.lit(True).alias("stopped"))
+def _ledger_audit(
+    spark: SparkSession,
+    tables: Tables,
+    window: rc.AuditWindow,
+    rules: rc.MatchRules,
+    jobs: Sequence[str],
+    groups: Sequence[str],
+    lookback_days: int,
+) -> la.LedgerAudit:
+    """The window's ledger and the group's commits, read once and loaded for the driver-side
+    analysis (app.ledger_audit): they are small next to the sink, which alone Spark scans."""
+    started = time.monotonic()
+    ledger = read_ledger_rows(spark, tables.ledger, window, jobs, lookback_days)
+    group_list = sorted(set(groups) or la.ledger_groups(ledger))
+    commits = read_group_commit_rows(spark, tables.group_commits, window, group_list, lookback_days)
+    log.info(
+        "ledger window: %d ledger rows, %d group commits of %d group(s), read in %.1fs",
+        ledger.num_rows,
+        commits.num_rows,
+        len(group_list),
+        time.monotonic() - started,
     )
-    latest = starts.groupBy("job_name").agg(F.max_by("run_id", "started_at").alias("run_id"))
-    rows = latest.join(stopped, on=["job_name", "run_id"], how="left").collect()
-    return {r["job_name"]: r["run_id"] for r in rows if not r["stopped"]}
+    return la.LedgerAudit(ledger, commits, window, rules)
 
 
 def run_reconcile(
@@ -749,25 +816,11 @@ def run_reconcile(
     result = ReconcileResult(run_id=run_id, window=window, jobs=job_list)
     drop_orphan_summaries(spark, tables)
 
-    ledger = read_ledger(spark, tables.ledger, window, job_list, r.baseline_lookback_days).persist()
+    audit = _ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
     try:
-        # The window's ledger and commits are small next to the sink: their findings are
-        # computed on the driver (app.ledger_audit) from one Arrow copy of each.
-        ledger_rows = ledger.toArrow()
-        groups = sorted(set(r.groups) or la.ledger_groups(ledger_rows))
-        gc = read_group_commits(
-            spark, tables.group_commits, window, groups, r.baseline_lookback_days
-        ).persist()
-        try:
-            audit = la.LedgerAudit(ledger_rows, gc.toArrow(), window, rules)
-            try:
-                _reconcile_inputs(spark, cfg, tables, ledger, gc, audit, result, now, confirmer)
-            finally:
-                audit.close()
-        finally:
-            gc.unpersist()
+        _reconcile_inputs(spark, cfg, tables, audit, result, now, confirmer)
     finally:
-        ledger.unpersist()
+        audit.close()
     record_run(
         spark,
         tables.runs,
@@ -786,24 +839,15 @@ def _reconcile_inputs(
     spark: SparkSession,
     cfg: AppConfig,
     tables: Tables,
-    ledger: DataFrame,
-    gc: DataFrame,
     audit: la.LedgerAudit,
     result: ReconcileResult,
     now: datetime,
     confirmer: GapConfirmer | None,
 ) -> None:
-    window, rules = audit.window, audit.rules
     started = time.monotonic()
     ledger_local = la.finalize(audit.all_findings(), result.run_id, now)
     log.info("ledger and commit findings: %d in %.1fs", len(ledger_local), time.monotonic() - started)
-    checkpoints = rc.checkpoint_offsets(ledger).persist()
-    try:
-        sink_local, ranges, stats = _sink_and_restart_findings(
-            spark, cfg, tables, ledger, gc, checkpoints, window, rules, result, now, confirmer
-        )
-    finally:
-        checkpoints.unpersist()
+    sink_local, ranges, stats = _sink_and_restart_findings(spark, cfg, tables, audit, result, now, confirmer)
     local = rc.one_per_finding_id([*ledger_local, *(r.asDict() for r in sink_local)])
     merge_findings(spark, tables.findings, local)
     result.top = sorted(local, key=rc.finding_order)[:10]
@@ -814,18 +858,14 @@ def _reconcile_inputs(
         if f["topic"] is not None and f["partition"] is not None:
             tp_counts = by_type[(f["job_name"], f["topic"], f["partition"])]
             tp_counts[f["finding_type"]] = tp_counts.get(f["finding_type"], 0) + 1
-    _write_summary(spark, tables, result.run_id, ranges, stats, by_type, rc.effective_commits(gc), window)
+    _write_summary(spark, tables, result.run_id, ranges, stats, by_type, audit.latest_commits())
 
 
 def _sink_and_restart_findings(
     spark: SparkSession,
     cfg: AppConfig,
     tables: Tables,
-    ledger: DataFrame,
-    gc: DataFrame,
-    checkpoints: DataFrame,
-    window: rc.AuditWindow,
-    rules: rc.MatchRules,
+    audit: la.LedgerAudit,
     result: ReconcileResult,
     now: datetime,
     confirmer: GapConfirmer | None,
@@ -833,20 +873,21 @@ def _sink_and_restart_findings(
     """GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT and RESTART_* findings, finalized as local rows, with
     the covered ranges and the sink's statistics per partition."""
     # The sink, job by job (each job may have its own sink table).
-    ranges = _rows_to_ranges(rc.coverage_ranges(ledger, window, checkpoints).collect())
+    ranges = _rows_to_ranges(audit.coverage())
     result.partitions = len(ranges)
-    active = _active_runs(ledger)
+    active = audit.active_runs()
     by_job: dict[str, list[rc.PartitionRange]] = defaultdict(list)
     for rng in ranges:
         by_job[rng.job_name].append(rng)
-    restarts = fx.classify_restarts(ledger, gc, window, rules, checkpoints).persist()
+    restart_rows = audit.restarts()
+    restarts = restarts_frame(spark, restart_rows)
     sink_rows: list[dict[str, Any]] = []
     stats: dict[tuple[str, str, int], rc.PartitionSink] = {}
     gaps: list[tuple[rc.PartitionRange, int, int]] = []
     observed_frames: list[DataFrame] = []
     cols = sink_columns(cfg)
     sink_started = time.monotonic()
-    for job in sorted(set(by_job) | {r["job_name"] for r in restarts.select("job_name").collect()}):
+    for job in sorted(set(by_job) | {r["job_name"] for r in restart_rows}):
         df = read_delta(spark, tables.sink_for(job))
         if df is None:
             log.warning(
@@ -887,13 +928,15 @@ def _sink_and_restart_findings(
         observed = spark.createDataFrame([], OBSERVED_DDL)
     restart_findings = fx.find_restart_anomalies(restarts, observed)
     sink_df = spark.createDataFrame(sink_rows, rc.FINDING_CORE_SCHEMA)
-    try:
-        # One job computes these findings; the MERGE and the counts then work on local rows
-        # instead of re-running the (many-join) plan of each finding type.
-        local = rc.finalize_findings(rc.union_findings([restart_findings, sink_df]), result.run_id, now)
-        return local.collect(), ranges, stats
-    finally:
-        restarts.unpersist()
+    # One job computes these findings; the MERGE and the counts then work on local rows.
+    local = rc.finalize_findings(rc.union_findings([restart_findings, sink_df]), result.run_id, now)
+    return local.collect(), ranges, stats
+
+
+def restarts_frame(spark: SparkSession, rows: Sequence[Mapping[str, Any]]) -> DataFrame:
+    """LedgerAudit.restarts rows as a (small, local) frame for the sink-side joins."""
+    names = fx.RESTART_FRAME_SCHEMA.fieldNames()
+    return spark.createDataFrame([tuple(r[n] for n in names) for r in rows], fx.RESTART_FRAME_SCHEMA)
 
 
 def _write_summary(
@@ -903,13 +946,8 @@ def _write_summary(
     ranges: Sequence[rc.PartitionRange],
     stats: Mapping[tuple[str, str, int], rc.PartitionSink],
     by_type: Mapping[tuple[str, str, int], Mapping[str, int]],
-    commits: DataFrame,
-    window: rc.AuditWindow,
+    latest: Mapping[tuple[str | None, str, int], tuple[int | None, datetime | None]],
 ) -> None:
-    latest = {
-        (r["group_id"], r["topic"], r["partition"]): (r["committed_offset"], r["commit_time"])
-        for r in rc.latest_commits(commits, window.until).collect()
-    }
     rows = []
     for rng in ranges:
         ps = stats.get((rng.job_name, rng.topic, rng.partition), rc.PartitionSink())
@@ -986,37 +1024,27 @@ def run_forensics(
     window = rc.AuditWindow(until=until or now, since=since)
     rules = rc.MatchRules(r.commit_match_window_s, r.clock_skew_s)
     result = ForensicsResult(run_id=run_id, window=window, jobs=job_list)
-    ledger = read_ledger(spark, tables.ledger, window, job_list, r.baseline_lookback_days).persist()
+    audit = _ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
     try:
-        groups = sorted(set(r.groups) or {g["group_id"] for g in rc.job_groups(ledger).collect()})
-        gc = read_group_commits(spark, tables.group_commits, window, groups, r.baseline_lookback_days)
-        restarts = fx.classify_restarts(ledger, gc, window, rules).persist()
-        try:
-            cols = sink_columns(cfg)
-            frames = []
-            for job in sorted({row["job_name"] for row in restarts.select("job_name").collect()}):
-                df = read_delta(spark, tables.sink_for(job))
-                if df is None:
-                    continue
-                frames.append(
-                    observed_in_restart_ranges(
-                        spark, SinkReader(df, cols), restarts.filter(F.col("job_name") == job)
-                    )
-                )
-            observed = (
-                reduce(DataFrame.unionByName, frames) if frames else spark.createDataFrame([], OBSERVED_DDL)
-            )
-            table = fx.restarts_table(restarts, observed, run_id)
-            merge_restarts(spark, tables.restarts, table)
-            findings = rc.finalize_findings(fx.find_restart_anomalies(restarts, observed), run_id, now)
-            merge_findings(spark, tables.findings, [r.asDict() for r in findings.collect()])
-            result.restarts = [
-                row.asDict() for row in table.orderBy("started_at", "topic", "partition").collect()
-            ]
-        finally:
-            restarts.unpersist()
+        restart_rows = audit.restarts()
     finally:
-        ledger.unpersist()
+        audit.close()
+    restarts = restarts_frame(spark, restart_rows)
+    cols = sink_columns(cfg)
+    frames = []
+    for job in sorted({row["job_name"] for row in restart_rows}):
+        df = read_delta(spark, tables.sink_for(job))
+        if df is None:
+            continue
+        frames.append(
+            observed_in_restart_ranges(spark, SinkReader(df, cols), restarts.filter(F.col("job_name") == job))
+        )
+    observed = reduce(DataFrame.unionByName, frames) if frames else spark.createDataFrame([], OBSERVED_DDL)
+    table = fx.restarts_table(restarts, observed, run_id)
+    merge_restarts(spark, tables.restarts, table)
+    findings = rc.finalize_findings(fx.find_restart_anomalies(restarts, observed), run_id, now)
+    merge_findings(spark, tables.findings, [r.asDict() for r in findings.collect()])
+    result.restarts = [row.asDict() for row in table.orderBy("started_at", "topic", "partition").collect()]
     for row in result.restarts:
         key = (row["classification"], "")
         result.counts[key] = result.counts.get(key, 0) + 1

@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app import forensics as fx
+from app import ledger_audit as la
 from app import reconcile as rc
 from app import reconcile_io as rio
 from app.config import AppConfig, PathsConfig, ReconcileConfig
@@ -93,5 +94,7 @@ def test_restarts_are_classified_counted_and_linked_to_the_sink(
 def test_a_first_run_is_not_a_restart(spark: SparkSession) -> None:
     ledger = ledger_df(spark, ev("RUN_STARTED", 0), ev("OFFSETS_RESTORED", 0, offsets={0: 0}))
     window = rc.AuditWindow(until=at(100))
-    out = fx.classify_restarts(ledger, commits_df(spark, gc(1, 0, 0)), window, rc.MatchRules())
-    assert out.count() == 0
+    audit = la.LedgerAudit(
+        ledger.toArrow(), commits_df(spark, gc(1, 0, 0)).toArrow(), window, rc.MatchRules()
+    )
+    assert audit.restarts() == []

@@ -59,7 +59,7 @@ def audit(
 def ranges(
     spark: SparkSession, ledger: DataFrame, window: rc.AuditWindow = WINDOW
 ) -> list[rc.PartitionRange]:
-    return rio._rows_to_ranges(rc.coverage_ranges(ledger, window).collect())
+    return rio._rows_to_ranges(audit(ledger, window=window).coverage())
 
 
 def examine(
@@ -412,7 +412,7 @@ def test_checkpoint_offsets_fall_back_to_the_snapshot_for_a_bare_completion(spar
         ev("CHECKPOINT_COMPLETED", 1, cp=4),
         ev("COMMIT_SKIPPED", 1, cp=4, detail={"reason": "unknown_checkpoint"}),
     )
-    assert rows_of(rc.checkpoint_offsets(ledger), "checkpoint_id", "partition", "offset") == {
+    assert {(r["checkpoint_id"], r["partition"], r["offset"]) for r in audit(ledger).checkpoints()} == {
         (4, 0, 10),
         (4, 1, 12),
     }
@@ -564,3 +564,52 @@ def test_incremental_window_starts_from_the_previous_checkpoint(
     assert rio.last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) == at(2000).replace(
         tzinfo=None
     )
+
+
+def test_the_local_and_the_spark_input_readers_return_the_same_rows(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two days of ledger for two jobs, and commits of two groups, some before the look-back.
+    cfg = config_for(app_config, tmp_path)
+    save(
+        ledger_df(
+            spark,
+            checkpoint(1, 0, {0: 10}),
+            checkpoint(2, 90_000, {0: 20}),
+            checkpoint(3, 90_010, {0: 30}, job="job-b", group="grp-b"),
+        ),
+        cfg,
+        "ledger",
+    )
+    save(
+        commits_df(
+            spark,
+            gc(1, 0, 10),
+            gc(90_001, 0, 20),
+            gc(90_011, 0, 30, group="grp-b"),
+            gc(None, 1, 5, kind="snapshot"),
+        ),
+        cfg,
+        "group_commits",
+    )
+    tables = rio.tables_from_config(cfg)
+    window = rc.AuditWindow(until=at(100_000), since=at(90_000))
+
+    def both(read: Any, *args: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        got = []
+        for local in (True, False):
+            # The scheme of the path picks the reader; flipped here so both read one real table.
+            monkeypatch.setattr(rio, "is_local_path", lambda _p, local=local: local)
+            rows = read(spark, *args).to_pylist()
+            got.append(sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str)))
+        return got[0], got[1]
+
+    local_ledger, spark_ledger = both(rio.read_ledger_rows, tables.ledger, window, [JOB], 0)
+    assert local_ledger == spark_ledger
+    # Only the look-back's days (event_date) and the job asked for.
+    assert {(r["job_name"], r["checkpoint_id"]) for r in local_ledger} == {(JOB, 2)}
+    local_gc, spark_gc = both(rio.read_group_commit_rows, tables.group_commits, window, [GROUP], 0)
+    assert local_gc == spark_gc
+    # A commit without a time (an Admin API snapshot) is kept; one before the look-back is not.
+    assert sorted(r["committed_offset"] for r in local_gc) == [5, 20]
+    assert both(rio.read_ledger_rows, str(tmp_path / "nothing"), window, [], 0) == ([], [])
