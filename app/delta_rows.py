@@ -78,15 +78,16 @@ def merge_rows(
     path: str,
     schema: StructType,
     rows: Sequence[Mapping[str, Any]],
-    key: str,
+    key: str | Sequence[str],
     keep: Sequence[str] = (),
 ) -> None:
-    """Upsert ``rows`` by ``key`` in one Delta commit: matched rows take every column but ``key``
-    and ``keep``; new rows are inserted whole. No rows, no commit."""
+    """Upsert ``rows`` by ``key`` (one column or several) in one Delta commit: matched rows take
+    every column but the key and ``keep``; new rows are inserted whole. No rows, no commit."""
     ensure_table(spark, path, schema)
     if not rows:
         return
-    updated = [f.name for f in schema.fields if f.name != key and f.name not in keep]
+    keys = [key] if isinstance(key, str) else list(key)
+    updated = [f.name for f in schema.fields if f.name not in keys and f.name not in keep]
     if is_local_path(path):
         from deltalake import DeltaTable
 
@@ -94,7 +95,7 @@ def merge_rows(
             DeltaTable(_local(path))
             .merge(
                 _arrow_rows(schema, rows),
-                predicate=f't."{key}" = s."{key}"',
+                predicate=" AND ".join(f't."{k}" = s."{k}"' for k in keys),
                 source_alias="s",
                 target_alias="t",
             )
@@ -107,7 +108,7 @@ def merge_rows(
     (
         SparkDeltaTable.forPath(spark, path)
         .alias("t")
-        .merge(frame.alias("s"), f"t.`{key}` = s.`{key}`")
+        .merge(frame.alias("s"), " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys))
         .whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in updated})
         .whenNotMatchedInsertAll()
         .execute()

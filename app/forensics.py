@@ -18,18 +18,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
-
 from app.reconcile import (
     CRITICAL,
     OPEN,
     RESTART_REPLAY,
     RESTART_SKIP,
     WARN,
-    core_findings,
-    evidence_json,
 )
 from app.schemas import RESTART_CLASSES, RESTARTS_SCHEMA
 
@@ -45,91 +39,112 @@ _TP: Final = ("topic", "partition")
 # A restart per run start and partition, as app.ledger_audit classifies it: the restarts contract
 # minus what the sink and the forensics run add (duplicates_observed, forensics_run_id), plus the
 # previous checkpoint's id and run for the evidence.
-RESTART_FRAME_SCHEMA: Final = StructType(
-    [
-        StructField("job_name", StringType()),
-        StructField("run_id", StringType()),
-        StructField("previous_run_id", StringType()),
-        StructField("started_at", TimestampType()),
-        StructField("group_id", StringType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("resumed_offset", LongType()),
-        StructField("resume_source", StringType()),
-        StructField("previous_checkpoint_offset", LongType()),
-        StructField("previous_checkpoint_id", LongType()),
-        StructField("previous_checkpoint_run", StringType()),
-        StructField("group_committed_offset", LongType()),
-        StructField("classification", StringType()),
-        StructField("records_replayed", LongType()),
-        StructField("records_skipped", LongType()),
-    ]
+RESTART_COLUMNS: Final = (
+    "job_name",
+    "run_id",
+    "previous_run_id",
+    "started_at",
+    "group_id",
+    "topic",
+    "partition",
+    "resumed_offset",
+    "resume_source",
+    "previous_checkpoint_offset",
+    "previous_checkpoint_id",
+    "previous_checkpoint_run",
+    "group_committed_offset",
+    "classification",
+    "records_replayed",
+    "records_skipped",
 )
+# What the sink shows in a restart's range, per (job_name, run_id, topic, partition).
+Observed = Mapping[tuple[str, str, str, int], Mapping[str, Any]]
 
 
-def restart_ranges(restarts: DataFrame) -> DataFrame:
-    """The offset range each replay or skip affects: [low, high) per job, run and partition."""
-    return restarts.filter(F.col("classification").isin(REPLAY, SKIP)).select(
-        "job_name",
-        "run_id",
-        *_TP,
-        F.least("resumed_offset", "previous_checkpoint_offset").alias("range_start"),
-        F.greatest("resumed_offset", "previous_checkpoint_offset").alias("range_end"),
-    )
+def _key(row: Mapping[str, Any]) -> tuple[str, str, str, int]:
+    return (row["job_name"], row["run_id"], row["topic"], row["partition"])
 
 
-def restarts_table(restarts: DataFrame, observed: DataFrame, forensics_run_id: str) -> DataFrame:
-    """The restarts contract: ``observed`` has job_name, run_id, topic, partition,
-    duplicates_observed (from the sink, for the replayed or skipped range)."""
-    joined = restarts.join(observed, on=["job_name", "run_id", *_TP], how="left")
-    return joined.select(
-        *[
-            (F.lit(forensics_run_id) if f.name == "forensics_run_id" else F.col(f.name))
-            .cast(f.dataType)
-            .alias(f.name)
-            for f in RESTARTS_SCHEMA.fields
-        ]
-    )
+def restart_ranges(restarts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The offset range each replay or skip affects: [range_start, range_end) per job, run and
+    partition."""
+    return [
+        {
+            "job_name": r["job_name"],
+            "run_id": r["run_id"],
+            "topic": r["topic"],
+            "partition": r["partition"],
+            "range_start": min(r["resumed_offset"], r["previous_checkpoint_offset"]),
+            "range_end": max(r["resumed_offset"], r["previous_checkpoint_offset"]),
+        }
+        for r in restarts
+        if r["classification"] in (REPLAY, SKIP)
+    ]
 
 
-def find_restart_anomalies(restarts: DataFrame, observed: DataFrame) -> DataFrame:
+def restarts_table(
+    restarts: Iterable[Mapping[str, Any]], observed: Observed, forensics_run_id: str
+) -> list[dict[str, Any]]:
+    """Rows of the restarts contract: each restart with the duplicates the sink shows in its range."""
+    out = []
+    for r in restarts:
+        row = {f.name: r.get(f.name) for f in RESTARTS_SCHEMA.fields}
+        row["duplicates_observed"] = observed.get(_key(r), {}).get("duplicates_observed")
+        row["forensics_run_id"] = forensics_run_id
+        out.append(row)
+    return out
+
+
+def find_restart_anomalies(restarts: Iterable[Mapping[str, Any]], observed: Observed) -> list[dict[str, Any]]:
     """RESTART_REPLAY (warn) and RESTART_SKIP (critical) findings in FINDING_CORE form.
 
     ``observed`` adds, per restart and partition, what the sink shows in the affected range:
     duplicates_observed and present_offsets.
     """
-    bad = restarts.filter(F.col("classification").isin(REPLAY, SKIP)).join(
-        observed, on=["job_name", "run_id", *_TP], how="left"
-    )
-    is_replay = F.col("classification") == REPLAY
-    start = F.least("resumed_offset", "previous_checkpoint_offset")
-    end = F.greatest("resumed_offset", "previous_checkpoint_offset")
-    return core_findings(
-        bad,
-        finding_type=F.when(is_replay, F.lit(RESTART_REPLAY)).otherwise(F.lit(RESTART_SKIP)),
-        severity=F.when(is_replay, F.lit(WARN)).otherwise(F.lit(CRITICAL)),
-        status=OPEN,
-        evidence=evidence_json(
-            previous_run_id=F.col("previous_run_id"),
-            started_at=F.col("started_at"),
-            resumed_offset=F.col("resumed_offset"),
-            resume_source=F.col("resume_source"),
-            previous_checkpoint_offset=F.col("previous_checkpoint_offset"),
-            previous_checkpoint_id=F.col("previous_checkpoint_id"),
-            previous_checkpoint_run=F.col("previous_checkpoint_run"),
-            group_committed_offset=F.col("group_committed_offset"),
-            duplicates_observed_in_sink=F.col("duplicates_observed"),
-            offsets_present_in_sink=F.col("present_offsets"),
-        ),
-        job_name=F.col("job_name"),
-        group_id=F.col("group_id"),
-        topic=F.col("topic"),
-        partition=F.col("partition"),
-        run_id=F.col("run_id"),
-        offset_start=start,
-        offset_end=end,
-        record_count=end - start,
-    )
+    out = []
+    for r in restarts:
+        if r["classification"] not in (REPLAY, SKIP):
+            continue
+        replay = r["classification"] == REPLAY
+        start = min(r["resumed_offset"], r["previous_checkpoint_offset"])
+        end = max(r["resumed_offset"], r["previous_checkpoint_offset"])
+        seen = observed.get(_key(r), {})
+        evidence = {
+            **{c: r[c] for c in _EVIDENCE},
+            "duplicates_observed_in_sink": seen.get("duplicates_observed"),
+            "offsets_present_in_sink": seen.get("present_offsets"),
+        }
+        out.append(
+            {
+                "finding_type": RESTART_REPLAY if replay else RESTART_SKIP,
+                "severity": WARN if replay else CRITICAL,
+                "status": OPEN,
+                "job_name": r["job_name"],
+                "group_id": r["group_id"],
+                "topic": r["topic"],
+                "partition": r["partition"],
+                "checkpoint_id": None,
+                "run_id": r["run_id"],
+                "offset_start": start,
+                "offset_end": end,
+                "record_count": end - start,
+                "evidence": json.dumps(evidence, sort_keys=True, default=str),
+                "identity": "",
+            }
+        )
+    return out
+
+
+_EVIDENCE: Final = (
+    "previous_run_id",
+    "started_at",
+    "resumed_offset",
+    "resume_source",
+    "previous_checkpoint_offset",
+    "previous_checkpoint_id",
+    "previous_checkpoint_run",
+    "group_committed_offset",
+)
 
 
 # --- the incident timeline -----------------------------------------------------------------------

@@ -1,22 +1,24 @@
-"""Ledger- and commit-derived findings, computed on the driver in an in-process DuckDB.
+"""Everything reconcile and forensics derive from the ledger and the group's commits, computed on
+the driver in an in-process DuckDB.
 
 The ledger window and the group's commits are small next to the sink (one row per checkpoint and
-partition, about 800K rows for a 1B-row sink), but answering the seven questions below in Spark
-takes some 80 short stages: 10-40 s of scheduling for a few hundred milliseconds of work, which
-dominated a nightly run. So the I/O module collects both frames once (Arrow), and the joins,
-windows and aggregates below run in DuckDB, whose SQL keeps the semantics of the Spark versions
-they replace: the same null ordering (nulls first ascending, last descending), the same
-null-rejecting equi-joins, ``get_json_object`` as ``detail()`` (null on malformed JSON), and the
-same finding identities, so finding ids are unchanged.
+partition, about 800K rows for a 1B-row sink), but answering these questions in Spark took some 80
+short stages: 10-40 s of scheduling for a few hundred milliseconds of work, which dominated a
+nightly run. So the I/O module reads both once into Arrow, and the joins, windows and aggregates
+below run in DuckDB, whose SQL keeps the semantics of the Spark versions they replaced: the same
+null ordering (nulls first ascending, last descending), null-rejecting equi-joins, ``max_by`` as
+``arg_max_null``, ``get_json_object`` as ``detail()`` (null on malformed JSON), and the same finding
+identities, so finding ids are unchanged.
 
-Finding types (shared/DESIGN.md section 5): LEDGER_INCONSISTENT, COMMIT_FAILURE, FOREIGN_COMMIT,
-COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT, COMMITTED_AHEAD. Each function returns rows in
-FINDING_CORE form (plain dicts); ``finalize`` adds the id, the run and the time of detection.
+Findings (shared/DESIGN.md section 5): LEDGER_INCONSISTENT, COMMIT_FAILURE, FOREIGN_COMMIT,
+COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT, COMMITTED_AHEAD, as rows in FINDING_CORE form
+(plain dicts; ``app.reconcile.finalize_findings`` adds the id, the run and the time of detection).
+Views for the sink phase and forensics: completed checkpoints, the ranges the sink must hold
+(``coverage``), the runs still active, the restart classification and the latest commits.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -39,12 +41,7 @@ from app.schemas import (
     EVENT_OFFSETS_RESTORED,
     EVENT_RUN_STARTED,
     EVENT_RUN_STOPPED,
-    FINDINGS_SCHEMA,
 )
-
-# The null sentinel and separator of rc.finding_id, so ids computed here equal Spark's.
-_NULL: Final = "\u2400"
-_SEP: Final = "\u241f"
 
 # Views over the two registered tables; each later view may use the earlier ones.
 _VIEWS: Final = f"""
@@ -150,8 +147,6 @@ def _naive_utc(table: pa.Table) -> pa.Table:
             table = table.set_column(i, field.name, pc.cast(utc, pa.timestamp("us")))
     return table
 
-
-RESTART_COLUMNS: Final = tuple(fx.RESTART_FRAME_SCHEMA.fieldNames())
 
 # Skip reasons of the committer, folded into the three classes DESIGN section 5 names.
 _SUPERSEDED_REASONS: Final = ("superseded_in_flight", "pending_evicted", "unknown_checkpoint")
@@ -323,7 +318,7 @@ class LedgerAudit:
         unknown -> unknown. Partitions come from the run's OFFSETS_RESTORED rows and from that
         checkpoint, so a partition the new run never restored still shows up (as unknown). The
         group's committed offset at the start (plus clock skew) is kept beside it.
-        Columns: RESTART_COLUMNS.
+        Columns: app.forensics.RESTART_COLUMNS.
         """
         skew = _secs(self.rules.clock_skew_s)
         tp = 'topic, "partition"'
@@ -388,7 +383,7 @@ class LedgerAudit:
             FROM at_start
             """
         )
-        return [{c: r[c] for c in RESTART_COLUMNS} for r in _aware_rows(rows)]
+        return [{c: r[c] for c in fx.RESTART_COLUMNS} for r in _aware_rows(rows)]
 
     # --- LEDGER_INCONSISTENT -----------------------------------------------------------------------
 
@@ -907,25 +902,3 @@ def _core(
         "evidence": json.dumps({k: _aware(v) for k, v in evidence.items()}, sort_keys=True, default=str),
         "identity": identity,
     }
-
-
-def finding_id(row: Mapping[str, Any]) -> str:
-    """rc.finding_id computed in Python: sha2-256 over the identity columns as strings."""
-    parts = [_NULL if row[c] is None else str(row[c]) for c in rc.IDENTITY_COLUMNS]
-    return hashlib.sha256(_SEP.join(parts).encode("utf-8")).hexdigest()
-
-
-def finalize(
-    core: Sequence[Mapping[str, Any]], reconcile_run_id: str, detected_at: datetime
-) -> list[dict[str, Any]]:
-    """FINDING_CORE rows -> findings contract rows, one per finding id (as rc.finalize_findings)."""
-    rows = [
-        {
-            **{f.name: r.get(f.name) for f in FINDINGS_SCHEMA.fields},
-            "finding_id": finding_id(r),
-            "reconcile_run_id": reconcile_run_id,
-            "detected_at": detected_at,
-        }
-        for r in core
-    ]
-    return rc.one_per_finding_id(rows)

@@ -8,7 +8,7 @@ app/ledger_audit.py: those inputs are small, so they are analysed on the driver.
 
 Every finding function returns the *core* columns (``FINDING_CORE``): the contract's columns minus
 the run id and detection time, plus ``identity``, a string that together with the coordinates makes
-the finding unique. ``finalize_findings`` turns that into the ``findings`` contract with
+the finding unique. ``finalize_findings`` turns those rows into the ``findings`` contract with
 ``finding_id = sha2(identity columns)`` -- never over run ids of the reconciliation or times of
 detection, so a re-run over the same inputs yields the same ids.
 
@@ -18,6 +18,7 @@ offset, writer_checkpoint_id, writer_run_id``.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import struct
@@ -131,86 +132,31 @@ class MatchRules:
 # --- small helpers -------------------------------------------------------------------------------
 
 
-def evidence_json(**fields: Column) -> Column:
-    return F.to_json(F.struct(*[c.alias(k) for k, c in fields.items()]))
+# The id is sha2-256 over the identity columns as strings, a null spelled out so (null, 'a') and
+# ('a', null) differ; the same bytes earlier versions hashed in Spark, so stored ids stay valid.
+_NULL: Final = "\u2400"
+_SEP: Final = "\u241f"
 
 
-def core_findings(
-    df: DataFrame,
-    *,
-    finding_type: str | Column,
-    severity: str | Column,
-    status: str | Column,
-    evidence: Column,
-    identity: Column | None = None,
-    **columns: Column | None,
-) -> DataFrame:
-    """Shape a frame into FINDING_CORE; missing coordinates become typed nulls."""
+def finding_id(row: Mapping[str, Any]) -> str:
+    parts = [_NULL if row[c] is None else str(row[c]) for c in IDENTITY_COLUMNS]
+    return hashlib.sha256(_SEP.join(parts).encode("utf-8")).hexdigest()
 
-    def lit_or(value: str | Column) -> Column:
-        return F.lit(value) if isinstance(value, str) else value
 
-    given: dict[str, Column] = {
-        "finding_type": lit_or(finding_type),
-        "severity": lit_or(severity),
-        "status": lit_or(status),
-        "evidence": evidence,
-        "identity": identity if identity is not None else F.lit(""),
-    }
-    for name, col in columns.items():
-        if col is not None:
-            given[name] = col
-    out = [
-        (given[f.name] if f.name in given else F.lit(None)).cast(f.dataType).alias(f.name)
-        for f in FINDING_CORE_SCHEMA.fields
+def finalize_findings(
+    core: Iterable[Mapping[str, Any]], reconcile_run_id: str, detected_at: datetime
+) -> list[dict[str, Any]]:
+    """FINDING_CORE rows -> findings contract rows, one per finding id (``one_per_finding_id``)."""
+    rows = [
+        {
+            **{f.name: r.get(f.name) for f in FINDINGS_SCHEMA.fields},
+            "finding_id": finding_id(r),
+            "reconcile_run_id": reconcile_run_id,
+            "detected_at": detected_at,
+        }
+        for r in core
     ]
-    return df.select(*out)
-
-
-def union_findings(frames: Sequence[DataFrame]) -> DataFrame:
-    if not frames:
-        raise ValueError("union_findings needs at least one frame")
-    out = frames[0].select(*FINDING_CORE)
-    for frame in frames[1:]:
-        out = out.unionByName(frame.select(*FINDING_CORE))
-    return out
-
-
-def finding_id(*columns: Column) -> Column:
-    """sha2-256 over the identity columns, nulls spelled out so (null, 'a') != ('a', null)."""
-    parts = [F.coalesce(c.cast("string"), F.lit("\u2400")) for c in columns]
-    return F.sha2(F.concat_ws("\u241f", *parts), 256)
-
-
-def finalize_findings(core: DataFrame, reconcile_run_id: str, detected_at: datetime) -> DataFrame:
-    """FINDING_CORE -> the findings contract, one row per finding id.
-
-    Two rows with the same identity would make the MERGE ambiguous; they can only come from
-    duplicated input rows, so the most severe one is kept (ordering named, not a bare dedup).
-    """
-    require_columns(core, FINDING_CORE, "finding core")
-    with_id = core.withColumn("finding_id", finding_id(*[F.col(c) for c in IDENTITY_COLUMNS]))
-    rank = F.array_position(F.array(*[F.lit(s) for s in SEVERITIES]), F.col("severity"))
-    ordered = Window.partitionBy("finding_id").orderBy(rank.asc(), F.col("record_count").desc_nulls_last())
-    one = (
-        with_id.withColumn("_finding_rank", F.row_number().over(ordered))
-        .filter(F.col("_finding_rank") == 1)
-        .drop("_finding_rank")
-    )
-    return one.select(
-        *[
-            (
-                F.lit(reconcile_run_id)
-                if f.name == "reconcile_run_id"
-                else F.lit(detected_at)
-                if f.name == "detected_at"
-                else F.col(f.name)
-            )
-            .cast(f.dataType)
-            .alias(f.name)
-            for f in FINDINGS_SCHEMA.fields
-        ]
-    )
+    return one_per_finding_id(rows)
 
 
 def finding_order(row: Mapping[str, Any]) -> tuple[int, int]:
@@ -219,8 +165,9 @@ def finding_order(row: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def one_per_finding_id(rows: Iterable[Any]) -> list[Any]:
-    """Finalized rows of several ``finalize_findings`` calls, one per finding id, chosen as that
-    function chooses (the first by ``finding_order``). Order is kept."""
+    """Finalized rows, one per finding id: the first by ``finding_order`` (the most severe, then the
+    one counting the most records). Two rows share an id only when input rows were duplicated.
+    Order is kept."""
     best: dict[str, Any] = {}
     for row in rows:
         kept = best.get(row["finding_id"])

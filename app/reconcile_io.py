@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -91,9 +91,8 @@ RESTARTS_KEY: Final = ("job_name", "run_id", "topic", "partition")
 SINK_CANONICAL: Final = rc.SINK_COLUMNS
 # Above this many ranges the sink filter is a bounding box plus a join (see SinkReader.where).
 EXACT_FILTER_MAX_RANGES: Final = 16
-OBSERVED_DDL: Final = (
-    "job_name string, run_id string, topic string, partition int, "
-    "duplicates_observed long, present_offsets long"
+RESTART_RANGES_DDL: Final = (
+    "job_name string, run_id string, topic string, partition int, range_start long, range_end long"
 )
 
 
@@ -157,12 +156,9 @@ def merge_findings(spark: SparkSession, path: str, rows: Sequence[Mapping[str, A
     delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
 
 
-def merge_restarts(spark: SparkSession, path: str, restarts: DataFrame) -> None:
-    target = ensure_table(spark, path, RESTARTS_SCHEMA)
-    cond = " AND ".join(f"t.`{c}` = s.`{c}`" for c in RESTARTS_KEY)
-    target.alias("t").merge(
-        restarts.alias("s"), cond
-    ).whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+def merge_restarts(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Upsert restarts by (job, run, topic, partition): a re-run replaces what it classified before."""
+    delta_rows.merge_rows(spark, path, RESTARTS_SCHEMA, rows, RESTARTS_KEY)
 
 
 def last_window_end(spark: SparkSession, path: str, command: str, jobs: Sequence[str]) -> datetime | None:
@@ -736,19 +732,20 @@ def _prove_complete(
     return proven, set(prints)
 
 
-def observed_in_restart_ranges(spark: SparkSession, sink: SinkReader, restarts: DataFrame) -> DataFrame:
+def observed_in_restart_ranges(
+    spark: SparkSession, sink: SinkReader, restarts: Sequence[Mapping[str, Any]]
+) -> dict[tuple[str, str, str, int], dict[str, Any]]:
     """Per restart and partition: offsets present and duplicate copies the sink holds in the range
-    the restart replayed or skipped. Only those ranges are read."""
-    schema = OBSERVED_DDL
-    ranges = fx.restart_ranges(restarts).collect()
+    the restart replayed or skipped. Only those ranges are read; no range, no read."""
+    ranges = fx.restart_ranges(restarts)
     if not ranges:
-        return spark.createDataFrame([], schema)
+        return {}
     copies = (
         sink.where([(r["topic"], r["partition"], r["range_start"], r["range_end"]) for r in ranges])
         .groupBy("topic", "partition", "offset")
         .agg(F.count("*").alias("_copies"))
     )
-    rdf = spark.createDataFrame([r.asDict() for r in ranges], fx.restart_ranges(restarts).schema)
+    rdf = spark.createDataFrame(ranges, RESTART_RANGES_DDL)
     joined = rdf.join(
         copies,
         on=(rdf["topic"] == copies["topic"])
@@ -757,10 +754,11 @@ def observed_in_restart_ranges(spark: SparkSession, sink: SinkReader, restarts: 
         & (copies["offset"] < rdf["range_end"]),
         how="left",
     )
-    return joined.groupBy(rdf["job_name"], rdf["run_id"], rdf["topic"], rdf["partition"]).agg(
+    rows = joined.groupBy(rdf["job_name"], rdf["run_id"], rdf["topic"], rdf["partition"]).agg(
         F.coalesce(F.sum(copies["_copies"] - 1), F.lit(0)).cast("long").alias("duplicates_observed"),
         F.count(copies["offset"]).alias("present_offsets"),
     )
+    return {(r["job_name"], r["run_id"], r["topic"], r["partition"]): r.asDict() for r in rows.collect()}
 
 
 def _ledger_audit(
@@ -845,10 +843,10 @@ def _reconcile_inputs(
     confirmer: GapConfirmer | None,
 ) -> None:
     started = time.monotonic()
-    ledger_local = la.finalize(audit.all_findings(), result.run_id, now)
+    ledger_local = rc.finalize_findings(audit.all_findings(), result.run_id, now)
     log.info("ledger and commit findings: %d in %.1fs", len(ledger_local), time.monotonic() - started)
     sink_local, ranges, stats = _sink_and_restart_findings(spark, cfg, tables, audit, result, now, confirmer)
-    local = rc.one_per_finding_id([*ledger_local, *(r.asDict() for r in sink_local)])
+    local = rc.one_per_finding_id([*ledger_local, *sink_local])
     merge_findings(spark, tables.findings, local)
     result.top = sorted(local, key=rc.finding_order)[:10]
     by_type: dict[tuple[str, str, int], dict[str, int]] = defaultdict(dict)
@@ -869,7 +867,7 @@ def _sink_and_restart_findings(
     result: ReconcileResult,
     now: datetime,
     confirmer: GapConfirmer | None,
-) -> tuple[list[Row], list[rc.PartitionRange], dict[tuple[str, str, int], rc.PartitionSink]]:
+) -> tuple[list[dict[str, Any]], list[rc.PartitionRange], dict[tuple[str, str, int], rc.PartitionSink]]:
     """GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT and RESTART_* findings, finalized as local rows, with
     the covered ranges and the sink's statistics per partition."""
     # The sink, job by job (each job may have its own sink table).
@@ -880,11 +878,10 @@ def _sink_and_restart_findings(
     for rng in ranges:
         by_job[rng.job_name].append(rng)
     restart_rows = audit.restarts()
-    restarts = restarts_frame(spark, restart_rows)
     sink_rows: list[dict[str, Any]] = []
     stats: dict[tuple[str, str, int], rc.PartitionSink] = {}
     gaps: list[tuple[rc.PartitionRange, int, int]] = []
-    observed_frames: list[DataFrame] = []
+    observed: dict[tuple[str, str, str, int], dict[str, Any]] = {}
     cols = sink_columns(cfg)
     sink_started = time.monotonic()
     for job in sorted(set(by_job) | {r["job_name"] for r in restart_rows}):
@@ -902,8 +899,8 @@ def _sink_and_restart_findings(
         sink_rows += outcome.rows
         stats.update(outcome.stats)
         gaps += outcome.gaps
-        observed_frames.append(
-            observed_in_restart_ranges(spark, sink, restarts.filter(F.col("job_name") == job))
+        observed.update(
+            observed_in_restart_ranges(spark, sink, [r for r in restart_rows if r["job_name"] == job])
         )
 
     result.sink_seconds = time.monotonic() - sink_started
@@ -923,20 +920,8 @@ def _sink_and_restart_findings(
     for (rng, start, end), verdict in zip(gaps, verdicts, strict=True):
         sink_rows.append(rc.gap_finding(rng, start, end, verdict))
 
-    observed = reduce(DataFrame.unionByName, observed_frames) if observed_frames else None
-    if observed is None:
-        observed = spark.createDataFrame([], OBSERVED_DDL)
-    restart_findings = fx.find_restart_anomalies(restarts, observed)
-    sink_df = spark.createDataFrame(sink_rows, rc.FINDING_CORE_SCHEMA)
-    # One job computes these findings; the MERGE and the counts then work on local rows.
-    local = rc.finalize_findings(rc.union_findings([restart_findings, sink_df]), result.run_id, now)
-    return local.collect(), ranges, stats
-
-
-def restarts_frame(spark: SparkSession, rows: Sequence[Mapping[str, Any]]) -> DataFrame:
-    """LedgerAudit.restarts rows as a (small, local) frame for the sink-side joins."""
-    names = fx.RESTART_FRAME_SCHEMA.fieldNames()
-    return spark.createDataFrame([tuple(r[n] for n in names) for r in rows], fx.RESTART_FRAME_SCHEMA)
+    core = [*fx.find_restart_anomalies(restart_rows, observed), *sink_rows]
+    return rc.finalize_findings(core, result.run_id, now), ranges, stats
 
 
 def _write_summary(
@@ -1029,22 +1014,21 @@ def run_forensics(
         restart_rows = audit.restarts()
     finally:
         audit.close()
-    restarts = restarts_frame(spark, restart_rows)
     cols = sink_columns(cfg)
-    frames = []
+    observed: dict[tuple[str, str, str, int], dict[str, Any]] = {}
     for job in sorted({row["job_name"] for row in restart_rows}):
         df = read_delta(spark, tables.sink_for(job))
-        if df is None:
-            continue
-        frames.append(
-            observed_in_restart_ranges(spark, SinkReader(df, cols), restarts.filter(F.col("job_name") == job))
-        )
-    observed = reduce(DataFrame.unionByName, frames) if frames else spark.createDataFrame([], OBSERVED_DDL)
-    table = fx.restarts_table(restarts, observed, run_id)
+        if df is not None:
+            job_restarts = [r for r in restart_rows if r["job_name"] == job]
+            observed.update(observed_in_restart_ranges(spark, SinkReader(df, cols), job_restarts))
+    table = fx.restarts_table(restart_rows, observed, run_id)
     merge_restarts(spark, tables.restarts, table)
-    findings = rc.finalize_findings(fx.find_restart_anomalies(restarts, observed), run_id, now)
-    merge_findings(spark, tables.findings, [r.asDict() for r in findings.collect()])
-    result.restarts = [row.asDict() for row in table.orderBy("started_at", "topic", "partition").collect()]
+    merge_findings(
+        spark,
+        tables.findings,
+        rc.finalize_findings(fx.find_restart_anomalies(restart_rows, observed), run_id, now),
+    )
+    result.restarts = sorted(table, key=lambda row: (row["started_at"], row["topic"], row["partition"]))
     for row in result.restarts:
         key = (row["classification"], "")
         result.counts[key] = result.counts.get(key, 0) + 1

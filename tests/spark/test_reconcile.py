@@ -423,15 +423,18 @@ def test_finding_ids_hash_identity_not_run_or_time(spark: SparkSession) -> None:
         spark, ev("COMMIT_FAILED", 1, cp=1, offsets={0: 10}, detail={"error": "X", "attempt": 1})
     )
     core = audit(ledger).commit_failures()
-    a = la.finalize(core, "rec-1", at(100))
-    b = la.finalize(core, "rec-2", at(200))
+    a = rc.finalize_findings(core, "rec-1", at(100))
+    b = rc.finalize_findings(core, "rec-2", at(200))
     assert len(a) == len(b) == 1
     assert a[0]["finding_id"] == b[0]["finding_id"]
     assert len(a[0]["finding_id"]) == 64
-    # The same id as Spark's finalize_findings (which the sink and restart findings go through),
-    # so one finding keeps one id whichever engine computed it.
-    spark_ids = rc.finalize_findings(spark.createDataFrame(core, rc.FINDING_CORE_SCHEMA), "rec-3", at(300))
-    assert [r.finding_id for r in spark_ids.collect()] == [a[0]["finding_id"]]
+    # The id earlier versions computed in Spark, sha2 over the identity columns cast to strings
+    # (nulls spelled out): findings already stored keep their ids, so re-runs update, not add.
+    parts = [F.coalesce(F.col(c).cast("string"), F.lit("\u2400")) for c in rc.IDENTITY_COLUMNS]
+    spark_id = spark.createDataFrame(core, rc.FINDING_CORE_SCHEMA).select(
+        F.sha2(F.concat_ws("\u241f", *parts), 256).alias("id")
+    )
+    assert [r.id for r in spark_id.collect()] == [a[0]["finding_id"]]
 
 
 # --- whole runs over Delta tables ----------------------------------------------------------------
