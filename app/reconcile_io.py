@@ -7,8 +7,8 @@ per-file min/max statistics skip every file outside them:
 
 1. one aggregate per (topic, partition): rows, min, max and a fingerprint, the XOR of xxhash64 of
    every offset (``app.reconcile.sink_fingerprints``). Compared with the fingerprint of the offsets
-   the range must hold, computed from generated offsets (``expected_fingerprints``, each offset
-   once however many partitions share it), it proves most partitions complete at about the cost
+   the range must hold, computed on the driver (``expected_fingerprint``, each offset once
+   however many partitions share it), it proves most partitions complete at about the cost
    of a bare count;
 2. the partitions that fail it, read again alone: a hash aggregate per 64-offset word (rows and a
    presence word, ``sink_words``), rolled up per 32768-offset bucket into count, distinct, min and
@@ -700,15 +700,7 @@ def _prove_complete(
         if row["rows"] == rng.hi - lo:
             candidates[tp] = (lo, rng.hi)
     segments = rc.elementary_segments(candidates.values())
-    expected: dict[tuple[int, int], int] = {}
-    if segments:
-        chunks = spark.createDataFrame(
-            rc.fingerprint_chunks(segments), "seg_start long, seg_end long, start long, end long"
-        )
-        expected = {
-            (r["seg_start"], r["seg_end"]): r["fingerprint"]
-            for r in rc.expected_fingerprints(chunks).collect()
-        }
+    expected = {(a, b): rc.expected_fingerprint(a, b) for a, b in segments}
     log.debug(
         "fingerprints: sink scan %.1fs, expected fingerprints of %d offsets %.1fs",
         scanned - started,

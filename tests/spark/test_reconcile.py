@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -153,21 +154,24 @@ def test_bucket_stats_from_presence_words_equal_a_direct_count(spark: SparkSessi
         assert rc.bitmap_offsets(b, rc.bucket_bitmap(b, bucket_words)) == sorted(set(want[(t, p, b)]))
 
 
+def test_the_driver_side_xxhash64_is_sparks(spark: SparkSession) -> None:
+    values = [0, 1, -1, 42, 781_249, 2**62 + 12345, -(2**63), 2**63 - 1, *range(1000, 1100)]
+    got = [int(h) for h in rc.xxhash64_longs(np.array(values, dtype=np.int64)).view(np.int64)]
+    frame = spark.createDataFrame([(v,) for v in values], "v long")
+    assert got == [r.h for r in frame.select(F.xxhash64("v").alias("h")).collect()]
+
+
 def test_expected_fingerprints_equal_the_fingerprint_of_a_sink_holding_each_offset_once(
-    spark: SparkSession,
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Overlapping ranges of three partitions, one longer than a generation chunk.
-    wanted = {0: (5, 5 + rc.FINGERPRINT_CHUNK + 17), 1: (100, 300), 2: (250, 260)}
+    # Overlapping ranges of three partitions, one longer than a hashing batch.
+    monkeypatch.setattr(rc, "FINGERPRINT_BATCH", 1000)
+    wanted = {0: (5, 5 + 2000 + 17), 1: (100, 300), 2: (250, 260)}
     rows = [("t", p, o) for p, (lo, hi) in wanted.items() for o in range(lo, hi)]
     sink = spark.createDataFrame(rows, "topic string, partition int, offset long")
     got = {r["partition"]: r for r in rc.sink_fingerprints(sink, ["t"]).collect()}
     segments = rc.elementary_segments(wanted.values())
-    chunks = spark.createDataFrame(
-        rc.fingerprint_chunks(segments), "seg_start long, seg_end long, start long, end long"
-    )
-    expected = {
-        (r["seg_start"], r["seg_end"]): r["fingerprint"] for r in rc.expected_fingerprints(chunks).collect()
-    }
+    expected = {(a, b): rc.expected_fingerprint(a, b) for a, b in segments}
     for p, (lo, hi) in wanted.items():
         g = got[p]
         assert (g["rows"], g["min_offset"], g["max_offset"]) == (hi - lo, lo, hi - 1)

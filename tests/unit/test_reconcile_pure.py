@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from app import reconcile
 from app.reconcile import (
     BUCKET_SIZE,
-    FINGERPRINT_CHUNK,
     BucketStat,
     PartitionRange,
     PartitionSink,
@@ -16,7 +16,7 @@ from app.reconcile import (
     duplicate_buckets,
     effective_lo,
     elementary_segments,
-    fingerprint_chunks,
+    expected_fingerprint,
     is_complete,
     missing_ranges,
     one_per_finding_id,
@@ -115,14 +115,15 @@ def test_elementary_segments_cut_overlapping_ranges_once_and_skip_uncovered_stre
     assert elementary_segments([]) == []
 
 
-def test_fingerprint_chunks_split_long_segments_at_the_chunk_size() -> None:
-    n = FINGERPRINT_CHUNK
-    assert fingerprint_chunks([(3, 3 + 2 * n + 1), (9 * n, 9 * n + 4)]) == [
-        (3, 3 + 2 * n + 1, 3, 3 + n),
-        (3, 3 + 2 * n + 1, 3 + n, 3 + 2 * n),
-        (3, 3 + 2 * n + 1, 3 + 2 * n, 3 + 2 * n + 1),
-        (9 * n, 9 * n + 4, 9 * n, 9 * n + 4),
-    ]
+def test_expected_fingerprint_is_the_same_whatever_the_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = expected_fingerprint(-5, 1000)
+    mask = (1 << 64) - 1
+    # XOR composes over adjacent ranges, and an empty range contributes nothing.
+    assert whole & mask == (expected_fingerprint(-5, 333) ^ expected_fingerprint(333, 1000)) & mask
+    assert expected_fingerprint(7, 7) == 0
+    assert -(1 << 63) <= whole < 1 << 63  # a signed long, as Spark's bit_xor returns
+    monkeypatch.setattr(reconcile, "FINGERPRINT_BATCH", 7)
+    assert expected_fingerprint(-5, 1000) == whole
 
 
 def test_range_fingerprint_xors_the_pieces_of_the_range_and_refuses_an_incomplete_cover() -> None:
