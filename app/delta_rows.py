@@ -10,7 +10,7 @@ holds the credentials. Both write the same Delta protocol, so either reads the o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlparse
@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 from delta.tables import DeltaTable as SparkDeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -28,7 +29,7 @@ def _local(path: str) -> str:
     return urlparse(path).path
 
 
-def _instant(value: Any) -> Any:
+def instant(value: Any) -> Any:
     """Spark hands timestamps to Python as naive local times and reads naive ones back the same
     way; Arrow reads a naive time as UTC. Naive values are therefore placed in local time here."""
     if isinstance(value, datetime) and value.tzinfo is None:
@@ -38,9 +39,39 @@ def _instant(value: Any) -> Any:
 
 def _arrow_rows(schema: StructType, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(
-        [{f.name: _instant(r.get(f.name)) for f in schema.fields} for r in rows],
+        [{f.name: instant(r.get(f.name)) for f in schema.fields} for r in rows],
         schema=to_arrow_schema(schema),
     )
+
+
+def read_columns(spark: SparkSession, path: str, columns: Sequence[str]) -> list[dict[str, Any]] | None:
+    """``columns`` of every row of a small table, or None when there is no table yet."""
+    if is_local_path(path):
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(_local(path)):
+            return None
+        rows: list[dict[str, Any]] = (
+            DeltaTable(_local(path)).to_pyarrow_dataset().to_table(columns=list(columns)).to_pylist()
+        )
+        return rows
+    if not SparkDeltaTable.isDeltaTable(spark, path):
+        return None
+    return [r.asDict() for r in spark.read.format("delta").load(path).select(*columns).collect()]
+
+
+def delete_where_in(spark: SparkSession, path: str, column: str, values: Iterable[str]) -> None:
+    """Delete the rows whose string ``column`` is one of ``values``, in one Delta commit."""
+    wanted = sorted(set(values))
+    if not wanted:
+        return
+    if is_local_path(path):
+        from deltalake import DeltaTable
+
+        quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in wanted)
+        DeltaTable(_local(path)).delete(f'"{column}" IN ({quoted})')
+        return
+    SparkDeltaTable.forPath(spark, path).delete(F.col(column).isin(wanted))
 
 
 def ensure_table(spark: SparkSession, path: str, schema: StructType) -> None:

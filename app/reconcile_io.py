@@ -163,19 +163,13 @@ def merge_restarts(spark: SparkSession, path: str, rows: Sequence[Mapping[str, A
 
 def last_window_end(spark: SparkSession, path: str, command: str, jobs: Sequence[str]) -> datetime | None:
     """Where the previous successful run of ``command`` over the same jobs stopped."""
-    runs = read_delta(spark, path)
-    if runs is None:
-        return None
-    row = (
-        runs.filter(
-            (F.col("command") == command)
-            & (F.col("status") == "succeeded")
-            & (F.col("jobs") == json.dumps(sorted(jobs)))
-        )
-        .agg(F.max("window_end").alias("end"))
-        .first()
-    )
-    return None if row is None else row["end"]
+    runs = delta_rows.read_columns(spark, path, ["command", "status", "jobs", "window_end"]) or []
+    ends = [
+        delta_rows.instant(r["window_end"])
+        for r in runs
+        if r["command"] == command and r["status"] == "succeeded" and r["jobs"] == json.dumps(sorted(jobs))
+    ]
+    return max(ends, default=None)
 
 
 def record_run(
@@ -206,18 +200,15 @@ def record_run(
 
 def drop_orphan_summaries(spark: SparkSession, tables: Tables) -> None:
     """Remove partition_summary rows of reconcile runs that never finished (killed midway)."""
-    summary = read_delta(spark, tables.partition_summary)
-    runs = read_delta(spark, tables.runs)
-    if summary is None:
+    summary = delta_rows.read_columns(spark, tables.partition_summary, ["reconcile_run_id"])
+    if not summary:
         return
-    done = (
-        []
-        if runs is None
-        else [r.run_id for r in runs.filter(F.col("command") == "reconcile").select("run_id").collect()]
-    )
-    orphan = ~F.col("reconcile_run_id").isin(done) if done else F.lit(True)
-    if summary.filter(orphan).limit(1).count():
-        DeltaTable.forPath(spark, tables.partition_summary).delete(orphan)
+    runs = delta_rows.read_columns(spark, tables.runs, ["run_id", "command"]) or []
+    done = {r["run_id"] for r in runs if r["command"] == "reconcile"}
+    orphans = {r["reconcile_run_id"] for r in summary} - done
+    if orphans:
+        log.info("removing the partition summaries of %d unfinished run(s)", len(orphans))
+        delta_rows.delete_where_in(spark, tables.partition_summary, "reconcile_run_id", orphans)
 
 
 # --- reading the inputs --------------------------------------------------------------------------

@@ -101,3 +101,19 @@ def test_append_rows_places_naive_spark_times_in_local_time(spark: SparkSession,
     delta_rows.append_rows(spark, path, AUDIT_RUNS_SCHEMA, [row])
     back = spark.read.format("delta").load(path).selectExpr("cast(window_start as string) s").collect()
     assert [r.s for r in back] == ["2026-03-01 12:00:00"]
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_read_columns_and_delete_where_in_work_on_either_writer(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local: bool
+) -> None:
+    path = str(tmp_path / "findings")
+    monkeypatch.setattr(delta_rows, "is_local_path", lambda _p: local)
+    assert delta_rows.read_columns(spark, path, ["finding_id"]) is None  # no table yet
+    rows = [finding(i, f"rec-{i}", T1) for i in ("a", "b", "c'd")]
+    delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id")
+    delta_rows.delete_where_in(spark, path, "reconcile_run_id", ["rec-b", "rec-c'd", "rec-none"])
+    delta_rows.delete_where_in(spark, path, "reconcile_run_id", [])  # nothing to delete: no commit
+    got = delta_rows.read_columns(spark, path, ["finding_id", "reconcile_run_id"])
+    assert got == [{"finding_id": "a", "reconcile_run_id": "rec-a"}]
+    assert len(spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()) == 3

@@ -568,9 +568,7 @@ def test_incremental_window_starts_from_the_previous_checkpoint(
     assert rows_of(gaps, "offset_start", "offset_end") == {(60, 70)}
     assert nightly.partitions == 1
     # Without --since the next run continues where the last successful one stopped.
-    assert rio.last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) == at(2000).replace(
-        tzinfo=None
-    )
+    assert rio.last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) == at(2000)
 
 
 def test_the_local_and_the_spark_input_readers_return_the_same_rows(
