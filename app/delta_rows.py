@@ -16,12 +16,14 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow as pa
+import pyarrow.dataset
 from delta.tables import DeltaTable as SparkDeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from app.errors import InfrastructureError
 from app.ledger import is_local_path
 
 
@@ -44,16 +46,25 @@ def _arrow_rows(schema: StructType, rows: Sequence[Mapping[str, Any]]) -> pa.Tab
     )
 
 
+def local_dataset(path: str) -> pa.dataset.Dataset | None:
+    """The table at a local ``path`` as an Arrow dataset (delta-rs), or None when there is none."""
+    from deltalake import DeltaTable
+
+    try:
+        if not DeltaTable.is_deltatable(_local(path)):
+            return None
+        return DeltaTable(_local(path)).to_pyarrow_dataset()
+    except OSError as exc:
+        raise InfrastructureError(f"cannot access table storage at {path}: {exc}") from exc
+
+
 def read_columns(spark: SparkSession, path: str, columns: Sequence[str]) -> list[dict[str, Any]] | None:
     """``columns`` of every row of a small table, or None when there is no table yet."""
     if is_local_path(path):
-        from deltalake import DeltaTable
-
-        if not DeltaTable.is_deltatable(_local(path)):
+        dataset = local_dataset(path)
+        if dataset is None:
             return None
-        rows: list[dict[str, Any]] = (
-            DeltaTable(_local(path)).to_pyarrow_dataset().to_table(columns=list(columns)).to_pylist()
-        )
+        rows: list[dict[str, Any]] = dataset.to_table(columns=list(columns)).to_pylist()
         return rows
     if not SparkDeltaTable.isDeltaTable(spark, path):
         return None

@@ -204,9 +204,6 @@ class LedgerAudit:
         row = self._db.execute("SELECT max(coalesce(log_time, commit_time)) FROM gc").fetchone()
         return None if row is None or row[0] is None else _aware(row[0])
 
-    def groups(self) -> list[str]:
-        return [r["group_id"] for r in self.rows("SELECT group_id FROM job_groups ORDER BY group_id")]
-
     def all_findings(self) -> list[dict[str, Any]]:
         """Every ledger- and commit-derived finding of the window, in FINDING_CORE form."""
         return [
@@ -576,11 +573,6 @@ class LedgerAudit:
             """
         )
         self._has_matched = True
-
-    def matched(self) -> list[dict[str, Any]]:
-        """The commit matching itself, for inspection and tests."""
-        self._ensure_matched()
-        return self.rows("SELECT * EXCLUDE (commit_row, effective_time) FROM matched")
 
     def foreign_commits(self) -> list[dict[str, Any]]:
         """Group commits that no ledger request explains (reset tool, another consumer on the group)."""

@@ -37,11 +37,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import reduce
 from typing import Any, Final
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -137,14 +135,6 @@ def read_delta(spark: SparkSession, path: str) -> DataFrame | None:
         # Broad on purpose: the storage client raises its own types (S3, ABFS, local IO).
         raise InfrastructureError(f"cannot access table storage at {path}: {exc}") from exc
     return spark.read.format("delta").load(path)
-
-
-def ensure_table(spark: SparkSession, path: str, schema: StructType) -> DeltaTable:
-    if not DeltaTable.isDeltaTable(spark, path):
-        # An empty append rather than DeltaTable.createIfNotExists().location(): the builder
-        # rejects relative paths such as the default ./data.
-        empty(spark, schema).write.format("delta").mode("append").save(path)
-    return DeltaTable.forPath(spark, path)
 
 
 def empty(spark: SparkSession, schema: StructType) -> DataFrame:
@@ -253,7 +243,7 @@ def read_ledger_rows(
     """
     if not is_local_path(path):
         return read_ledger(spark, path, window, jobs, lookback_days).toArrow()
-    dataset = _local_dataset(path)
+    dataset = delta_rows.local_dataset(path)
     if dataset is None:
         return to_arrow_schema(LEDGER_SCHEMA).empty_table()
     keep = pc.scalar(True)
@@ -270,7 +260,7 @@ def read_group_commit_rows(
     """The groups' commits (with the look-back) as one Arrow table, read as read_ledger_rows."""
     if not is_local_path(path):
         return read_group_commits(spark, path, window, groups, lookback_days).toArrow()
-    dataset = _local_dataset(path)
+    dataset = delta_rows.local_dataset(path)
     if dataset is None or not groups:
         return to_arrow_schema(GROUP_COMMITS_SCHEMA).empty_table()
     rows = dataset.to_table(filter=pc.field("group_id").isin(list(groups)))
@@ -279,18 +269,6 @@ def read_group_commit_rows(
     when = pc.coalesce(rows.column("commit_time"), rows.column("log_time"))
     first = pa.scalar(window.since - timedelta(days=lookback_days), type=when.type)
     return rows.filter(pc.or_kleene(pc.is_null(when), pc.greater_equal(when, first)))
-
-
-def _local_dataset(path: str) -> pa.dataset.Dataset | None:
-    from deltalake import DeltaTable
-
-    local = urlparse(path).path
-    try:
-        if not DeltaTable.is_deltatable(local):
-            return None
-        return DeltaTable(local).to_pyarrow_dataset()
-    except OSError as exc:
-        raise InfrastructureError(f"cannot access table storage at {path}: {exc}") from exc
 
 
 @dataclass(frozen=True)
