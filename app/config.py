@@ -236,8 +236,14 @@ class ReconcileConfig:
     confirm_gaps: bool = True
     confirm_max_records: int = 10000
     confirm_timeout_s: float = 30.0
+    # A run that wrote nothing for this long before the window end, never stopped and was not
+    # followed by another run has died (UNCLEAN_STOP): an idle live job writes no events either, so
+    # this is a silence long enough that nobody would call the job healthy.
+    run_silence_s: float = 3600.0
 
     def __post_init__(self) -> None:
+        if self.run_silence_s <= 0:
+            raise ConfigError("reconcile.run_silence_s", "must be positive")
         if self.commit_match_window_s <= 0:
             raise ConfigError("reconcile.commit_match_window_s", "must be positive")
         if self.clock_skew_s < 0:

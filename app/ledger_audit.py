@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import duckdb
@@ -87,6 +87,31 @@ SELECT s.job_name, s.run_id, s.started_at, s.group_id,
        lag(s.started_at) OVER w AS previous_started_at,
        lag(p.stopped_at) OVER w AS previous_stopped_at
 FROM starts s LEFT JOIN stops p ON s.job_name = p.job_name AND s.run_id = p.run_id
+WINDOW w AS (PARTITION BY s.job_name ORDER BY s.started_at, s.run_id);
+
+-- Every run with how it ended: its RUN_STOPPED, else the job's next start (it died before), else
+-- open (still running, or dead and never followed). Recovered events carry the dead run's id and
+-- the time Spark wrote the checkpoint file, so last_event_at is the run's own last sign of life.
+CREATE TEMP VIEW run_ends AS
+WITH starts AS (
+    SELECT job_name, run_id, min(event_time) AS started_at, max(group_id) AS group_id
+    FROM ledger WHERE event_type = '{EVENT_RUN_STARTED}' GROUP BY job_name, run_id
+), stops AS (
+    SELECT job_name, run_id, max(event_time) AS stopped_at
+    FROM ledger WHERE event_type = '{EVENT_RUN_STOPPED}' GROUP BY job_name, run_id
+), last_events AS (
+    SELECT job_name, run_id, max(event_time) AS last_event_at,
+           arg_max_null(event_type, {{'t': event_time, 'c': checkpoint_id}}) AS last_event_type,
+           max(checkpoint_id) AS last_checkpoint_id
+    FROM ledger GROUP BY job_name, run_id
+)
+SELECT s.job_name, s.run_id, s.group_id, s.started_at, p.stopped_at,
+       lead(s.run_id) OVER w AS next_run_id, lead(s.started_at) OVER w AS next_started_at,
+       coalesce(p.stopped_at, lead(s.started_at) OVER w) AS ended_at,
+       e.last_event_at, e.last_event_type, e.last_checkpoint_id
+FROM starts s
+LEFT JOIN stops p ON s.job_name = p.job_name AND s.run_id = p.run_id
+LEFT JOIN last_events e ON s.job_name = e.job_name AND s.run_id = e.run_id
 WINDOW w AS (PARTITION BY s.job_name ORDER BY s.started_at, s.run_id);
 
 CREATE TEMP VIEW job_groups AS
@@ -162,10 +187,16 @@ class LedgerAudit:
     ledger and group_commits contract columns)."""
 
     def __init__(
-        self, ledger: pa.Table, group_commits: pa.Table, window: rc.AuditWindow, rules: rc.MatchRules
+        self,
+        ledger: pa.Table,
+        group_commits: pa.Table,
+        window: rc.AuditWindow,
+        rules: rc.MatchRules,
+        ingested_at: datetime | None = None,
     ):
         self.window = window
         self.rules = rules
+        self.ingested_at = ingested_at
         self._db = duckdb.connect(":memory:")
         # Spark's order of nulls, which the ranking below relies on.
         self._db.execute("SET default_null_order = 'nulls_first_on_asc_last_on_desc'")
@@ -200,14 +231,23 @@ class LedgerAudit:
         return inside if self.window.since is None else f"{inside} AND ({expr}) >= {_ts(self.window.since)}"
 
     def horizon(self) -> datetime | None:
-        """How far group_commits has been ingested: the newest log (or commit) time."""
+        """How far group_commits has been ingested: when the last ingest read __consumer_offsets
+        (``ingested_at``, minus clock skew), or at least the newest log (or commit) time in it.
+
+        The newest commit alone is not enough: a job that stopped commits nothing more, so its
+        last checkpoints would never be judged."""
         row = self._db.execute("SELECT max(coalesce(log_time, commit_time)) FROM gc").fetchone()
-        return None if row is None or row[0] is None else _aware(row[0])
+        newest = None if row is None or row[0] is None else _aware(row[0])
+        if self.ingested_at is None:
+            return newest
+        ingested = self.ingested_at - timedelta(seconds=self.rules.clock_skew_s)
+        return ingested if newest is None else max(newest, ingested)
 
     def all_findings(self) -> list[dict[str, Any]]:
         """Every ledger- and commit-derived finding of the window, in FINDING_CORE form."""
         return [
             *self.ledger_inconsistencies(),
+            *self.unclean_stops(),
             *self.commit_failures(),
             *self.foreign_commits(),
             *self.commit_mismatches(),
@@ -335,7 +375,7 @@ class LedgerAudit:
                        max(group_id) AS restored_group
                 FROM ledger WHERE event_type = '{EVENT_OFFSETS_RESTORED}' AND "partition" IS NOT NULL
                 GROUP BY job_name, run_id, {tp}
-            ), prior AS (
+            ), prior_checkpoint AS (
                 SELECT r.job_name, r.run_id, k.topic, k."partition",
                        arg_max_null(k."offset", {order}) AS previous_checkpoint_offset,
                        arg_max_null(k.checkpoint_id, {order}) AS previous_checkpoint_id,
@@ -343,6 +383,23 @@ class LedgerAudit:
                 FROM r JOIN checkpoints k ON r.job_name = k.job_name
                 WHERE k."offset" IS NOT NULL AND k.completed_at < r.started_at
                 GROUP BY r.job_name, r.run_id, k.topic, k."partition"
+            ), prior_start AS (
+                -- No checkpoint ever completed (a run killed inside its first batch): the
+                -- position the job had reached is where the previous run started.
+                SELECT r.job_name, r.run_id, o.topic, o."partition",
+                       arg_min_null(o."offset", o.event_time) AS previous_checkpoint_offset,
+                       NULL::BIGINT AS previous_checkpoint_id,
+                       r.previous_run_id AS previous_checkpoint_run
+                FROM r JOIN ledger o ON o.job_name = r.job_name AND o.run_id = r.previous_run_id
+                WHERE o.event_type = '{EVENT_OFFSETS_RESTORED}' AND o."offset" IS NOT NULL
+                  AND o."partition" IS NOT NULL
+                GROUP BY r.job_name, r.run_id, r.previous_run_id, o.topic, o."partition"
+            ), prior AS (
+                SELECT * FROM prior_checkpoint
+                UNION ALL BY NAME
+                SELECT s.* FROM prior_start s WHERE NOT EXISTS (
+                    SELECT 1 FROM prior_checkpoint c WHERE c.job_name = s.job_name
+                      AND c.run_id = s.run_id AND c.topic = s.topic AND c."partition" = s."partition")
             ), per_partition AS (
                 SELECT coalesce(a.job_name, b.job_name) AS job_name,
                        coalesce(a.run_id, b.run_id) AS run_id,
@@ -385,8 +442,14 @@ class LedgerAudit:
     # --- LEDGER_INCONSISTENT -----------------------------------------------------------------------
 
     def ledger_inconsistencies(self) -> list[dict[str, Any]]:
-        """Completed without snapshot; snapshot offsets moving backwards in a run; a run that
-        started while the previous one never stopped."""
+        """Completed without a snapshot of the same checkpoint in any run of the job; snapshot
+        offsets moving backwards in a run.
+
+        Snapshot and completion pair by job and checkpoint id, not by run: a batch planned by a
+        run that was killed and completed by its successor is consistent (the successor's own
+        snapshot of the re-run batch is dropped by the ledger's idempotent append for that batch).
+        A run that never stopped is not an inconsistency but an UNCLEAN_STOP (``unclean_stops``).
+        """
         no_snapshot = self.rows(
             f"""
             WITH completions AS (
@@ -398,8 +461,7 @@ class LedgerAudit:
             SELECT * FROM completions c
             WHERE {self._within("c.completed_at")} AND NOT EXISTS (
                 SELECT 1 FROM ledger s WHERE s.event_type = '{EVENT_CHECKPOINT_SNAPSHOT}'
-                  AND s.job_name = c.job_name AND s.run_id = c.run_id
-                  AND s.checkpoint_id = c.checkpoint_id)
+                  AND s.job_name = c.job_name AND s.checkpoint_id = c.checkpoint_id)
             """
         )
         backwards = self.rows(
@@ -413,12 +475,6 @@ class LedgerAudit:
                              ORDER BY checkpoint_id, event_time)
             )
             SELECT * FROM stepped WHERE "offset" < prev_offset AND {self._within("event_time")}
-            """
-        )
-        unstopped = self.rows(
-            f"""
-            SELECT * FROM runs WHERE previous_run_id IS NOT NULL AND previous_stopped_at IS NULL
-              AND {self._within("started_at")}
             """
         )
         kind = "completed_without_snapshot"
@@ -455,24 +511,60 @@ class LedgerAudit:
             )
             for r in backwards
         ]
-        kind = "previous_run_not_stopped"
-        out += [
-            _core(
-                rc.LEDGER_INCONSISTENT,
-                rc.WARN,
-                rc.OPEN,
-                r,
-                {
-                    "kind": kind,
-                    "previous_run_id": r["previous_run_id"],
-                    "previous_started_at": r["previous_started_at"],
-                    "started_at": r["started_at"],
-                },
-                identity=kind,
-                cols=("job_name", "group_id", "run_id"),
+        return out
+
+    # --- UNCLEAN_STOP --------------------------------------------------------------------------------
+
+    def unclean_stops(self) -> list[dict[str, Any]]:
+        """Runs that never wrote RUN_STOPPED: killed or crashed.
+
+        Judged when the job's next run started inside the window, or, for a job's last run, when
+        it has been silent for ``run_silence_s`` by the window's end (before that it may be a live
+        job with no new data). Info when the next run resumed exactly on every partition: the crash
+        cost nothing. Otherwise warn; the impact itself is carried by the RESTART_*, GAP and
+        DUPLICATE findings of that restart.
+        """
+        silence = _secs(self.rules.run_silence_s)
+        silent_until = f"last_event_at + {silence}"
+        rows = self.rows(
+            f"""
+            SELECT * FROM run_ends
+            WHERE stopped_at IS NULL AND (
+                (next_run_id IS NOT NULL AND {self._within("next_started_at")})
+                OR (next_run_id IS NULL AND {self._within(silent_until)}))
+            """
+        )
+        classes: dict[tuple[str, str], set[str]] = {}
+        for restart in self.restarts() if rows else []:
+            key = (restart["job_name"], restart["run_id"])
+            classes.setdefault(key, set()).add(restart["classification"])
+        out = []
+        for r in rows:
+            resumed = classes.get((r["job_name"], r["next_run_id"]), set()) if r["next_run_id"] else set()
+            exact = resumed == {fx.EXACT}
+            out.append(
+                _core(
+                    rc.UNCLEAN_STOP,
+                    rc.INFO if exact else rc.WARN,
+                    rc.OPEN,
+                    r,
+                    {
+                        "started_at": r["started_at"],
+                        "last_event_at": r["last_event_at"],
+                        "last_event_type": r["last_event_type"],
+                        "last_checkpoint_id": r["last_checkpoint_id"],
+                        "next_run_id": r["next_run_id"],
+                        "next_started_at": r["next_started_at"],
+                        "next_run_resumed": sorted(resumed),
+                        "silent_for_s": (
+                            None
+                            if r["next_run_id"]
+                            else round((self.window.until - _aware(r["last_event_at"])).total_seconds())
+                        ),
+                    },
+                    cols=("job_name", "group_id", "run_id"),
+                )
             )
-            for r in unstopped
-        ]
         return out
 
     # --- COMMIT_FAILURE ----------------------------------------------------------------------------
@@ -691,32 +783,49 @@ class LedgerAudit:
         """Completed checkpoints whose offsets never reached __consumer_offsets, with the reason.
 
         Reached means: a group commit of that very offset at or after the completion (minus clock
-        skew). ``horizon`` is how far group_commits has been ingested; checkpoints completed later
-        than ``horizon`` minus the match window are not judged yet (their commit may simply not be
-        ingested). Superseded and covered by a later commit of a higher offset is benign (info);
-        everything else is a warning.
+        skew). ``horizon`` is how far group_commits has been ingested (None: never, so nothing is
+        judged). A checkpoint is judged once its fate is known by then: its run has ended (stopped,
+        or the job started again) or it completed a match window before the horizon; before
+        that its commit may still be in flight. Checkpoints completed in the match window before
+        ``since`` are judged again, so one left unjudged at the end of the previous window is not
+        lost when the window moves on (the finding ids are the same).
+
+        Whatever the reason (superseded, failed, never attempted), a checkpoint whose offsets a
+        later commit of the same job covered (a group commit that job's requests explain, at or
+        beyond its offset, by the horizon) is benign (info); one nothing covered is a warning;
+        commit_disabled is information.
         """
         if horizon is None:
             return []
+        self._ensure_matched()
         skew, window = _secs(self.rules.clock_skew_s), _secs(self.rules.commit_match_window_s)
         same_tp = (
             'c.group_id = k.group_id AND c.topic = k.topic AND c."partition" = k."partition" '
             f"AND c.effective_time >= k.completed_at - {skew}"
         )
+        judged_from = (
+            "" if self.window.since is None else f"AND k.completed_at >= {_ts(self.window.since)} - {window}"
+        )
+        known_by = _ts(horizon)
         key = "job_name, run_id, checkpoint_id"
         superseded = ", ".join(f"'{r}'" for r in _SUPERSEDED_REASONS)
         rows = self.rows(
             f"""
             WITH unreached AS (
-                SELECT * FROM checkpoints k
-                WHERE "offset" IS NOT NULL AND {self._within("k.completed_at")}
-                  AND k.completed_at + {window} <= {_ts(horizon)}
+                SELECT k.* FROM checkpoints k
+                LEFT JOIN run_ends e ON k.job_name = e.job_name AND k.run_id = e.run_id
+                WHERE k."offset" IS NOT NULL AND k.completed_at < {_ts(self.window.until)} {judged_from}
+                  AND (k.completed_at + {window} <= {known_by}
+                       OR (e.ended_at IS NOT NULL AND e.ended_at + {skew} <= {known_by}))
                   AND NOT EXISTS (SELECT 1 FROM commits c WHERE {same_tp} AND c.committed_offset = k."offset")
             ), covering AS (
                 SELECT k.job_name, k.run_id, k.checkpoint_id, k.topic, k."partition",
                        min(c.effective_time) AS covered_at,
-                       arg_min_null(c.committed_offset, c.effective_time) AS covered_by_offset
-                FROM unreached k JOIN commits c ON {same_tp} AND c.committed_offset >= k."offset"
+                       arg_min_null(c.committed_offset, c.effective_time) AS covered_by_offset,
+                       arg_min_null(c.checkpoint_id, c.effective_time) AS covered_by_checkpoint
+                FROM unreached k JOIN matched c
+                  ON {same_tp} AND c.committed_offset >= k."offset" AND c.job_name = k.job_name
+                 AND c.effective_time <= {known_by}
                 GROUP BY k.job_name, k.run_id, k.checkpoint_id, k.topic, k."partition"
             ), events AS (
                 SELECT * FROM ledger WHERE checkpoint_id IS NOT NULL
@@ -744,7 +853,7 @@ class LedgerAudit:
                 ) GROUP BY job_name, run_id, checkpoint_id
             ), joined AS (
                 SELECT u.*, s.skip_reason, s.superseded_by, d.discarded_by, f.error, o.requested,
-                       o.acknowledged, v.covered_at, v.covered_by_offset
+                       o.acknowledged, v.covered_at, v.covered_by_offset, v.covered_by_checkpoint
                 FROM unreached u
                 LEFT JOIN skipped s
                   ON u.job_name = s.job_name AND u.run_id = s.run_id AND u.checkpoint_id = s.checkpoint_id
@@ -771,7 +880,7 @@ class LedgerAudit:
         )
         out = []
         for r in rows:
-            benign = r["reason"] == "superseded" and r["covered_at"] is not None
+            benign = r["covered_at"] is not None
             superseded_by = _to_int(r["superseded_by"])
             out.append(
                 _core(
@@ -788,6 +897,7 @@ class LedgerAudit:
                         "acknowledged": bool(r["acknowledged"]),
                         "completed_at": r["completed_at"],
                         "covered_by_offset": r["covered_by_offset"],
+                        "covered_by_checkpoint": r["covered_by_checkpoint"],
                         "covered_at": r["covered_at"],
                     },
                     offset_start=r["offset"],

@@ -74,6 +74,7 @@ RESTART_REPLAY: Final = _vocab("RESTART_REPLAY", FINDING_TYPES)
 RESTART_SKIP: Final = _vocab("RESTART_SKIP", FINDING_TYPES)
 SINK_BEYOND_CHECKPOINT: Final = _vocab("SINK_BEYOND_CHECKPOINT", FINDING_TYPES)
 LEDGER_INCONSISTENT: Final = _vocab("LEDGER_INCONSISTENT", FINDING_TYPES)
+UNCLEAN_STOP: Final = _vocab("UNCLEAN_STOP", FINDING_TYPES)
 
 CRITICAL: Final = _vocab("critical", SEVERITIES)
 ERROR: Final = _vocab("error", SEVERITIES)
@@ -122,10 +123,11 @@ class AuditWindow:
 
 @dataclass(frozen=True)
 class MatchRules:
-    """How group commits are tied to checkpoints."""
+    """How group commits are tied to checkpoints, and when a silent run counts as dead."""
 
     commit_match_window_s: float = 300.0
     clock_skew_s: float = 5.0
+    run_silence_s: float = 3600.0
 
 
 # --- small helpers -------------------------------------------------------------------------------
@@ -579,6 +581,65 @@ def gap_finding(
         record_count=end - start,
         evidence=evidence,
         checkpoint_id=rng.hi_checkpoint_id,
+    )
+
+
+def gap_findings(
+    gaps: Sequence[tuple[PartitionRange, int, int, Mapping[str, Any] | None]],
+) -> list[dict[str, Any]]:
+    """GAP rows in FINDING_CORE form: one per gap, except the benign ones (transaction markers,
+    aborted or compacted records), which are one finding per partition and window with their
+    count, so a transactional source does not yield one row per marker."""
+    out: list[dict[str, Any]] = []
+    benign: dict[tuple[str, str, int], list[tuple[PartitionRange, int, int, Mapping[str, Any]]]] = (
+        defaultdict(list)
+    )
+    for rng, start, end, verdict in gaps:
+        if verdict is not None and verdict.get("status") == BENIGN:
+            benign[(rng.job_name, rng.topic, rng.partition)].append((rng, start, end, verdict))
+        else:
+            out.append(gap_finding(rng, start, end, verdict))
+    for key in sorted(benign):
+        out.append(benign_gaps_finding(benign[key]))
+    return out
+
+
+# Benign gaps listed one by one in the evidence, at most.
+BENIGN_RANGES_SHOWN: Final = 20
+
+
+def benign_gaps_finding(gaps: Sequence[tuple[PartitionRange, int, int, Mapping[str, Any]]]) -> dict[str, Any]:
+    """One partition's benign gaps as one GAP (info): the span they lie in, the offsets missing in
+    all, counts by cause, the first ranges."""
+    ordered = sorted(gaps, key=lambda g: g[1])
+    rng = ordered[-1][0]
+    by_cause: dict[str, int] = defaultdict(int)
+    for _, start, end, verdict in ordered:
+        by_cause[str(verdict.get("cause") or "no_committed_data_records")] += end - start
+    missing = sum(end - start for _, start, end, _ in ordered)
+    return _core_row(
+        GAP,
+        INFO,
+        BENIGN,
+        rng,
+        offset_start=ordered[0][1],
+        offset_end=max(end for _, _, end, _ in ordered),
+        record_count=missing,
+        evidence={
+            "status": BENIGN,
+            "gaps": len(ordered),
+            "missing_offsets": missing,
+            "by_cause": dict(sorted(by_cause.items())),
+            "ranges": [[start, end] for _, start, end, _ in ordered[:BENIGN_RANGES_SHOWN]],
+            "ranges_truncated": len(ordered) > BENIGN_RANGES_SHOWN,
+            "explanation": "no committed data records: transaction markers, aborted or compacted",
+            "range_source": rng.lo_source,
+            "covered_by_checkpoint": rng.hi_checkpoint_id,
+            "covered_by_run": rng.hi_run_id,
+            "checkpoint_offset": rng.hi,
+        },
+        checkpoint_id=rng.hi_checkpoint_id,
+        identity="benign",
     )
 
 

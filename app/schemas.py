@@ -73,6 +73,7 @@ FINDING_TYPES = (
     "RESTART_SKIP",
     "SINK_BEYOND_CHECKPOINT",
     "LEDGER_INCONSISTENT",
+    "UNCLEAN_STOP",
 )
 RESTART_CLASSES = ("exact", "replay", "skip", "unknown")
 RECORD_KINDS = ("commit", "tombstone", "snapshot")

@@ -310,8 +310,82 @@ def test_skipped_commits_are_classified_superseded_failed_or_never_attempted(spa
     # Checkpoints completed after the ingest horizon are not judged yet.
     assert len(ledger_audit.skipped_commits(horizon=at(82))) == 2
     assert ledger_audit.skipped_commits(horizon=None) == []
-    # The horizon run_reconcile uses: the newest commit ingested (at 14 s, so nothing is judged).
+    # Without an ingest time the horizon is the newest commit ingested (at 14 s: nothing judged) ...
     assert ledger_audit.horizon() == at(14)
+    # ... with one, when the ingest read __consumer_offsets, minus the clock skew.
+    ingested = la.LedgerAudit(ledger.toArrow(), commits.toArrow(), WINDOW, RULES, ingested_at=at(3000))
+    assert ingested.horizon() == at(2999)
+
+
+def test_a_skip_later_covered_by_a_commit_of_the_job_is_benign_whatever_its_reason(
+    spark: SparkSession,
+) -> None:
+    failure = {"attempt": 2, "error": "NOT_COORDINATOR", "retriable": True}
+    ledger = ledger_df(
+        spark,
+        ev("RUN_STARTED", 0, run="run-1"),
+        checkpoint(1, 0, {0: 10}),
+        checkpoint(2, 10, {0: 20}, commit=False),
+        ev("COMMIT_REQUESTED", 11, cp=2, offsets={0: 20}, detail={"attempt": 2}),
+        ev("COMMIT_FAILED", 12, cp=2, offsets={0: 20}, detail=failure),
+        checkpoint(3, 20, {0: 30}, commit=False),  # completed just before the SIGKILL
+        ev("RUN_STARTED", 100, run="run-2"),
+        checkpoint(4, 200, {0: 40}, run="run-2"),  # its commit covers 2 and 3
+        ev("RUN_STOPPED", 210, run="run-2"),
+    )
+    commits = commits_df(spark, gc(2, 0, 10), gc(202, 0, 40))
+    got = [
+        (
+            f["checkpoint_id"],
+            f["evidence"]["reason"],
+            f["severity"],
+            f["status"],
+            f["evidence"]["covered_by_offset"],
+        )
+        for f in findings(audit(ledger, commits).skipped_commits(horizon=at(5000)), rc.SKIPPED_COMMIT)
+    ]
+    assert got == [(2, "failed", "info", "benign", 40), (3, "never_attempted", "info", "benign", 40)]
+    # A commit that no request of the job explains (a reset tool) covers nothing.
+    foreign = commits_df(spark, gc(2, 0, 10), gc(202, 0, 40), gc(300, 0, 50))
+    reset = ledger_df(spark, checkpoint(1, 0, {0: 10}), checkpoint(2, 250, {0: 45}, commit=False))
+    assert [
+        (f["checkpoint_id"], f["severity"])
+        for f in findings(audit(reset, foreign).skipped_commits(horizon=at(5000)), rc.SKIPPED_COMMIT)
+    ] == [(2, "warn")]
+
+
+def test_the_last_checkpoints_of_a_stopped_job_are_judged_once_commits_are_ingested(
+    spark: SparkSession,
+) -> None:
+    ledger = ledger_df(
+        spark,
+        ev("RUN_STARTED", 0, run="run-1"),
+        checkpoint(1, 0, {0: 10}),
+        checkpoint(2, 10, {0: 20}, commit=False),
+        ev("COMMIT_SKIPPED", 11, cp=2, offsets={0: 20}, detail={"reason": "superseded_in_flight"}),
+        checkpoint(3, 12, {0: 30}, commit=False),  # the last one: never attempted
+        ev("RUN_STOPPED", 14),
+    )
+    commits = commits_df(spark, gc(2, 0, 10))
+    # The group's newest commit is at 2 s: judged by it alone, nothing would ever be judged.
+    stopped = la.LedgerAudit(ledger.toArrow(), commits.toArrow(), WINDOW, RULES, ingested_at=at(20))
+    got = [
+        (f["checkpoint_id"], f["evidence"]["reason"], f["severity"])
+        for f in findings(stopped.all_findings(), rc.SKIPPED_COMMIT)
+    ]
+    assert got == [(2, "superseded", "warn"), (3, "never_attempted", "warn")]
+    # Ingested before the job stopped (plus clock skew): its commits may still be in flight.
+    early = la.LedgerAudit(ledger.toArrow(), commits.toArrow(), WINDOW, RULES, ingested_at=at(14))
+    assert findings(early.all_findings(), rc.SKIPPED_COMMIT) == []
+    # The next window judges what the previous one could not: it looks one match window back.
+    later = la.LedgerAudit(
+        ledger.toArrow(),
+        commits.toArrow(),
+        rc.AuditWindow(until=at(20_000), since=at(40)),
+        RULES,
+        ingested_at=at(20_000),
+    )
+    assert [f["checkpoint_id"] for f in findings(later.all_findings(), rc.SKIPPED_COMMIT)] == [2, 3]
 
 
 def test_commit_failures_are_grouped_by_error(spark: SparkSession) -> None:
@@ -399,14 +473,65 @@ def test_ledger_inconsistencies(spark: SparkSession) -> None:
         checkpoint(1, 1, {0: 10}),
         checkpoint(2, 3, {0: 8}),  # backwards inside run-1
         ev("CHECKPOINT_COMPLETED", 6, cp=3),  # completed, never snapshotted
-        ev("RUN_STARTED", 9, run="run-2"),  # run-1 never stopped
+        ev("RUN_STARTED", 9, run="run-2"),  # run-1 never stopped: an UNCLEAN_STOP, not this
     )
     got = findings(audit(ledger).ledger_inconsistencies(), rc.LEDGER_INCONSISTENT)
     assert sorted((g["evidence"]["kind"], g["run_id"], g["checkpoint_id"]) for g in got) == [
         ("completed_without_snapshot", "run-1", 3),
         ("offsets_backwards_in_run", "run-1", 2),
-        ("previous_run_not_stopped", "run-2", None),
     ]
+
+
+def test_a_batch_planned_by_a_killed_run_and_completed_by_its_successor_is_consistent(
+    spark: SparkSession,
+) -> None:
+    ledger = ledger_df(
+        spark,
+        ev("RUN_STARTED", 0, run="run-1"),
+        checkpoint(1, 1, {0: 10}, run="run-1"),
+        ev("CHECKPOINT_SNAPSHOT", 3, run="run-1", cp=2, offsets={0: 20}),  # then SIGKILL
+        ev("RUN_STARTED", 9, run="run-2"),
+        # run-2 re-runs batch 2; its own snapshot was dropped by the idempotent ledger append.
+        ev("CHECKPOINT_COMPLETED", 10, run="run-2", cp=2, offsets={0: 20}),
+        ev("RUN_STOPPED", 11, run="run-2"),
+    )
+    assert audit(ledger).ledger_inconsistencies() == []
+
+
+def test_unclean_stops_are_info_after_an_exact_resume_and_warn_otherwise(spark: SparkSession) -> None:
+    restored = {"source": "checkpoint"}
+    ledger = ledger_df(
+        spark,
+        ev("RUN_STARTED", 0, run="run-1"),
+        ev("OFFSETS_RESTORED", 0, run="run-1", offsets={0: 0}, detail={"source": "earliest"}),
+        checkpoint(1, 1, {0: 10}, run="run-1"),  # then killed
+        ev("RUN_STARTED", 9, run="run-2"),
+        ev("OFFSETS_RESTORED", 9, run="run-2", offsets={0: 10}, detail=restored),  # exact
+        checkpoint(2, 10, {0: 20}, run="run-2"),  # then killed
+        ev("RUN_STARTED", 20, run="run-3"),
+        ev("OFFSETS_RESTORED", 20, run="run-3", offsets={0: 25}, detail={"source": "latest"}),  # skip
+        checkpoint(3, 21, {0: 30}, run="run-3"),
+        ev("RUN_STOPPED", 30, run="run-3"),  # a clean stop: no finding
+        ev("RUN_STARTED", 40, run="run-4"),
+        ev("OFFSETS_RESTORED", 40, run="run-4", offsets={0: 30}, detail=restored),
+        checkpoint(4, 41, {0: 40}, run="run-4"),  # died, never came back
+    )
+    got = findings(audit(ledger).unclean_stops(), rc.UNCLEAN_STOP)
+    assert [(g["run_id"], g["severity"], g["evidence"]["next_run_id"]) for g in got] == [
+        ("run-1", "info", "run-2"),
+        ("run-2", "warn", "run-3"),
+        ("run-4", "warn", None),
+    ]
+    assert got[1]["evidence"]["next_run_resumed"] == ["skip"]
+    assert got[2]["evidence"]["silent_for_s"] == 10_000 - 43
+    # A last run silent for less than run_silence_s may be a live job with no new data.
+    live = la.LedgerAudit(
+        ledger.toArrow(),
+        commits_df(spark).toArrow(),
+        rc.AuditWindow(until=at(43 + 3599)),
+        rc.MatchRules(commit_match_window_s=60, clock_skew_s=1, run_silence_s=3600),
+    )
+    assert [g["run_id"] for g in live.unclean_stops()] == ["run-1", "run-2"]
 
 
 def test_checkpoint_offsets_fall_back_to_the_snapshot_for_a_bare_completion(spark: SparkSession) -> None:
