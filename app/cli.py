@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
 import logging
 import sys
@@ -18,7 +17,14 @@ from typing import Any
 
 from app import __version__
 from app.config import AppConfig, load_config
-from app.errors import ConfigError, InfrastructureError, OffsetAuditError, UsageError
+from app.errors import (
+    ConfigError,
+    InfrastructureError,
+    OffsetAuditError,
+    UsageError,
+    describe_error,
+    error_kind,
+)
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -28,9 +34,10 @@ EXIT_INFRA = 3
 log = logging.getLogger("offset-audit")
 
 Handler = Callable[[argparse.Namespace, AppConfig], int]
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
-# Subcommands whose work is tracked in an open issue: they say so plainly and exit with the usage code.
-PLANNED = {
+# The pipeline's subcommands, each a module app.commands.<name> with add_arguments and run.
+COMMANDS = {
     "stream": "the reference streaming job and its checkpoint ledger",
     "ingest-offsets": "decoding __consumer_offsets into Delta",
     "reconcile": "reconciling ledger, group commits and sink",
@@ -103,19 +110,8 @@ def cmd_kafka_local(args: argparse.Namespace, cfg: AppConfig) -> int:
     return EXIT_OK
 
 
-def command_module(name: str) -> Any | None:
-    """app.commands.<name>, or None while the subcommand is not implemented."""
-    module_name = "app.commands." + name.replace("-", "_")
-    if importlib.util.find_spec(module_name) is None:
-        return None
-    return importlib.import_module(module_name)
-
-
-def cmd_planned(args: argparse.Namespace, cfg: AppConfig) -> int:
-    what = PLANNED[args.command]
-    msg = f"offset-audit {args.command}: not implemented yet ({what} is still an open issue)"
-    emit(args, {"command": args.command, "implemented": False}, msg)
-    return EXIT_USAGE
+def command_module(name: str) -> Any:
+    return importlib.import_module("app.commands." + name.replace("-", "_"))
 
 
 # --- parser --------------------------------------------------------------------------------------
@@ -130,7 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one config key, e.g. --set spark.shuffle_partitions=8")  # fmt: skip
     common.add_argument("--json", action="store_true", help="print a machine-readable summary")
-    common.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR")
+    common.add_argument(
+        "--log-level",
+        default=None,
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="DEBUG, INFO, WARNING or ERROR (default: the config's log_level)",
+    )
 
     parser = argparse.ArgumentParser(prog="offset-audit", description=__doc__, parents=[common])
     parser.add_argument("--version", action="version", version=f"offset-audit {__version__}")
@@ -147,15 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["start", "stop", "status"])
     p.set_defaults(handler=cmd_kafka_local)
 
-    for name, what in PLANNED.items():
+    for name, what in COMMANDS.items():
         module = command_module(name)
-        if module is None:
-            p = sub.add_parser(name, parents=[common], help=f"{what} (not implemented yet)")
-            p.set_defaults(handler=cmd_planned)
-        else:
-            p = sub.add_parser(name, parents=[common], help=what)
-            module.add_arguments(p)
-            p.set_defaults(handler=module.run)
+        p = sub.add_parser(name, parents=[common], help=what)
+        module.add_arguments(p)
+        p.set_defaults(handler=module.run)
     return parser
 
 
@@ -202,6 +200,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("offset-audit: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # broad on purpose: the top of the program turns failures into exit codes
+        log.debug("unhandled exception", exc_info=True)
+        kind = error_kind(exc)
+        label = "infrastructure error" if kind == "infrastructure" else "internal error"
+        hint = "" if kind == "infrastructure" else " (a bug: --log-level DEBUG shows the traceback)"
+        print(f"offset-audit: {label}: {describe_error(exc)}{hint}", file=sys.stderr)
+        return EXIT_INFRA
 
 
 if __name__ == "__main__":

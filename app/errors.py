@@ -1,8 +1,10 @@
 """One exception family for the whole application.
 
 The CLI maps the families to the exit codes of the scheduler contract (see README):
-ConfigError -> 2, InfrastructureError -> 3. Everything else under OffsetAuditError is a bug
-or a data problem that the caller reports with its message.
+ConfigError, UsageError and the rest of the family -> 2, InfrastructureError -> 3. Exceptions from
+outside the family are classified by ``error_kind``: those of Spark, py4j, Kafka clients and
+storage are infrastructure (3); anything else is a bug, reported as an internal error (3 as well),
+so no failure ever exits 1, which means "findings".
 """
 
 from __future__ import annotations
@@ -38,3 +40,45 @@ class JvmSetupError(InfrastructureError):
 
 class SchemaMismatchError(OffsetAuditError):
     """A table does not carry the columns its contract requires."""
+
+
+# What a failure outside this family means for the scheduler: these come from the services the
+# application stands on (the JVM bridge, Spark, Kafka, table storage), so they are infrastructure
+# errors (exit 3), never "findings" (exit 1, what an unhandled exception would give).
+_INFRASTRUCTURE_MODULES = ("py4j", "pyspark", "confluent_kafka", "deltalake", "duckdb", "pyarrow", "botocore")
+
+# Longest error text shown in one line (a Java stack trace is thousands of lines).
+_ERROR_TEXT_MAX = 500
+
+
+def _storage_errors() -> tuple[type[BaseException], ...]:
+    # delta-rs defines its errors in a native module named '_internal': matched by class, not name.
+    try:
+        from deltalake.exceptions import DeltaError
+    except ImportError:  # pragma: no cover - deltalake is a dependency; kept importable without it
+        return ()
+    return (DeltaError,)
+
+
+def is_infrastructure(exc: BaseException) -> bool:
+    """True for failures of Spark, Kafka, storage or the JVM bridge, ours or theirs."""
+    if isinstance(exc, (InfrastructureError, OSError, TimeoutError, ConnectionError, *_storage_errors())):
+        return True
+    return any(cls.__module__.split(".")[0] in _INFRASTRUCTURE_MODULES for cls in type(exc).__mro__)
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for people and logs: the exception's first line (a Java exception's message, not
+    its stack trace), its type when that says more, at most 500 characters."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if not isinstance(exc, OffsetAuditError):
+        text = f"{type(exc).__name__}: {text}"
+    return text if len(text) <= _ERROR_TEXT_MAX else text[: _ERROR_TEXT_MAX - 3] + "..."
+
+
+def error_kind(exc: BaseException) -> str:
+    """'usage' (exit 2), 'infrastructure' (exit 3) or 'internal' (a bug; exit 3 as well, so a
+    scheduler never reads it as findings)."""
+    if is_infrastructure(exc):
+        return "infrastructure"
+    return "usage" if isinstance(exc, OffsetAuditError) else "internal"

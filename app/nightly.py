@@ -20,7 +20,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
-from app.errors import InfrastructureError, OffsetAuditError
+from app.errors import describe_error, error_kind
 from app.schemas import SEVERITIES
 from app.storage import read_text, write_text
 
@@ -40,6 +40,7 @@ class StepOutcome:
     seconds: float = 0.0
     summary: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    error_kind: str | None = None  # usage | infrastructure | internal (app.errors.error_kind)
 
 
 @dataclass
@@ -134,18 +135,31 @@ class Nightly:
             started = time.monotonic()
             try:
                 summary = steps[name]()
-            except OffsetAuditError as exc:
-                outcome = StepOutcome(name, "failed", time.monotonic() - started, error=str(exc))
+            except Exception as exc:  # broad on purpose: any failure (py4j, storage) fails the step
+                outcome = StepOutcome(
+                    name,
+                    "failed",
+                    time.monotonic() - started,
+                    error=describe_error(exc),
+                    error_kind=error_kind(exc),
+                )
                 result.steps.append(outcome)
                 state["steps"][name] = asdict(outcome)
                 save_state(self.spark, self.cfg, state)
-                log.error("[%d/%d] %s failed: %s", number, len(STEPS), name, exc)
+                log.error("[%d/%d] %s failed: %s", number, len(STEPS), name, outcome.error)
+                log.debug("step %s failed", name, exc_info=True)
                 break
             outcome = StepOutcome(name, "done", round(time.monotonic() - started, 2), summary)
             result.steps.append(outcome)
             state["steps"][name] = asdict(outcome)
             save_state(self.spark, self.cfg, state)
             log.info("[%d/%d] %s done in %.1fs", number, len(STEPS), name, outcome.seconds)
+        if result.failed_step is None:
+            # Only a night whose every step finished moves the audit window (DESIGN section 5).
+            from app import reconcile_io
+
+            runs = reconcile_io.tables_from_config(self.cfg).runs
+            reconcile_io.confirm_runs(self.spark, runs, self.run_id)
         self._collect(result)
         return result
 
@@ -188,9 +202,8 @@ class Nightly:
             since=None,
             until=self.now,
             confirmer=confirmer,
+            status=reconcile_io.RUN_PENDING,
         )
-        if outcome.infra_error:
-            raise InfrastructureError(outcome.infra_error)
         return {
             "partitions": outcome.partitions,
             "gaps_suspected": outcome.gaps_suspected,
@@ -203,7 +216,13 @@ class Nightly:
         from app import reconcile_io
 
         outcome = reconcile_io.run_forensics(
-            self.spark, self.cfg, run_id=self.run_id, now=self.now, since=None, until=self.now
+            self.spark,
+            self.cfg,
+            run_id=self.run_id,
+            now=self.now,
+            since=None,
+            until=self.now,
+            status=reconcile_io.RUN_PENDING,
         )
         classes: dict[str, int] = {}
         for row in outcome.restarts:

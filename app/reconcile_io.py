@@ -34,7 +34,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import reduce
 from typing import Any, Final
 
@@ -45,8 +45,6 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
-    IntegerType,
-    LongType,
     StringType,
     StructField,
     StructType,
@@ -57,8 +55,14 @@ from app import delta_rows
 from app import forensics as fx
 from app import ledger_audit as la
 from app import reconcile as rc
-from app.config import AppConfig, KafkaConfig
-from app.errors import InfrastructureError, KafkaUnavailableError, SchemaMismatchError
+from app.config import AppConfig, KafkaConfig, ReconcileConfig
+from app.errors import (
+    ConfigError,
+    InfrastructureError,
+    KafkaUnavailableError,
+    SchemaMismatchError,
+    error_kind,
+)
 from app.ledger import is_local_path
 from app.schemas import (
     FINDINGS_SCHEMA,
@@ -85,6 +89,10 @@ AUDIT_RUNS_SCHEMA: Final = StructType(
         StructField("status", StringType(), False),
     ]
 )
+RUN_SUCCEEDED: Final = "succeeded"
+RUN_PENDING: Final = "pending"
+RUN_FAILED: Final = "failed"
+RUN_STATUSES: Final = (RUN_SUCCEEDED, RUN_PENDING, RUN_FAILED)
 RESTARTS_KEY: Final = ("job_name", "run_id", "topic", "partition")
 SINK_CANONICAL: Final = rc.SINK_COLUMNS
 # Above this many ranges the sink filter is a bounding box plus a join (see SinkReader.where).
@@ -103,10 +111,16 @@ class Tables:
     restarts: str
     runs: str
     sink: str
+    ingest_positions: str
     sink_by_job: Mapping[str, str] = field(default_factory=dict)
+    sink_key: str = "reconcile.sink_table"
 
     def sink_for(self, job: str) -> str:
         return self.sink_by_job.get(job, self.sink)
+
+    def sink_key_for(self, job: str) -> str:
+        """The setting that names ``job``'s sink, for error messages."""
+        return f"reconcile.sink_tables.{job}" if job in self.sink_by_job else self.sink_key
 
 
 def tables_from_config(cfg: AppConfig, sink_override: str | None = None) -> Tables:
@@ -119,7 +133,9 @@ def tables_from_config(cfg: AppConfig, sink_override: str | None = None) -> Tabl
         restarts=r.restarts_table or p.table("restarts"),
         runs=r.runs_table or p.table("audit_runs"),
         sink=sink_override or r.sink_table or p.table("sink"),
+        ingest_positions=p.table("ingest_positions"),
         sink_by_job={} if sink_override else dict(r.sink_tables),
+        sink_key="--sink" if sink_override else "reconcile.sink_table",
     )
 
 
@@ -157,7 +173,7 @@ def last_window_end(spark: SparkSession, path: str, command: str, jobs: Sequence
     ends = [
         delta_rows.instant(r["window_end"])
         for r in runs
-        if r["command"] == command and r["status"] == "succeeded" and r["jobs"] == json.dumps(sorted(jobs))
+        if r["command"] == command and r["status"] == RUN_SUCCEEDED and r["jobs"] == json.dumps(sorted(jobs))
     ]
     return max(ends, default=None)
 
@@ -172,7 +188,12 @@ def record_run(
     window: rc.AuditWindow,
     started_at: datetime,
     finished_at: datetime,
+    status: str = RUN_SUCCEEDED,
 ) -> None:
+    """One row per run and command, upserted: only a ``succeeded`` row moves the next default
+    window; ``failed`` and ``pending`` (a nightly step whose night has not finished) do not."""
+    if status not in RUN_STATUSES:
+        raise ValueError(f"run status {status!r} is not one of {RUN_STATUSES}")
     row = (
         run_id,
         command,
@@ -181,11 +202,53 @@ def record_run(
         window.until,
         started_at,
         finished_at,
-        "succeeded",
+        status,
     )
-    delta_rows.append_rows(
-        spark, path, AUDIT_RUNS_SCHEMA, [dict(zip(AUDIT_RUNS_SCHEMA.fieldNames(), row, strict=True))]
+    delta_rows.merge_rows(
+        spark,
+        path,
+        AUDIT_RUNS_SCHEMA,
+        [dict(zip(AUDIT_RUNS_SCHEMA.fieldNames(), row, strict=True))],
+        ("run_id", "command"),
     )
+
+
+def confirm_runs(spark: SparkSession, path: str, run_id: str) -> int:
+    """Mark the ``pending`` runs recorded under ``run_id`` succeeded (a nightly whose every step
+    finished); returns how many."""
+    names = AUDIT_RUNS_SCHEMA.fieldNames()
+    rows = delta_rows.read_columns(spark, path, names) or []
+    pending = [
+        {**r, "status": RUN_SUCCEEDED} for r in rows if r["run_id"] == run_id and r["status"] == RUN_PENDING
+    ]
+    delta_rows.merge_rows(spark, path, AUDIT_RUNS_SCHEMA, pending, ("run_id", "command"))
+    return len(pending)
+
+
+def record_failed_run(
+    spark: SparkSession,
+    path: str,
+    run_id: str,
+    command: str,
+    jobs: Sequence[str],
+    window: rc.AuditWindow,
+    started_at: datetime,
+) -> None:
+    """Best effort: the run failed, and the storage that failed it may fail this write too."""
+    try:
+        record_run(
+            spark,
+            path,
+            run_id=run_id,
+            command=command,
+            jobs=jobs,
+            window=window,
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
+            status=RUN_FAILED,
+        )
+    except Exception:  # broad on purpose: the original failure is what the caller reports
+        log.warning("could not record the failed %s run %s", command, run_id, exc_info=True)
 
 
 def drop_orphan_summaries(spark: SparkSession, tables: Tables) -> None:
@@ -495,6 +558,17 @@ def kafka_gap_confirmer(
     return confirm
 
 
+def unavailable_confirmer(reason: KafkaUnavailableError) -> GapConfirmer:
+    """A confirmer for when Kafka could not even be located: fails the run if there are gaps."""
+
+    def confirm(gaps: Sequence[SuspectedGap]) -> list[dict[str, Any]]:
+        if not gaps:
+            return []
+        raise KafkaUnavailableError(f"cannot confirm {len(gaps)} suspected gap(s): {reason}") from reason
+
+    return confirm
+
+
 # --- reconcile -----------------------------------------------------------------------------------
 
 
@@ -508,7 +582,6 @@ class ReconcileResult:
     new_findings: int = 0
     gaps_suspected: int = 0
     confirmation: str = "not needed"
-    infra_error: str | None = None
     top: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     sink_seconds: float = 0.0  # of `seconds`, spent reading the sink
@@ -722,6 +795,18 @@ def observed_in_restart_ranges(
     return {(r["job_name"], r["run_id"], r["topic"], r["partition"]): r.asDict() for r in rows.collect()}
 
 
+def match_rules(r: ReconcileConfig) -> rc.MatchRules:
+    return rc.MatchRules(r.commit_match_window_s, r.clock_skew_s, r.run_silence_s)
+
+
+def last_ingest_time(spark: SparkSession, path: str) -> datetime | None:
+    """When ingest-offsets last stored its positions: group_commits holds every commit made
+    before then, which is what lets a stopped job's last checkpoints be judged."""
+    rows = delta_rows.read_columns(spark, path, ["updated_at"]) or []
+    times = [delta_rows.instant(r["updated_at"]) for r in rows if r["updated_at"] is not None]
+    return max(times, default=None)
+
+
 def _ledger_audit(
     spark: SparkSession,
     tables: Tables,
@@ -744,7 +829,7 @@ def _ledger_audit(
         len(group_list),
         time.monotonic() - started,
     )
-    return la.LedgerAudit(ledger, commits, window, rules)
+    return la.LedgerAudit(ledger, commits, window, rules, last_ingest_time(spark, tables.ingest_positions))
 
 
 def run_reconcile(
@@ -758,11 +843,16 @@ def run_reconcile(
     jobs: Sequence[str] = (),
     sink_override: str | None = None,
     confirmer: GapConfirmer | None = None,
+    status: str = RUN_SUCCEEDED,
 ) -> ReconcileResult:
     """The whole reconciliation: read, detect, confirm gaps, MERGE findings, write partition_summary.
 
     ``since`` None means: where the last successful run over the same jobs stopped (or all history).
-    ``confirmer`` None leaves gaps 'open' and says so in their evidence.
+    ``confirmer`` None leaves gaps 'open' and says so in their evidence. An audit that cannot see
+    (a missing sink table: ConfigError; Kafka unreachable for confirmation, storage, Spark:
+    InfrastructureError) raises before it writes any finding, and its run never moves the window.
+    ``status`` is what a run that finished is recorded as (a nightly records ``pending`` until its
+    last step is done).
     """
     started = time.monotonic()
     r = cfg.reconcile
@@ -771,15 +861,18 @@ def run_reconcile(
     if since is None:
         since = last_window_end(spark, tables.runs, "reconcile", job_list)
     window = rc.AuditWindow(until=until or now, since=since)
-    rules = rc.MatchRules(r.commit_match_window_s, r.clock_skew_s)
+    rules = match_rules(r)
     result = ReconcileResult(run_id=run_id, window=window, jobs=job_list)
-    drop_orphan_summaries(spark, tables)
-
-    audit = _ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
     try:
-        _reconcile_inputs(spark, cfg, tables, audit, result, now, confirmer)
-    finally:
-        audit.close()
+        audit = _ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
+        try:
+            _reconcile_inputs(spark, cfg, tables, audit, result, now, confirmer)
+        finally:
+            audit.close()
+    except Exception as exc:  # broad on purpose: a run that could not see is recorded, then re-raised
+        if error_kind(exc) != "usage":  # a usage error (a missing sink) writes nothing at all
+            record_failed_run(spark, tables.runs, run_id, "reconcile", job_list, window, now)
+        raise
     record_run(
         spark,
         tables.runs,
@@ -789,6 +882,7 @@ def run_reconcile(
         window=window,
         started_at=now,
         finished_at=now + timedelta(seconds=time.monotonic() - started),
+        status=status,
     )
     result.seconds = time.monotonic() - started
     return result
@@ -808,6 +902,8 @@ def _reconcile_inputs(
     log.info("ledger and commit findings: %d in %.1fs", len(ledger_local), time.monotonic() - started)
     sink_local, ranges, stats = _sink_and_restart_findings(spark, cfg, tables, audit, result, now, confirmer)
     local = rc.one_per_finding_id([*ledger_local, *sink_local])
+    # Everything is known before the first write: a failure above leaves the tables untouched.
+    drop_orphan_summaries(spark, tables)
     merge_findings(spark, tables.findings, local)
     result.top = sorted(local, key=rc.finding_order)[:10]
     by_type: dict[tuple[str, str, int], dict[str, int]] = defaultdict(dict)
@@ -848,13 +944,11 @@ def _sink_and_restart_findings(
     for job in sorted(set(by_job) | {r["job_name"] for r in restart_rows}):
         df = read_delta(spark, tables.sink_for(job))
         if df is None:
-            log.warning(
-                "no sink table at %s for job %s: every covered offset counts as missing",
-                tables.sink_for(job),
-                job,
+            # Not an empty sink: the audit cannot see, so it claims nothing (DESIGN section 5).
+            raise ConfigError(
+                tables.sink_key_for(job),
+                f"no Delta table at {tables.sink_for(job)} (the sink of job {job}); nothing was written",
             )
-            coords = [(cols.topic, StringType()), (cols.partition, IntegerType()), (cols.offset, LongType())]
-            df = empty(spark, StructType([StructField(n, t) for n, t in coords]))
         sink = SinkReader(df, cols)
         outcome = examine_sink(spark, sink, by_job.get(job, []), active.get(job))
         sink_rows += outcome.rows
@@ -868,18 +962,14 @@ def _sink_and_restart_findings(
     result.gaps_suspected = len(gaps)
     verdicts: list[dict[str, Any] | None] = [None] * len(gaps)
     if gaps and confirmer is not None:
-        try:
-            verdicts = list(confirmer([SuspectedGap(g.topic, g.partition, s, e) for g, s, e in gaps]))
-            result.confirmation = f"{len(gaps)} gap(s) read back from Kafka"
-        except InfrastructureError as exc:
-            # The findings are still written (as 'open', saying why); the exit code reports the outage.
-            result.infra_error = str(exc)
-            result.confirmation = f"failed: {exc}"
-            verdicts = [{"status": rc.OPEN, "confirmation": f"not run: {exc}"} for _ in gaps]
+        # A failure here propagates: unconfirmed gaps written as findings would claim a loss the
+        # audit could not check, and the next run must look at them again.
+        verdicts = list(confirmer([SuspectedGap(g.topic, g.partition, s, e) for g, s, e in gaps]))
+        result.confirmation = f"{len(gaps)} gap(s) read back from Kafka"
     elif gaps:
         result.confirmation = "disabled: gaps left open"
-    for (rng, start, end), verdict in zip(gaps, verdicts, strict=True):
-        sink_rows.append(rc.gap_finding(rng, start, end, verdict))
+    judged = [(rng, start, end, v) for (rng, start, end), v in zip(gaps, verdicts, strict=True)]
+    sink_rows += rc.gap_findings(judged)
 
     core = [*fx.find_restart_anomalies(restart_rows, observed), *sink_rows]
     return rc.finalize_findings(core, result.run_id, now), ranges, stats
@@ -960,6 +1050,7 @@ def run_forensics(
     until: datetime | None,
     jobs: Sequence[str] = (),
     sink_override: str | None = None,
+    status: str = RUN_SUCCEEDED,
 ) -> ForensicsResult:
     """Classify every run start in the window; MERGE restarts and RESTART_* findings."""
     r = cfg.reconcile
@@ -968,7 +1059,7 @@ def run_forensics(
     if since is None:
         since = last_window_end(spark, tables.runs, "forensics", job_list)
     window = rc.AuditWindow(until=until or now, since=since)
-    rules = rc.MatchRules(r.commit_match_window_s, r.clock_skew_s)
+    rules = match_rules(r)
     result = ForensicsResult(run_id=run_id, window=window, jobs=job_list)
     audit = _ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
     try:
@@ -1002,6 +1093,7 @@ def run_forensics(
         window=window,
         started_at=now,
         finished_at=now,
+        status=status,
     )
     return result
 

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.cli import EXIT_FINDINGS, EXIT_INFRA, EXIT_OK, emit
+    from app.cli import EXIT_FINDINGS, EXIT_INFRA, EXIT_OK, EXIT_USAGE, emit
     from app.nightly import Nightly, summary_text
     from app.runtime import kafka_bootstrap, spark_session
 
@@ -36,5 +36,5 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     summary = dataclasses.asdict(result) | {"failing": result.failing(args.fail_on), "fail_on": args.fail_on}
     emit(args, summary, summary_text(result, args.fail_on))
     if result.failed_step is not None:
-        return EXIT_INFRA
+        return EXIT_USAGE if result.failed_step.error_kind == "usage" else EXIT_INFRA
     return EXIT_FINDINGS if result.failing(args.fail_on) else EXIT_OK

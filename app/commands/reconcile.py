@@ -7,9 +7,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from app.cli import EXIT_FINDINGS, EXIT_INFRA, EXIT_OK, emit
+from app.cli import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
-from app.errors import UsageError
+from app.errors import KafkaUnavailableError, UsageError
 from app.schemas import SEVERITIES
 
 
@@ -82,8 +82,6 @@ def summary_text(result: Any, fail_on: str) -> str:
                 f"{f['topic']}/{f['partition']} [{f['offset_start']}, {f['offset_end']}) "
                 f"n={f['record_count']}"
             )
-    if result.infra_error:
-        lines.append(f"  infrastructure error: {result.infra_error}")
     return "\n".join(lines)
 
 
@@ -96,20 +94,17 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         raise UsageError("--since must be before --until")
     now = datetime.now(UTC)
     confirmer = None
-    infra: str | None = None
     if cfg.reconcile.confirm_gaps and not args.no_confirm:
         try:
-            bootstrap = kafka_bootstrap(cfg)
             confirmer = reconcile_io.kafka_gap_confirmer(
                 cfg.kafka,
-                bootstrap,
+                kafka_bootstrap(cfg),
                 max_records=cfg.reconcile.confirm_max_records,
                 timeout_s=cfg.reconcile.confirm_timeout_s,
             )
-        except Exception as exc:
-            # Broad on purpose: without a broker the audit still runs; gaps stay open and the
-            # exit code says infrastructure.
-            infra = f"Kafka unavailable for gap confirmation: {exc}"
+        except KafkaUnavailableError as exc:
+            # Kafka is needed only if there are gaps to confirm: the run fails then, not before.
+            confirmer = reconcile_io.unavailable_confirmer(exc)
     spark = spark_session(cfg)
     result = reconcile_io.run_reconcile(
         spark,
@@ -122,9 +117,6 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         sink_override=args.sink,
         confirmer=confirmer,
     )
-    if infra and result.gaps_suspected and result.infra_error is None:
-        result.infra_error = infra
-        result.confirmation = "not run: Kafka unavailable"
     failing = sum(n for (_, sev), n in result.counts.items() if severity_at_least(sev, args.fail_on))
     summary = {
         "run_id": result.run_id,
@@ -139,10 +131,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         ],
         "failing_findings": failing,
         "fail_on": args.fail_on,
-        "infra_error": result.infra_error,
         "seconds": round(result.seconds, 2),
     }
     emit(args, summary, summary_text(result, args.fail_on))
-    if result.infra_error:
-        return EXIT_INFRA
     return EXIT_FINDINGS if failing else EXIT_OK

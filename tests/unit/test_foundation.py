@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app import cli, jvm
+from app import jvm
 from app.cli import main
 from app.config import SparkConfig
 from app.kafka_local import new_cluster_id, server_properties
@@ -87,14 +87,6 @@ def test_local_spark_conf_is_utc_delta_and_user_wins() -> None:
 def test_spark_submit_is_detected_by_its_gateway() -> None:
     assert running_under_spark_submit({"PYSPARK_GATEWAY_PORT": "4242"})
     assert not running_under_spark_submit({})
-
-
-def test_subcommand_without_module_says_so_and_exits_2(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(cli, "command_module", lambda name: None)
-    assert main(["demo"]) == 2
-    assert "not implemented yet" in capsys.readouterr().out
 
 
 def test_usage_error_exits_2() -> None:

@@ -1,0 +1,123 @@
+"""Audit failures are not verdicts (shared/DESIGN.md section 5): when the audit cannot see, it says
+so with an exit code, writes no finding, and never moves the window, so the next run looks again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from app import cli
+from app import reconcile_io as rio
+from app.config import AppConfig, KafkaConfig
+from app.errors import ConfigError, KafkaUnavailableError
+from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
+from tests.spark.test_reconcile import config_for, read, reconcile, save
+
+pytestmark = pytest.mark.spark
+
+
+def a_job_with_a_gap(spark: SparkSession, cfg: AppConfig, *, sink: bool = True) -> None:
+    save(
+        ledger_df(
+            spark,
+            ev("RUN_STARTED", 0),
+            ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
+            checkpoint(1, 10, {0: 50}),
+            ev("RUN_STOPPED", 30),
+        ),
+        cfg,
+        "ledger",
+    )
+    save(commits_df(spark, gc(12, 0, 50)), cfg, "group_commits")
+    if sink:
+        save(sink_df(spark, sink_rows(0, range(45))), cfg, "sink")
+
+
+def tables_written(cfg: AppConfig) -> set[str]:
+    return {p.name for p in Path(cfg.paths.table("x")).parent.iterdir()} - {"ledger", "group_commits", "sink"}
+
+
+def test_a_missing_sink_table_exits_2_naming_path_and_key_and_writes_nothing(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = config_for(app_config, tmp_path)
+    a_job_with_a_gap(spark, cfg, sink=False)
+    missing = tmp_path / "no-such-sink"
+    with pytest.raises(ConfigError) as raised:
+        reconcile(spark, cfg, "rec-missing")
+    assert raised.value.key == "reconcile.sink_table"
+    assert tables_written(cfg) == set()
+
+    code = cli.main(
+        ["reconcile", "--set", f"paths.data_dir={tmp_path}", "--sink", str(missing), "--no-confirm"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--sink" in err
+    assert str(missing) in err
+    assert tables_written(cfg) == set()
+
+
+def test_a_failed_gap_confirmation_writes_no_finding_and_does_not_move_the_window(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+) -> None:
+    cfg = config_for(app_config, tmp_path)
+    a_job_with_a_gap(spark, cfg)
+    unreachable = rio.kafka_gap_confirmer(
+        KafkaConfig(bootstrap_servers="127.0.0.1:1", request_timeout_s=2),
+        "127.0.0.1:1",
+        max_records=10,
+        timeout_s=2,
+    )
+    with pytest.raises(KafkaUnavailableError):
+        reconcile(spark, cfg, "rec-down", confirmer=unreachable)
+    assert not Path(cfg.paths.table("findings")).exists()
+    assert not Path(cfg.paths.table("partition_summary")).exists()
+    runs = read(spark, cfg, "audit_runs").collect()
+    assert [(r.run_id, r.status) for r in runs] == [("rec-down", "failed")]
+    assert rio.last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) is None
+
+    # The next run (Kafka back) looks at the same window again and confirms the gap.
+    def confirmed(gaps: Any) -> list[dict[str, Any]]:
+        return [{"status": "confirmed", "data_records": g.end - g.start} for g in gaps]
+
+    again = reconcile(spark, cfg, "rec-again", confirmer=confirmed)
+    assert again.window.since is None
+    gap = read(spark, cfg, "findings").filter("finding_type = 'GAP'").collect()
+    assert [(g.offset_start, g.offset_end, g.status, g.severity) for g in gap] == [
+        (45, 50, "confirmed", "critical")
+    ]
+
+
+def test_a_nightly_step_moves_the_window_only_once_its_night_has_finished(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+) -> None:
+    cfg = config_for(app_config, tmp_path)
+    a_job_with_a_gap(spark, cfg)
+    runs = cfg.paths.table("audit_runs")
+    rio.run_reconcile(
+        spark, cfg, run_id="night-1", now=at(20_000), since=None, until=at(10_000), status=rio.RUN_PENDING
+    )
+    assert rio.last_window_end(spark, runs, "reconcile", []) is None
+    assert rio.confirm_runs(spark, runs, "night-1") == 1
+    assert rio.last_window_end(spark, runs, "reconcile", []) == at(10_000)
+    assert [r.status for r in read(spark, cfg, "audit_runs").collect()] == ["succeeded"]
+
+
+def test_a_storage_failure_exits_3_not_1(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = config_for(app_config, tmp_path)
+    a_job_with_a_gap(spark, cfg)
+    # A ledger whose transaction log is garbage: the storage layer's own exception, not ours.
+    log = Path(cfg.paths.table("ledger")) / "_delta_log"
+    for f in log.glob("*.json"):
+        f.write_text("{not json")
+    code = cli.main(["reconcile", "--set", f"paths.data_dir={tmp_path}", "--no-confirm"])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert err.startswith("offset-audit: infrastructure error: ")
+    assert not Path(cfg.paths.table("findings")).exists()
