@@ -610,7 +610,8 @@ BENIGN_RANGES_SHOWN: Final = 20
 
 def benign_gaps_finding(gaps: Sequence[tuple[PartitionRange, int, int, Mapping[str, Any]]]) -> dict[str, Any]:
     """One partition's benign gaps as one GAP (info): the span they lie in, the offsets missing in
-    all, counts by cause, the first ranges."""
+    all, counts by cause, the first ranges. Its identity is that of a gap over the span, so a
+    lone benign gap keeps the id it has when a later run cannot confirm it."""
     ordered = sorted(gaps, key=lambda g: g[1])
     rng = ordered[-1][0]
     by_cause: dict[str, int] = defaultdict(int)
@@ -639,7 +640,6 @@ def benign_gaps_finding(gaps: Sequence[tuple[PartitionRange, int, int, Mapping[s
             "checkpoint_offset": rng.hi,
         },
         checkpoint_id=rng.hi_checkpoint_id,
-        identity="benign",
     )
 
 

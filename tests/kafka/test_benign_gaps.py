@@ -1,0 +1,88 @@
+"""A transactional source with many aborted transactions: the markers and aborted records the sink
+rightly lacks are confirmed benign against the real broker and reported as one GAP per partition
+and window, with the counts by cause, never one row per marker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from app import reconcile_io as rio
+from app.config import AppConfig, KafkaConfig
+from tests.spark.tables import checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
+from tests.spark.test_reconcile import config_for, read, reconcile, save
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+TRANSACTIONS = 20  # every other one aborted
+
+
+def produce_transactions(bootstrap: str, topic: str, unique: str) -> list[int]:
+    """20 transactions of 2 records each, every odd one aborted; returns the committed data offsets.
+
+    Transaction j holds offsets 3j and 3j+1 and its marker 3j+2."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{unique}"})
+    producer.init_transactions(30)
+    committed = []
+    for j in range(TRANSACTIONS):
+        producer.begin_transaction()
+        for i in range(2):
+            producer.produce(topic, value=f"t{j}-{i}".encode(), partition=0)
+        if j % 2 == 0:
+            producer.commit_transaction(30)
+            committed += [3 * j, 3 * j + 1]
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+    return committed
+
+
+def test_markers_and_aborted_records_are_one_benign_gap_per_partition(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path, bootstrap: str, unique: str
+) -> None:
+    topic = f"orders-{unique}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
+    committed = produce_transactions(bootstrap, topic, unique)
+    end = 3 * TRANSACTIONS
+
+    cfg = config_for(app_config, tmp_path)
+    save(
+        ledger_df(
+            spark,
+            ev("RUN_STARTED", 0),
+            ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
+            checkpoint(1, 10, {0: end}),
+            ev("RUN_STOPPED", 30),
+        ).withColumn("topic", F.when(F.col("partition").isNotNull(), F.lit(topic))),
+        cfg,
+        "ledger",
+    )
+    save(commits_df(spark, gc(12, 0, end, topic=topic)), cfg, "group_commits")
+    # A read_committed job wrote exactly the committed data records.
+    save(sink_df(spark, sink_rows(0, committed, topic=topic)), cfg, "sink")
+
+    confirm = rio.kafka_gap_confirmer(
+        KafkaConfig(bootstrap_servers=bootstrap), bootstrap, max_records=100, timeout_s=60
+    )
+    result = reconcile(spark, cfg, "rec-txn", confirmer=confirm)
+
+    # Each aborted transaction joins the commit marker before it into one hole.
+    assert result.gaps_suspected == TRANSACTIONS // 2
+    gaps = read(spark, cfg, "findings").filter("finding_type = 'GAP'").collect()
+    assert len(gaps) == 1
+    gap = gaps[0]
+    missing = end - len(committed)
+    assert (gap.severity, gap.status, gap.partition) == ("info", "benign", 0)
+    assert (gap.offset_start, gap.offset_end, gap.record_count) == (2, end, missing)
+    evidence = json.loads(gap.evidence)
+    assert evidence["gaps"] == result.gaps_suspected
+    assert evidence["missing_offsets"] == missing
+    assert sum(evidence["by_cause"].values()) == missing
+    assert evidence["ranges"][0] == [2, 6]
