@@ -42,6 +42,7 @@ COMMANDS = {
     "ingest-offsets": "decoding __consumer_offsets into Delta",
     "reconcile": "reconciling ledger, group commits and sink",
     "forensics": "restart forensics and the incident timeline",
+    "incidents": "findings grouped by the event that caused them, with impact and remedy",
     "check": "Great Expectations suites",
     "report": "the HTML dashboard",
     "nightly": "the nightly pipeline",

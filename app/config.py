@@ -220,6 +220,7 @@ class ReconcileConfig:
     findings_table: str = ""
     partition_summary_table: str = ""
     restarts_table: str = ""
+    incidents_table: str = ""
     runs_table: str = ""  # one row per successful reconcile run: the default start of the next window
     sink_table: str = ""
     sink_tables: dict[str, str] = field(default_factory=dict)  # job name -> sink path, wins over sink_table

@@ -51,7 +51,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from app import delta_rows
+from app import delta_rows, incidents
 from app import forensics as fx
 from app import ledger_audit as la
 from app import reconcile as rc
@@ -67,6 +67,7 @@ from app.ledger import is_local_path
 from app.schemas import (
     FINDINGS_SCHEMA,
     GROUP_COMMITS_SCHEMA,
+    INCIDENTS_SCHEMA,
     LEDGER_SCHEMA,
     PARTITION_SUMMARY_SCHEMA,
     RESTARTS_SCHEMA,
@@ -109,6 +110,7 @@ class Tables:
     findings: str
     partition_summary: str
     restarts: str
+    incidents: str
     runs: str
     sink: str
     ingest_positions: str
@@ -131,6 +133,7 @@ def tables_from_config(cfg: AppConfig, sink_override: str | None = None) -> Tabl
         findings=r.findings_table or p.table("findings"),
         partition_summary=r.partition_summary_table or p.table("partition_summary"),
         restarts=r.restarts_table or p.table("restarts"),
+        incidents=r.incidents_table or p.table("incidents"),
         runs=r.runs_table or p.table("audit_runs"),
         sink=sink_override or r.sink_table or p.table("sink"),
         ingest_positions=p.table("ingest_positions"),
@@ -160,6 +163,38 @@ def empty(spark: SparkSession, schema: StructType) -> DataFrame:
 def merge_findings(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
     """Upsert by finding_id: a re-run updates what it sees again and keeps the first detected_at."""
     delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
+
+
+def merge_incidents(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Upsert by incident_id: a re-run over the same findings updates, never adds."""
+    delta_rows.merge_rows(spark, path, INCIDENTS_SCHEMA, rows, "incident_id")
+
+
+def read_incidents(
+    spark: SparkSession, cfg: AppConfig, *, jobs: Sequence[str] = (), since: datetime | None = None
+) -> list[dict[str, Any]]:
+    """Stored incidents, most severe first; only ``jobs`` (all when empty), only with evidence at or
+    after ``since``."""
+    rows = delta_rows.read_columns(spark, tables_from_config(cfg).incidents, INCIDENTS_SCHEMA.fieldNames())
+    out = []
+    for row in rows or []:
+        row = {k: delta_rows.instant(v) for k, v in row.items()}
+        if jobs and row["job_name"] not in jobs:
+            continue
+        last = row["last_evidence_at"]
+        if since is not None and last is not None and last < since:
+            continue
+        out.append(row)
+    return sorted(out, key=incidents.incident_order)
+
+
+def _completed_offsets(ranges: Sequence[rc.PartitionRange]) -> dict[tuple[str, str, int], int]:
+    """(job, topic, partition) -> the highest offset a completed checkpoint vouches for: where a
+    restart from group offsets must resume to be exact."""
+    return {
+        (r.job_name, r.topic, r.partition): r.beyond_from if r.beyond_from is not None else r.hi
+        for r in ranges
+    }
 
 
 def merge_restarts(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -585,6 +620,8 @@ class ReconcileResult:
     top: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     sink_seconds: float = 0.0  # of `seconds`, spent reading the sink
+    incidents: list[dict[str, Any]] = field(default_factory=list)  # incidents contract rows
+    audited_jobs: list[str] = field(default_factory=list)  # the jobs the window held
 
     def worst(self) -> str | None:
         present = {sev for (_, sev), n in self.counts.items() if n}
@@ -902,9 +939,15 @@ def _reconcile_inputs(
     log.info("ledger and commit findings: %d in %.1fs", len(ledger_local), time.monotonic() - started)
     sink_local, ranges, stats = _sink_and_restart_findings(spark, cfg, tables, audit, result, now, confirmer)
     local = rc.one_per_finding_id([*ledger_local, *sink_local])
+    found = incidents.group_findings(local)
+    result.incidents = incidents.to_rows(found, result.run_id, _completed_offsets(ranges))
+    result.audited_jobs = sorted(
+        {r.job_name for r in ranges} | {f["job_name"] for f in local if f["job_name"]}
+    )
     # Everything is known before the first write: a failure above leaves the tables untouched.
     drop_orphan_summaries(spark, tables)
     merge_findings(spark, tables.findings, local)
+    merge_incidents(spark, tables.incidents, result.incidents)
     result.top = sorted(local, key=rc.finding_order)[:10]
     by_type: dict[tuple[str, str, int], dict[str, int]] = defaultdict(dict)
     for f in local:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from pyspark.sql import DataFrame
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     DateType,
@@ -76,6 +77,17 @@ FINDING_TYPES = (
     "UNCLEAN_STOP",
 )
 RESTART_CLASSES = ("exact", "replay", "skip", "unknown")
+INCIDENT_KINDS = (
+    "restart",
+    "unclean_stop",
+    "external_offset_change",
+    "commit_outage",
+    "second_writer",
+    "ledger_gap",
+    "gap",
+    "skipped_commit",
+)
+INCIDENT_STATUSES = ("open", "resolved")
 RECORD_KINDS = ("commit", "tombstone", "snapshot")
 
 # --- tables --------------------------------------------------------------------------------------
@@ -211,6 +223,30 @@ PARTITION_SUMMARY_SCHEMA = StructType(
         StructField("commit_lag_offsets", LongType(), True),
         StructField("commit_lag_seconds", LongType(), True),
         StructField("findings_by_type", StringType(), True),  # JSON object finding_type -> count
+    ]
+)
+
+INCIDENTS_SCHEMA = StructType(
+    [
+        StructField("incident_id", StringType(), False),
+        StructField("kind", StringType(), False),
+        StructField("severity", StringType(), False),
+        StructField("status", StringType(), False),
+        StructField("job_name", StringType(), True),
+        StructField("group_id", StringType(), True),
+        StructField("run_ids", ArrayType(StringType()), True),
+        StructField("first_evidence_at", TimestampType(), True),
+        StructField("last_evidence_at", TimestampType(), True),
+        StructField("partitions", IntegerType(), True),
+        StructField("records_lost", LongType(), True),
+        StructField("records_unverifiable", LongType(), True),
+        StructField("records_duplicated", LongType(), True),
+        StructField("records_replayed", LongType(), True),
+        StructField("max_commit_lag", LongType(), True),
+        StructField("cause", StringType(), True),
+        StructField("remedy", StringType(), True),  # JSON: the plan
+        StructField("finding_ids", ArrayType(StringType()), True),
+        StructField("reconcile_run_id", StringType(), False),
     ]
 )
 

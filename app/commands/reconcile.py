@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,8 +76,13 @@ def summary_text(result: Any, fail_on: str) -> str:
     ):
         mark = "!" if severity_at_least(sev, fail_on) else " "
         lines.append(f"  {mark} {sev:<8} {ftype:<24} {n}")
+    if result.incidents:
+        from app.commands.incidents import incidents_text
+
+        lines.append(f"  incidents ({len(result.incidents)}):")
+        lines += ["    " + line for line in incidents_text(result.incidents).splitlines()]
     if result.top:
-        lines.append("  most severe:")
+        lines.append("  most severe findings:")
         for f in result.top[:5]:
             lines.append(
                 f"    {f['severity']:<8} {f['finding_type']:<22} {f['status']:<12} {f['job_name']} "
@@ -83,6 +90,30 @@ def summary_text(result: Any, fail_on: str) -> str:
                 f"n={f['record_count']}"
             )
     return "\n".join(lines)
+
+
+def incident_summary(row: Mapping[str, Any]) -> dict[str, Any]:
+    """What a scheduler needs to page someone: id, kind, severity, partitions and ranges, impact,
+    cause and the repair command."""
+    plan = json.loads(row["remedy"] or "{}")
+    ranges = [r for step in plan.get("steps", []) for r in step.get("ranges", [])]
+    keys = (
+        "records_lost",
+        "records_unverifiable",
+        "records_duplicated",
+        "records_replayed",
+        "max_commit_lag",
+    )
+    return {
+        **{k: row[k] for k in ("incident_id", "kind", "severity", "status", "job_name", "group_id")},
+        "run_ids": list(row["run_ids"] or []),
+        "partitions": row["partitions"],
+        "ranges": ranges,
+        "impact": {k: row[k] for k in keys},
+        "cause": row["cause"],
+        "repair": plan.get("command") if plan.get("steps") else None,
+        "finding_ids": list(row["finding_ids"] or []),
+    }
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
@@ -120,7 +151,8 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     failing = sum(n for (_, sev), n in result.counts.items() if severity_at_least(sev, args.fail_on))
     summary = {
         "run_id": result.run_id,
-        "jobs": result.jobs,
+        "jobs": result.audited_jobs,
+        "jobs_requested": result.jobs,
         "since": result.window.since,
         "until": result.window.until,
         "partitions": result.partitions,
@@ -130,6 +162,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
             {"finding_type": t, "severity": s, "count": n} for (t, s), n in sorted(result.counts.items())
         ],
         "failing_findings": failing,
+        "incidents": [incident_summary(r) for r in result.incidents],
         "fail_on": args.fail_on,
         "seconds": round(result.seconds, 2),
     }

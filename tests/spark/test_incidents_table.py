@@ -1,0 +1,49 @@
+"""The incidents table: written by reconcile next to the findings, idempotent across re-runs, and
+listed by `offset-audit incidents` (text and JSON)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from app import cli
+from app.config import AppConfig
+from tests.spark.tables import at
+from tests.spark.test_audit_failures import a_job_with_a_gap
+from tests.spark.test_reconcile import config_for, read, reconcile
+
+pytestmark = pytest.mark.spark
+
+
+def confirmed(gaps: Any) -> list[dict[str, Any]]:
+    return [{"status": "confirmed", "data_records": g.end - g.start} for g in gaps]
+
+
+def test_reconcile_stores_incidents_once_and_the_cli_lists_them(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = config_for(app_config, tmp_path)
+    a_job_with_a_gap(spark, cfg)
+    first = reconcile(spark, cfg, "rec-1", confirmer=confirmed)
+    again = reconcile(spark, cfg, "rec-2", confirmer=confirmed, since=at(-3600))  # the same window
+    assert [r["incident_id"] for r in first.incidents] == [r["incident_id"] for r in again.incidents]
+    stored = read(spark, cfg, "incidents").collect()
+    assert [(r.kind, r.severity, r.records_lost, r.partitions, r.reconcile_run_id) for r in stored] == [
+        ("gap", "critical", 5, 1, "rec-2")
+    ]
+    gap = read(spark, cfg, "findings").filter("finding_type = 'GAP'").first()
+    assert gap is not None
+    assert list(stored[0].finding_ids) == [gap.finding_id]
+    assert first.audited_jobs == ["job-a"]
+
+    code = cli.main(["incidents", "--json", "--set", f"paths.data_dir={tmp_path}"])
+    listed = json.loads(capsys.readouterr().out)
+    assert code == 1  # a critical incident is at or above the default --fail-on error
+    assert [i["incident_id"] for i in listed["incidents"]] == [stored[0].incident_id]
+    assert listed["incidents"][0]["ranges"] == [{"topic": "orders", "partition": 0, "start": 45, "end": 50}]
+    assert listed["incidents"][0]["repair"] == f"offset-audit repair --incident {stored[0].incident_id}"
+    assert cli.main(["incidents", "--job", "other", "--set", f"paths.data_dir={tmp_path}"]) == 0
