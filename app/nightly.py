@@ -185,6 +185,7 @@ class Nightly:
 
     def _reconcile(self) -> dict[str, Any]:
         from app import reconcile_io
+        from app.commands.reconcile import incident_summary
 
         confirmer = None
         if self.cfg.reconcile.confirm_gaps:
@@ -210,6 +211,7 @@ class Nightly:
             "confirmation": outcome.confirmation,
             "counts": [[t, s, n] for (t, s), n in sorted(outcome.counts.items())],
             "top": outcome.top[:10],
+            "incidents": [incident_summary(r) for r in outcome.incidents],
         }
 
     def _forensics(self) -> dict[str, Any]:

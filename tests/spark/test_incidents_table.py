@@ -47,3 +47,11 @@ def test_reconcile_stores_incidents_once_and_the_cli_lists_them(
     assert listed["incidents"][0]["ranges"] == [{"topic": "orders", "partition": 0, "start": 45, "end": 50}]
     assert listed["incidents"][0]["repair"] == f"offset-audit repair --incident {stored[0].incident_id}"
     assert cli.main(["incidents", "--job", "other", "--set", f"paths.data_dir={tmp_path}"]) == 0
+
+    code = cli.main(["repair", "--incident", stored[0].incident_id, "--set", f"paths.data_dir={tmp_path}"])
+    plan = capsys.readouterr().out
+    assert code == 0
+    assert "dry run: nothing is changed" in plan
+    assert 'startingOffsets={"orders": {"0": 45}} endingOffsets={"orders": {"0": 50}}' in plan
+    assert "orders,0,45" in plan
+    assert cli.main(["repair", "--incident", "no-such", "--set", f"paths.data_dir={tmp_path}"]) == 2
