@@ -45,6 +45,14 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
             f"  UNEXPECTED {row['severity']} {row['finding_type']} partition {row['partition']} "
             f"[{row['offset_start']}, {row['offset_end']}) {row['evidence']}"
         )
+    reported = [
+        i
+        for step in (outcome.nightly.steps if outcome.nightly else [])
+        for i in step.summary.get("incidents", [])
+    ]
+    lines.append(f"incidents the audit reported: {len(reported)}")
+    for i in reported:
+        lines.append(f"  {i['severity']:<8} {i['kind']:<22} {i['incident_id']}  {i['cause']}")
     lines.append(
         "every injected incident was found and nothing else at warn or above"
         if outcome.ok
@@ -53,6 +61,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     summary = {
         "ok": outcome.ok,
         "incidents": outcome.incidents,
+        "reported_incidents": reported,
         "missing": [e.__dict__ for e in outcome.missing],
         "unexpected": outcome.unexpected,
         "report": outcome.nightly.report if outcome.nightly else None,
