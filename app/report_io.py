@@ -23,7 +23,6 @@ from app.quality import data_docs_dir, latest_reconcile_run, results_table_path
 from app.reconcile_io import read_delta, tables_from_config
 from app.schemas import (
     EVENT_CHECKPOINT_COMPLETED,
-    EVENT_COMMIT_SKIPPED,
     SEVERITIES,
 )
 
@@ -103,21 +102,35 @@ def unresolved_gap_records(findings: DataFrame) -> dict[tuple[str, str, int], in
     return {(r["job_name"], r["topic"], r["partition"]): int(r["missing"] or 0) for r in rows}
 
 
-def checkpoint_commit_counts(ledger: DataFrame) -> dict[str, tuple[int, int]]:
-    """Per group: completed checkpoints and those with a skipped commit (distinct job/run/checkpoint)."""
+def checkpoint_commit_counts(ledger: DataFrame, findings: DataFrame | None) -> dict[str, tuple[int, int]]:
+    """Per group: completed checkpoints (ledger) and, of those, the ones with a SKIPPED_COMMIT
+    finding (distinct job/run/checkpoint), so the dashboard's skip rate counts exactly what the
+    findings call a skipped commit: superseded, failed or never attempted alike."""
     checkpoint = F.struct("job_name", "run_id", "checkpoint_id")
-    rows = (
-        ledger.where(F.col("group_id").isNotNull() & F.col("checkpoint_id").isNotNull())
-        .groupBy("group_id")
-        .agg(
-            F.count_distinct(F.when(F.col("event_type") == EVENT_CHECKPOINT_COMPLETED, checkpoint)).alias(
-                "c"
-            ),
-            F.count_distinct(F.when(F.col("event_type") == EVENT_COMMIT_SKIPPED, checkpoint)).alias("s"),
+    completed = (
+        ledger.where(
+            F.col("group_id").isNotNull()
+            & F.col("checkpoint_id").isNotNull()
+            & (F.col("event_type") == EVENT_CHECKPOINT_COMPLETED)
         )
+        .groupBy("group_id")
+        .agg(F.count_distinct(checkpoint).alias("c"))
         .collect()
     )
-    return {r["group_id"]: (int(r["c"]), int(r["s"])) for r in rows}
+    skipped = (
+        []
+        if findings is None
+        else findings.where(
+            (F.col("finding_type") == "SKIPPED_COMMIT")
+            & F.col("group_id").isNotNull()
+            & F.col("checkpoint_id").isNotNull()
+        )
+        .groupBy("group_id")
+        .agg(F.count_distinct(checkpoint).alias("s"))
+        .collect()
+    )
+    skips = {r["group_id"]: int(r["s"]) for r in skipped}
+    return {r["group_id"]: (int(r["c"]), skips.get(r["group_id"], 0)) for r in completed}
 
 
 def group_lags(summary: DataFrame) -> list[dict[str, Any]]:
@@ -180,7 +193,7 @@ def gather(
     missing = {} if t.findings is None else unresolved_gap_records(t.findings)
     completeness = [] if summary is None else rp.completeness_rows(_dicts(summary), missing)
     lags = [] if summary is None else group_lags(summary)
-    counts = {} if t.ledger is None else checkpoint_commit_counts(t.ledger)
+    counts = {} if t.ledger is None else checkpoint_commit_counts(t.ledger, t.findings)
     check_run, checks = (None, []) if t.validation_results is None else latest_checks(t.validation_results)
     return rp.ReportData(
         title=cfg.report.title,

@@ -1,0 +1,53 @@
+"""The dashboard and the findings use one definition of a skipped commit: a completed checkpoint
+with a SKIPPED_COMMIT finding, whatever its reason (the dashboard used to count only the ledger's
+COMMIT_SKIPPED events, and showed 0% beside SKIPPED_COMMIT findings of failed commits)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from app import report_io
+from app.config import AppConfig
+from app.schemas import INGEST_POSITIONS_SCHEMA
+from tests.spark.tables import GROUP, at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
+from tests.spark.test_reconcile import config_for, read, reconcile, save
+
+pytestmark = pytest.mark.spark
+
+
+def test_the_skip_rate_counts_the_checkpoints_the_findings_call_skipped(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+) -> None:
+    cfg = config_for(app_config, tmp_path)
+    failure = {"attempt": 2, "error": "NOT_COORDINATOR", "retriable": True}
+    ledger = ledger_df(
+        spark,
+        ev("RUN_STARTED", 0),
+        ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
+        checkpoint(1, 10, {0: 10}),
+        checkpoint(2, 20, {0: 20}, commit=False),
+        ev("COMMIT_REQUESTED", 21, cp=2, offsets={0: 20}, detail={"attempt": 2}),
+        ev("COMMIT_FAILED", 22, cp=2, offsets={0: 20}, detail=failure),
+        checkpoint(3, 30, {0: 30}),
+        ev("RUN_STOPPED", 40),
+    )
+    save(ledger, cfg, "ledger")
+    save(commits_df(spark, gc(12, 0, 10), gc(32, 0, 30)), cfg, "group_commits")
+    save(sink_df(spark, sink_rows(0, range(30))), cfg, "sink")
+    # ingest-offsets ran after the job stopped: every commit it made is in group_commits.
+    positions = spark.createDataFrame([(0, 3, "ingest-1", at(100))], INGEST_POSITIONS_SCHEMA)
+    save(positions, cfg, "ingest_positions")
+
+    def none(gaps: Any) -> list[dict[str, Any]]:
+        return []
+
+    reconcile(spark, cfg, "rec-1", confirmer=none)
+    skipped = read(spark, cfg, "findings").filter("finding_type = 'SKIPPED_COMMIT'").collect()
+    assert [(f.checkpoint_id, f.severity) for f in skipped] == [(2, "info")]
+
+    counts = report_io.checkpoint_commit_counts(read(spark, cfg, "ledger"), read(spark, cfg, "findings"))
+    assert counts == {GROUP: (3, len(skipped))}
