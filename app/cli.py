@@ -43,7 +43,7 @@ COMMANDS = {
     "reconcile": "reconciling ledger, group commits and sink",
     "forensics": "restart forensics and the incident timeline",
     "incidents": "findings grouped by the event that caused them, with impact and remedy",
-    "repair": "the remedy plan of one incident (dry run)",
+    "repair": "the remedy plan of one incident: printed, or carried out with --execute",
     "check": "Great Expectations suites",
     "report": "the HTML dashboard",
     "nightly": "the nightly pipeline",

@@ -462,3 +462,18 @@ def incident_order(row: Mapping[str, Any]) -> tuple[int, int, str]:
     """Most severe first, then the most records lost or duplicated."""
     harm = int(row["records_lost"] or 0) + int(row["records_duplicated"] or 0)
     return SEVERITIES.index(row["severity"]), -harm, str(row["incident_id"])
+
+
+RESOLVED: Final = "resolved"
+
+
+def carry_resolution(rows: Sequence[Mapping[str, Any]], resolved: set[str]) -> list[dict[str, Any]]:
+    """An incident a repair resolved stays resolved when a later reconciliation finds it again
+    without records lost, unverifiable or duplicated (a RESTART_SKIP stays in the ledger for
+    good, but the gap it left was replayed)."""
+    out = []
+    for row in rows:
+        harm = sum(int(row[k] or 0) for k in ("records_lost", "records_unverifiable", "records_duplicated"))
+        keep = row["incident_id"] in resolved and harm == 0
+        out.append({**row, "status": RESOLVED if keep else row["status"]})
+    return out

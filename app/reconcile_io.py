@@ -170,6 +170,21 @@ def merge_incidents(spark: SparkSession, path: str, rows: Sequence[Mapping[str, 
     delta_rows.merge_rows(spark, path, INCIDENTS_SCHEMA, rows, "incident_id")
 
 
+def resolved_incidents(spark: SparkSession, tables: Tables) -> set[str]:
+    rows = delta_rows.read_columns(spark, tables.incidents, ["incident_id", "status"]) or []
+    return {r["incident_id"] for r in rows if r["status"] == incidents.RESOLVED}
+
+
+def mark_resolved(
+    spark: SparkSession, cfg: AppConfig, row: Mapping[str, Any], repair: Mapping[str, Any]
+) -> None:
+    """Record a repair on its incident: status resolved, what was done inside the remedy."""
+    plan = json.loads(row["remedy"] or "{}")
+    plan["executed"] = dict(repair)
+    updated = {**row, "status": incidents.RESOLVED, "remedy": json.dumps(plan, sort_keys=True, default=str)}
+    merge_incidents(spark, tables_from_config(cfg).incidents, [updated])
+
+
 def read_incidents(
     spark: SparkSession, cfg: AppConfig, *, jobs: Sequence[str] = (), since: datetime | None = None
 ) -> list[dict[str, Any]]:
@@ -940,7 +955,9 @@ def _reconcile_inputs(
     sink_local, ranges, stats = _sink_and_restart_findings(spark, cfg, tables, audit, result, now, confirmer)
     local = rc.one_per_finding_id([*ledger_local, *sink_local])
     found = incidents.group_findings(local)
-    result.incidents = incidents.to_rows(found, result.run_id, _completed_offsets(ranges))
+    result.incidents = incidents.carry_resolution(
+        incidents.to_rows(found, result.run_id, _completed_offsets(ranges)), resolved_incidents(spark, tables)
+    )
     result.audited_jobs = sorted(
         {r.job_name for r in ranges} | {f["job_name"] for f in local if f["job_name"]}
     )

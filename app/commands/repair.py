@@ -1,6 +1,10 @@
-"""`offset-audit repair --incident ID`: the remedy plan of one incident (a dry run: nothing is
-changed). The plan is what reconcile stored with the incident: replay ranges as Spark Kafka-source
-options and a reset-offsets CSV, duplicate copies to delete, group offsets to set."""
+"""`offset-audit repair --incident ID [--execute]`: the remedy plan of one incident.
+
+Without --execute it is a dry run: the plan reconcile stored with the incident is printed (replay
+ranges as Spark Kafka-source options and a reset-offsets CSV, duplicate copies to delete, group
+offsets to set) and nothing changes. With --execute the plan is carried out (app.repair), the
+incident is marked resolved, and the undo (the sink's table version before the change) is printed.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,11 @@ from app.errors import UsageError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--incident", required=True, help="the incident id (see `offset-audit incidents`)")
+    parser.add_argument(
+        "--execute",
+        action="store_true",
+        help="carry the plan out (default: print it only); running it again changes nothing",
+    )
 
 
 def plan_text(row: Mapping[str, Any], plan: Mapping[str, Any]) -> str:
@@ -23,7 +32,7 @@ def plan_text(row: Mapping[str, Any], plan: Mapping[str, Any]) -> str:
         f"incident {row['incident_id']} ({row['kind']}, {row['severity']}, {row['status']}): "
         f"{row['job_name']}",
         f"  {row['cause']}",
-        "  dry run: nothing is changed",
+        "  dry run: nothing is changed (--execute carries it out)",
     ]
     if not plan.get("steps"):
         lines.append(f"  {plan.get('note', 'nothing to repair')}")
@@ -57,5 +66,19 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         raise UsageError(f"no incident {args.incident!r}; `offset-audit incidents` lists them")
     row = rows[0]
     plan = json.loads(row["remedy"] or "{}")
-    emit(args, {"incident_id": row["incident_id"], "dry_run": True, "plan": plan}, plan_text(row, plan))
+    if not args.execute:
+        emit(args, {"incident_id": row["incident_id"], "dry_run": True, "plan": plan}, plan_text(row, plan))
+        return EXIT_OK
+    from app import repair
+    from app.runtime import kafka_bootstrap
+
+    spark = spark_session(cfg)
+    sink = reconcile_io.tables_from_config(cfg).sink_for(str(row["job_name"]))
+    outcome = repair.execute(spark, cfg, row, sink, lambda: kafka_bootstrap(cfg))
+    done = {"actions": outcome.actions, "undo": outcome.undo}
+    reconcile_io.mark_resolved(spark, cfg, row, done)
+    lines = [f"incident {row['incident_id']} repaired ({row['kind']}); marked resolved"]
+    lines += [f"  {json.dumps(a, sort_keys=True, default=str)}" for a in outcome.actions]
+    lines += [f"  undo: {u}" for u in outcome.undo] or ["  nothing changed in the sink"]
+    emit(args, {"incident_id": row["incident_id"], "dry_run": False, **done}, "\n".join(lines))
     return EXIT_OK

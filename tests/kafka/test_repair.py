@@ -1,0 +1,125 @@
+"""Remedies on the real broker, Spark and Delta: a gap is replayed from Kafka into the sink and a
+second writer's copies are deleted, each once (a second run changes nothing); a reconcile of the
+same window then finds neither, the incidents are resolved, and the printed undo restores the sink."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from app import cli
+from app import reconcile_io as rio
+from app.config import AppConfig, KafkaConfig
+from app.kafka_clients import spark_kafka_options
+from app.stream import to_sink_rows
+from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df
+from tests.spark.test_reconcile import config_for, read, reconcile, save
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+RECORDS = 40
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    code = cli.main([*argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
+    spark: SparkSession,
+    app_config: AppConfig,
+    tmp_path: Path,
+    bootstrap: str,
+    unique: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    topic = f"repair-{unique}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(RECORDS):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+
+    cfg = config_for(app_config, tmp_path)
+    on_topic = F.when(F.col("partition").isNotNull(), F.lit(topic))
+    save(
+        ledger_df(
+            spark,
+            ev("RUN_STARTED", 0),
+            ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
+            checkpoint(1, 10, {0: RECORDS}),
+            ev("RUN_STOPPED", 30),
+        ).withColumn("topic", on_topic),
+        cfg,
+        "ledger",
+    )
+    save(commits_df(spark, gc(12, 0, RECORDS, topic=topic)), cfg, "group_commits")
+    source = (
+        spark.read.format("kafka")
+        .options(**spark_kafka_options(KafkaConfig(bootstrap_servers=bootstrap), bootstrap))
+        .option("subscribe", topic)
+        .load()
+    )
+    written = to_sink_rows(source, 1, "run-1")
+    sink_path = cfg.paths.table("sink")
+    written.where(~F.col("kafka_offset").between(10, 19)).write.format("delta").save(sink_path)
+    second = written.where(F.col("kafka_offset").between(30, 34)).withColumn(
+        "_run_id", F.lit("second-writer")
+    )
+    second.write.format("delta").mode("append").save(sink_path)
+
+    confirm = rio.kafka_gap_confirmer(
+        KafkaConfig(bootstrap_servers=bootstrap), bootstrap, max_records=100, timeout_s=60
+    )
+    found = reconcile(spark, cfg, "rec-1", confirmer=confirm)
+    by_kind = {i["kind"]: i for i in found.incidents}
+    assert {k: (i["severity"], i["records_lost"], i["records_duplicated"]) for k, i in by_kind.items()} == {
+        "gap": ("critical", 10, 0),
+        "second_writer": ("error", 0, 5),
+    }
+    common = ["--set", f"paths.data_dir={tmp_path}", "--set", f"kafka.bootstrap_servers={bootstrap}"]
+
+    gap_id = by_kind["gap"]["incident_id"]
+    code, plan = cli_json(capsys, "repair", "--incident", gap_id, *common)
+    assert (code, plan["dry_run"]) == (0, True)
+    assert read(spark, cfg, "sink").count() == RECORDS - 10 + 5  # a dry run changes nothing
+
+    code, done = cli_json(capsys, "repair", "--incident", gap_id, "--execute", *common)
+    assert code == 0
+    assert done["actions"][0]["records_appended"] == 10
+    version = done["actions"][0]["version_after"]
+    code, again = cli_json(capsys, "repair", "--incident", gap_id, "--execute", *common)
+    assert (again["actions"][0]["records_appended"], again["actions"][0]["version_after"]) == (0, version)
+    replayed = read(spark, cfg, "sink").where(F.col("kafka_offset").between(10, 19))
+    assert sorted((r.kafka_offset, r.value) for r in replayed.collect()) == [
+        (o, f"v{o}".encode()) for o in range(10, 20)
+    ]
+
+    dup_id = by_kind["second_writer"]["incident_id"]
+    before = read(spark, cfg, "sink").count()
+    code, removed = cli_json(capsys, "repair", "--incident", dup_id, "--execute", *common)
+    assert removed["actions"][0]["copies_deleted"] == 5
+    sink = read(spark, cfg, "sink")
+    assert sink.count() == before - 5 == RECORDS
+    assert sink.where(F.col("_run_id") == "second-writer").count() == 0  # the first writer's copies stay
+    code, twice = cli_json(capsys, "repair", "--incident", dup_id, "--execute", *common)
+    assert twice["actions"][0]["copies_deleted"] == 0
+    assert twice["undo"] == []
+
+    # The same window reconciled again: nothing lost or duplicated, both incidents resolved.
+    after = reconcile(spark, cfg, "rec-2", confirmer=confirm, since=at(-3600))
+    assert {t for t, _ in after.counts} & {"GAP", "DUPLICATE"} == set()
+    statuses = {r.incident_id: r.status for r in read(spark, cfg, "incidents").collect()}
+    assert statuses == {gap_id: "resolved", dup_id: "resolved"}
+
+    # The printed undo brings the second writer's copies back.
+    spark.sql(removed["undo"][0])
+    assert read(spark, cfg, "sink").where(F.col("_run_id") == "second-writer").count() == 5
