@@ -123,3 +123,40 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     # The printed undo brings the second writer's copies back.
     spark.sql(removed["undo"][0])
     assert read(spark, cfg, "sink").where(F.col("_run_id") == "second-writer").count() == 5
+
+
+def test_offsets_are_reset_only_while_the_group_has_no_active_member(
+    app_config: AppConfig, bootstrap: str, unique: str
+) -> None:
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+
+    from app.errors import UsageError
+    from app.repair import reset_offsets
+
+    topic, group = f"reset-{unique}", f"grp-{unique}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
+    cfg = dataclasses_replace_kafka(app_config, bootstrap)
+
+    reset_offsets(cfg, bootstrap, group, [{"topic": topic, "partition": 0, "offset": 0}])
+    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+    assert [(tp.topic, tp.partition, tp.offset) for tp in listed.topic_partitions] == [(topic, 0, 0)]
+
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    try:
+        member.subscribe([topic])
+        deadline = 120
+        while not member.assignment() and deadline > 0:  # joined once it holds an assignment
+            member.poll(1.0)
+            deadline -= 1
+        assert member.assignment() == [TopicPartition(topic, 0)]
+        with pytest.raises(UsageError, match="active member"):
+            reset_offsets(cfg, bootstrap, group, [{"topic": topic, "partition": 0, "offset": 0}])
+    finally:
+        member.close()
+
+
+def dataclasses_replace_kafka(app_config: AppConfig, bootstrap: str) -> AppConfig:
+    import dataclasses
+
+    return dataclasses.replace(app_config, kafka=KafkaConfig(bootstrap_servers=bootstrap))
