@@ -27,7 +27,7 @@ DEFAULT_CONF_DIR = REPO_ROOT / "conf"
 LOCAL_BOOTSTRAP = "local"  # sentinel: the embedded broker managed by `offset-audit kafka-local`
 
 _SECRET_KEY = re.compile(
-    r"(password|secret|token|jaas|credential|api[._-]?key|private|key\.pem|keystore)", re.I
+    r"(password|secret|token|jaas|credential|api[._-]?key|private|key\.pem|keystore|webhook)", re.I
 )
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 REDACTED = "***"
@@ -296,6 +296,27 @@ class ReportConfig:
 
 
 @dataclass(frozen=True)
+class AlertsConfig:
+    """What `nightly` tells monitoring when it ends: metrics in Prometheus' text format, to a file
+    for node_exporter's textfile collector and/or a Pushgateway, and the JSON summary to a webhook.
+    Empty values turn each off."""
+
+    textfile: str = ""  # e.g. /var/lib/node_exporter/textfile/offset_audit.prom
+    pushgateway_url: str = ""  # e.g. http://pushgateway:9091
+    pushgateway_job: str = "offset-audit"
+    webhook_url: str = ""  # receives a POST of the nightly JSON summary (treated as a secret)
+    timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0:
+            raise ConfigError("alerts.timeout_s", "must be positive")
+        for key in ("pushgateway_url", "webhook_url"):
+            value = getattr(self, key)
+            if value and not value.startswith(("http://", "https://")):
+                raise ConfigError(f"alerts.{key}", "must be an http:// or https:// URL")
+
+
+@dataclass(frozen=True)
 class AppConfig:
     env: str
     paths: PathsConfig = field(default_factory=PathsConfig)
@@ -307,6 +328,7 @@ class AppConfig:
     stream: StreamConfig = field(default_factory=StreamConfig)
     checks: ChecksConfig = field(default_factory=ChecksConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:

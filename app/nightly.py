@@ -161,7 +161,71 @@ class Nightly:
             runs = reconcile_io.tables_from_config(self.cfg).runs
             reconcile_io.confirm_runs(self.spark, runs, self.run_id)
         self._collect(result)
+        self._alert(result)
         return result
+
+    def _alert(self, result: NightlyResult) -> None:
+        """Metrics and the webhook, when configured; a failure to deliver fails the night (exit 3)."""
+        a = self.cfg.alerts
+        if not (a.textfile or a.pushgateway_url or a.webhook_url):
+            return
+        from app import alerts
+
+        started = time.monotonic()
+        succeeded = result.failed_step is None
+        try:
+            facts = alerts.NightlyFacts(
+                succeeded=succeeded,
+                finished_at=datetime.now(UTC),
+                last_success_at=self._last_success(),
+                incidents=[i for s in result.steps for i in s.summary.get("incidents", [])],
+                partitions=self._partitions(),
+            )
+            done = alerts.deliver(a, facts, asdict(result))
+            result.steps.append(
+                StepOutcome("alerts", "done", round(time.monotonic() - started, 2), {"sent": done})
+            )
+        except Exception as exc:  # broad on purpose: a failed delivery is reported like a failed step
+            result.steps.append(
+                StepOutcome(
+                    "alerts",
+                    "failed",
+                    time.monotonic() - started,
+                    error=describe_error(exc),
+                    error_kind=error_kind(exc),
+                )
+            )
+            log.error("alerts failed: %s", describe_error(exc))
+
+    def _last_success(self) -> datetime | None:
+        from app import delta_rows, reconcile_io
+
+        runs = reconcile_io.tables_from_config(self.cfg).runs
+        rows = delta_rows.read_columns(self.spark, runs, ["command", "status", "finished_at"]) or []
+        times = [
+            delta_rows.instant(r["finished_at"])
+            for r in rows
+            if r["command"] == "reconcile" and r["status"] == reconcile_io.RUN_SUCCEEDED
+        ]
+        return max(times, default=None)
+
+    def _partitions(self) -> list[dict[str, Any]]:
+        from app import delta_rows, reconcile_io
+
+        path = reconcile_io.tables_from_config(self.cfg).partition_summary
+        cols = [
+            "reconcile_run_id",
+            "group_id",
+            "topic",
+            "partition",
+            "commit_lag_offsets",
+            "commit_lag_seconds",
+        ]
+        return [
+            r
+            for r in delta_rows.read_columns(self.spark, path, cols) or []
+            if r["reconcile_run_id"] == self.run_id
+        ]
 
     # --- steps -----------------------------------------------------------------------------------
     def _ingest(self) -> dict[str, Any]:
