@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.config import AppConfig, load_config
+from app.kafka_clients import kafka_error, plain_conf, retry_kafka
+
+# Helpers ride out what a broker started moments ago answers (NOT_COORDINATOR, a leader being
+# elected) like the application does: retried within this budget.
+KAFKA_TIMEOUT_S = 30.0
 
 
 def job_config(data_dir: Path, bootstrap: str, topic: str, group: str, job: str, *extra: str) -> AppConfig:
@@ -29,21 +34,36 @@ def job_config(data_dir: Path, bootstrap: str, topic: str, group: str, job: str,
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
+    admin = AdminClient(plain_conf(bootstrap))
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=1)
+
+    def create(left: float) -> None:
+        try:
+            admin.create_topics([new], request_timeout=left)[topic].result(left)
+        except KafkaException as exc:
+            error = kafka_error(exc)
+            # A retry after a request that timed out but went through finds the topic there.
+            if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+    retry_kafka(create, f"creating {topic}", KAFKA_TIMEOUT_S)
 
 
 def produce(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer(plain_conf(bootstrap, **{"linger.ms": 5}))
     for i in range(start, start + count):
         producer.produce(topic, value=f"record-{i}".encode(), partition=i % partitions)
     assert producer.flush(30) == 0
 
 
 def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(plain_conf(bootstrap))
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
-    result = admin.list_consumer_group_offsets([request])[group].result(30)
+    result = retry_kafka(
+        lambda left: admin.list_consumer_group_offsets([request], request_timeout=left)[group].result(left),
+        f"reading the offsets of {group}",
+        KAFKA_TIMEOUT_S,
+    )
     return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
 
 

@@ -8,26 +8,21 @@ import sys
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.config import KafkaConfig
 from app.errors import KafkaUnavailableError
-from app.kafka_clients import check_reachable, spark_kafka_options
+from app.kafka_clients import check_reachable, plain_conf, retry_kafka, spark_kafka_options
 from app.kafka_local import LocalKafka, free_port
+from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic, group_offsets
 
 pytestmark = pytest.mark.kafka
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
-
-
 def produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer = Producer(plain_conf(bootstrap, **{"enable.idempotence": True}))
     for p in range(partitions):
         for i in range(per_partition):
             producer.produce(topic, key=f"k{i}".encode(), value=f"v{p}-{i}".encode(), partition=p)
@@ -61,18 +56,17 @@ def test_group_commit_reads_back_through_admin_api(bootstrap: str, unique: str) 
     produce(bootstrap, topic, per_partition=10, partitions=2)
 
     # An offset-only committer like Flink's: assign, never subscribe, so it never joins the group.
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer(plain_conf(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
+    offsets = [TopicPartition(topic, 0, 7), TopicPartition(topic, 1, 10)]
     try:
-        consumer.commit(
-            offsets=[TopicPartition(topic, 0, 7), TopicPartition(topic, 1, 10)], asynchronous=False
+        # Explicit offsets: committing them again after a retriable error is harmless.
+        retry_kafka(
+            lambda left: consumer.commit(offsets=offsets, asynchronous=False), "committing", KAFKA_TIMEOUT_S
         )
     finally:
         consumer.close()
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0), TopicPartition(topic, 1)])
-    result = admin.list_consumer_group_offsets([request])[group].result(30)
-    assert {(tp.partition, tp.offset) for tp in result.topic_partitions} == {(0, 7), (1, 10)}
+    assert group_offsets(bootstrap, group, topic, 2) == {0: 7, 1: 10}
 
 
 def test_reachability_check_counts_brokers(bootstrap: str) -> None:
@@ -81,7 +75,7 @@ def test_reachability_check_counts_brokers(bootstrap: str) -> None:
 
 def test_unreachable_broker_is_a_clear_infrastructure_error() -> None:
     dead = f"127.0.0.1:{free_port()}"
-    with pytest.raises(KafkaUnavailableError, match=f"Kafka at {dead} did not answer within 2s"):
+    with pytest.raises(KafkaUnavailableError, match=f"{dead}: Kafka did not answer within 2s"):
         check_reachable(KafkaConfig(bootstrap_servers=dead), dead, timeout_s=2)
 
 
