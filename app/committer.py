@@ -99,9 +99,14 @@ class _KafkaErrorLike(Protocol):
     def str(self) -> str: ...
 
 
-def commit_error_from_kafka(kafka_error: _KafkaErrorLike) -> CommitError:
-    """Translate a confluent-kafka ``KafkaError`` (whole request or one partition's) to a CommitError."""
-    return CommitError(error=kafka_error.name(), retriable=kafka_error.retriable(), message=kafka_error.str())
+def commit_error_from_kafka(kafka_error: _KafkaErrorLike, retriable: bool | None = None) -> CommitError:
+    """Translate a confluent-kafka ``KafkaError`` (whole request or one partition's) to a CommitError.
+
+    ``retriable`` overrides the error's own flag, which confluent-kafka leaves off for most errors
+    that arrive as bare codes (NOT_COORDINATOR among them); the Kafka side passes its classification.
+    """
+    flag = kafka_error.retriable() if retriable is None else retriable
+    return CommitError(error=kafka_error.name(), retriable=flag, message=kafka_error.str())
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -30,7 +30,8 @@ from pyspark.sql import functions as F
 from app import jvm
 from app.committer import CommitFn, CommitResult
 from app.config import AppConfig, load_config
-from app.errors import InfrastructureError
+from app.errors import InfrastructureError, KafkaUnavailableError
+from app.kafka_clients import kafka_error, plain_conf, retry_kafka
 from app.kafka_local import LocalKafka
 from app.nightly import Nightly, NightlyResult
 from app.offsets import TopicPartitionKey
@@ -156,6 +157,7 @@ class Demo:
         self.produced = 0  # records per partition so far
         self.outcome = DemoOutcome()
         self._running: tuple[StreamJob, _JobThread] | None = None
+        self._admin: tuple[str, AdminClient] | None = None  # (bootstrap, client), see admin()
         self.skipped = (0, 0)  # offsets produced while the job was down before its 'latest' restart
         self.duplicated = (0, 0)  # offsets of partition 1 the second writer appended again
 
@@ -163,9 +165,16 @@ class Demo:
     def config(self, *extra: str) -> AppConfig:
         return load_config(self.env, [*self.overrides, *extra], self.conf_dir)
 
+    def admin(self) -> AdminClient:
+        """One Admin client for the whole demo. A client per request costs a connection and logs
+        its start-up and shutdown every time; this one reconnects by itself when the broker is back."""
+        if self._admin is None or self._admin[0] != self.bootstrap:
+            self._admin = (self.bootstrap, AdminClient(plain_conf(self.bootstrap)))
+        return self._admin[1]
+
     def produce(self, per_partition: int) -> tuple[int, int]:
         """Append records to every partition; returns the [start, end) offsets they got."""
-        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+        producer = Producer(plain_conf(self.bootstrap, **{"linger.ms": 5}))
         start = self.produced
         for i in range(start, start + per_partition):
             for p in range(PARTITIONS):
@@ -177,10 +186,15 @@ class Demo:
         self.produced += per_partition
         return start, self.produced
 
-    def group_offsets(self) -> dict[int, int]:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+    def group_offsets(self, timeout_s: float = 30) -> dict[int, int]:
         request = ConsumerGroupTopicPartitions(GROUP, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
-        result = admin.list_consumer_group_offsets([request])[GROUP].result(30)
+        result = retry_kafka(
+            lambda left: (
+                self.admin().list_consumer_group_offsets([request], request_timeout=left)[GROUP].result(left)
+            ),
+            f"reading the offsets of {GROUP}",
+            timeout_s,
+        )
         return {tp.partition: tp.offset for tp in result.topic_partitions}
 
     def wait_committed(self, target: int, timeout_s: float = 300) -> None:
@@ -188,8 +202,8 @@ class Demo:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                offsets = self.group_offsets()
-            except Exception:  # best effort while the broker restarts: ask again
+                offsets = self.group_offsets(timeout_s=max(1.0, min(30.0, deadline - time.monotonic())))
+            except KafkaUnavailableError:  # the broker is restarting: ask again until the deadline
                 offsets = {}
             if offsets and all(offsets.get(p) == target for p in range(PARTITIONS)):
                 return
@@ -246,12 +260,19 @@ class Demo:
             LocalKafka(self.cfg.paths.kafka_dir, []).stop()
             shutil.rmtree(self.data_dir)
         self.bootstrap = self.broker.start().bootstrap_servers
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        admin.create_topics([NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)])[TOPIC].result(
-            30
-        )
+        retry_kafka(self._create_topic, f"creating {TOPIC}", 30)
         self.produce(self.scale.initial_per_partition)
         self.say(f"  produced {self.produced * PARTITIONS} records to '{TOPIC}' ({PARTITIONS} partitions)")
+
+    def _create_topic(self, timeout_s: float) -> None:
+        new = NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)
+        try:
+            self.admin().create_topics([new], request_timeout=timeout_s)[TOPIC].result(timeout_s)
+        except KafkaException as exc:
+            error = kafka_error(exc)
+            # A retry after a request that timed out but went through finds the topic there.
+            if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
 
     def crash_and_restart(self) -> None:
         cmd = [sys.executable, "-m", "app.cli", "stream", "--env", self.env, "--run-id", "run-1-killed"]
@@ -316,9 +337,14 @@ class Demo:
         # reconciliation could not tell the reset from the job's own last commit.
         time.sleep(self.cfg.reconcile.clock_skew_s + 1)
         target = self.produced - self.scale.reset_back_by
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
         request = ConsumerGroupTopicPartitions(GROUP, [TopicPartition(TOPIC, 0, target)])
-        admin.alter_consumer_group_offsets([request])[GROUP].result(30)
+        retry_kafka(
+            lambda left: (
+                self.admin().alter_consumer_group_offsets([request], request_timeout=left)[GROUP].result(left)
+            ),
+            f"resetting the offsets of {GROUP}",
+            30,
+        )
         self.say(f"  {GROUP} partition 0 reset from {self.produced} to {target}")
         # And the job restarts a little after the reset: a commit of its own within the clock-skew
         # allowance of the reset would explain it (a COMMIT_MISMATCH instead of a FOREIGN_COMMIT).

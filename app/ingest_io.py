@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from delta.tables import DeltaTable
 from pyspark import StorageLevel
@@ -59,7 +59,13 @@ from app.ingest import (
     to_group_events,
     total_progress,
 )
-from app.kafka_clients import admin_client, spark_kafka_options
+from app.kafka_clients import (
+    admin_client,
+    is_retriable,
+    raise_partition_errors,
+    retry_kafka,
+    spark_kafka_options,
+)
 from app.schemas import (
     DECODE_ERRORS_SCHEMA,
     GROUP_COMMITS_SCHEMA,
@@ -96,18 +102,13 @@ def new_run_id() -> str:
 # --- Kafka ---------------------------------------------------------------------------------------
 
 
-def _kafka_call(what: str, bootstrap: str, fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        reason = err.name() if err is not None and hasattr(err, "name") else str(exc)
-        raise KafkaUnavailableError(f"Kafka at {bootstrap}: {what} failed ({reason})") from exc
-
-
 def offsets_topic_partition_count(admin: AdminClient, bootstrap: str, topic: str, timeout_s: float) -> int:
     """Partitions of the offsets topic as the cluster reports them; 0 if it does not exist yet."""
-    md = _kafka_call("metadata request", bootstrap, lambda: admin.list_topics(topic=topic, timeout=timeout_s))
+    md = retry_kafka(
+        lambda left: admin.list_topics(topic=topic, timeout=left),
+        f"metadata request to {bootstrap}",
+        timeout_s,
+    )
     info = md.topics.get(topic)
     if info is None or info.error is not None:
         # The broker creates __consumer_offsets on the first group request; no topic means no commits yet.
@@ -120,18 +121,23 @@ def log_bounds(
 ) -> tuple[dict[int, int], dict[int, int]]:
     """(log start, last stable offset) per partition. The LSO bounds a read_committed read."""
 
-    def ask(spec: OffsetSpec) -> dict[int, int]:
+    def ask(spec: OffsetSpec, left: float) -> dict[int, int]:
         request = {TopicPartition(topic, p): spec for p in partitions}
         futures = admin.list_offsets(
-            request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
+            request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=left
         )
-        return {tp.partition: f.result(timeout_s).offset for tp, f in futures.items()}
+        return {tp.partition: f.result(left).offset for tp, f in futures.items()}
 
     # confluent-kafka's OffsetSpec factories carry no annotations; the casts only name what they return.
     earliest = typing.cast(Callable[[], OffsetSpec], OffsetSpec.earliest)()
     latest = typing.cast(Callable[[], OffsetSpec], OffsetSpec.latest)()
-    start = _kafka_call("list_offsets(earliest)", bootstrap, lambda: ask(earliest))
-    end = _kafka_call("list_offsets(latest, read_committed)", bootstrap, lambda: ask(latest))
+    deadline = time.monotonic() + timeout_s  # one budget for both requests
+    start = retry_kafka(functools.partial(ask, earliest), f"list_offsets(earliest) at {bootstrap}", timeout_s)
+    end = retry_kafka(
+        functools.partial(ask, latest),
+        f"list_offsets(latest, read_committed) at {bootstrap}",
+        max(deadline - time.monotonic(), 0.001),
+    )
     return start, end
 
 
@@ -392,10 +398,10 @@ def ingest_offsets(
 
 
 def list_group_ids(admin: AdminClient, bootstrap: str, timeout_s: float) -> list[str]:
-    listing = _kafka_call(
-        "list_consumer_groups",
-        bootstrap,
-        lambda: admin.list_consumer_groups(request_timeout=timeout_s).result(),
+    listing = retry_kafka(
+        lambda left: admin.list_consumer_groups(request_timeout=left).result(left),
+        f"list_consumer_groups at {bootstrap}",
+        timeout_s,
     )
     return sorted(g.group_id for g in listing.valid)
 
@@ -405,15 +411,24 @@ def committed_offsets(
 ) -> list[tuple[str, str, int, int, int | None, str]]:
     """(group, topic, partition, offset, leader_epoch, metadata) for every committed offset of `groups`."""
 
-    def ask(group: str) -> Any:
+    def ask(group: str, left: float) -> Any:
         # librdkafka answers one group per request.
         request = [ConsumerGroupTopicPartitions(group)]
-        return admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group].result()
+        answer = admin.list_consumer_group_offsets(request, request_timeout=left)[group].result(left)
+        # A partition the coordinator cannot answer for yet (UNSTABLE_OFFSET_COMMIT, a coordinator
+        # loading) is asked again rather than recorded as having no commit.
+        raise_partition_errors(
+            tp.error for tp in answer.topic_partitions if tp.error is not None and is_retriable(tp.error)
+        )
+        return answer
 
+    deadline = time.monotonic() + timeout_s  # one budget for all groups
     out = []
     for group in groups:
-        answer = _kafka_call(
-            f"list_consumer_group_offsets({group})", bootstrap, functools.partial(ask, group)
+        answer = retry_kafka(
+            functools.partial(ask, group),
+            f"list_consumer_group_offsets({group}) at {bootstrap}",
+            max(deadline - time.monotonic(), 0.001),
         )
         for tp in answer.topic_partitions:
             if tp.error is not None or tp.offset < 0:

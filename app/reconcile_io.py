@@ -520,9 +520,10 @@ def kafka_gap_confirmer(
     """
 
     def confirm(gaps: Sequence[SuspectedGap]) -> list[dict[str, Any]]:
-        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-        from app.kafka_clients import librdkafka_conf
+        from app.kafka_clients import is_retriable, librdkafka_conf
+        from app.kafka_commit import watermarks
 
         if not gaps:
             return []
@@ -541,14 +542,9 @@ def kafka_gap_confirmer(
         verdicts: list[dict[str, Any]] = []
         try:
             for gap in gaps:
-                try:
-                    low, high = consumer.get_watermark_offsets(
-                        TopicPartition(gap.topic, gap.partition), timeout=timeout_s
-                    )
-                except KafkaException as exc:
-                    raise KafkaUnavailableError(
-                        f"cannot read watermarks of {gap.topic}/{gap.partition} from {bootstrap}: {exc}"
-                    ) from exc
+                # Retries retriable errors (a leader moving) within timeout_s, then KafkaUnavailableError.
+                tp = (gap.topic, gap.partition)
+                low, high = watermarks(consumer, [tp], timeout_s)[tp]
                 verdict: dict[str, Any] = {"log_start_offset": low, "high_watermark": high}
                 below = max(0, min(gap.end, low) - gap.start)
                 start, end = max(gap.start, low), min(gap.end, high)
@@ -567,6 +563,8 @@ def kafka_gap_confirmer(
                             if err.code() == KafkaError._PARTITION_EOF:
                                 finished = True
                                 break
+                            if is_retriable(err):
+                                continue  # librdkafka fetches again by itself; the deadline bounds it
                             raise KafkaUnavailableError(f"reading {gap.topic}/{gap.partition}: {err.str()}")
                         offset = msg.offset()
                         if offset is None or offset >= end:

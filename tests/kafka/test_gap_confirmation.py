@@ -5,23 +5,21 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from app.config import KafkaConfig
+from app.kafka_clients import plain_conf
 from app.reconcile_io import SuspectedGap, kafka_gap_confirmer
+from tests.kafka.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
 
 
-def create_topic(admin: AdminClient, topic: str) -> None:
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
-
-
 def test_confirmation_tells_real_gaps_from_markers_aborts_and_retention(bootstrap: str, unique: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(plain_conf(bootstrap))
     txn_topic, old_topic = f"txn-{unique}", f"retained-{unique}"
-    create_topic(admin, txn_topic)
-    create_topic(admin, old_topic)
+    create_topic(bootstrap, txn_topic, 1)
+    create_topic(bootstrap, old_topic, 1)
 
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{unique}"})
     producer.init_transactions(30)

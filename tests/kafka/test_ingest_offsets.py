@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -40,7 +40,9 @@ from app.ingest_io import (
     snapshot_offsets,
     write_decoded,
 )
+from app.kafka_clients import plain_conf, retry_kafka
 from app.kafka_local import free_port
+from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic
 
 pytestmark = pytest.mark.kafka
 
@@ -65,16 +67,21 @@ def consume_and_commit(bootstrap: str, group: str, topic: str, n: int, **extra: 
             if msg is not None and msg.error() is None:
                 seen += 1
         assert seen == n, f"{group} read {seen} of {n}"
-        consumer.commit(asynchronous=False)
+        # The consumed positions, committed again after a retriable error: harmless.
+        retry_kafka(lambda left: consumer.commit(asynchronous=False), f"committing {group}", KAFKA_TIMEOUT_S)
     finally:
         consumer.close()
 
 
 def commit_offsets(bootstrap: str, group: str, offsets: list[TopicPartition]) -> None:
     """An offset-only committer (Flink's and Spark's style): assign, never join."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer(plain_conf(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
     try:
-        consumer.commit(offsets=offsets, asynchronous=False)
+        retry_kafka(
+            lambda left: consumer.commit(offsets=offsets, asynchronous=False),
+            f"committing {group}",
+            KAFKA_TIMEOUT_S,
+        )
     finally:
         consumer.close()
 
@@ -116,8 +123,13 @@ def delete_offsets(bootstrap: str, group: str, topic: str, partition: int) -> No
 
 
 def admin_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+    admin = AdminClient(plain_conf(bootstrap))
+    request = [ConsumerGroupTopicPartitions(group)]
+    answer = retry_kafka(
+        lambda left: admin.list_consumer_group_offsets(request, request_timeout=left)[group].result(left),
+        f"reading the offsets of {group}",
+        KAFKA_TIMEOUT_S,
+    )
     return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions if tp.offset >= 0}
 
 
@@ -201,9 +213,8 @@ def scenario(
 ) -> Scenario:
     u = tmp_path_factory.mktemp("ingest").name[-6:] + str(time.time_ns())[-6:]
     topic = f"audited-{u}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap})
+    create_topic(bootstrap, topic, 2)
+    producer = Producer(plain_conf(bootstrap))
     for i in range(20):
         producer.produce(topic, value=f"v{i}".encode(), partition=i % 2)
     assert producer.flush(30) == 0
@@ -219,7 +230,14 @@ def scenario(
     transactional_commits(bootstrap, s["tx"], topic, [(5, False), (6, True), (8, False)])
     delete_offsets(bootstrap, s["classic"], topic, 1)
     consume_and_commit(bootstrap, s["doomed"], topic, 20)
-    admin.delete_consumer_groups([s["doomed"]])[s["doomed"]].result(30)
+    admin = AdminClient(plain_conf(bootstrap))
+    retry_kafka(
+        lambda left: admin.delete_consumer_groups([s["doomed"]], request_timeout=left)[s["doomed"]].result(
+            left
+        ),
+        f"deleting {s['doomed']}",
+        KAFKA_TIMEOUT_S,
+    )
 
     cfg = ingest_config(app_config, tmp_path_factory.mktemp("ingest-data"), bootstrap, list(s.values()))
     result = ingest_offsets(spark, cfg, bootstrap, cfg.ingest.groups, run_id="run-1")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from app.committer import (
     ERROR_NOT_SENT,
@@ -30,6 +30,7 @@ from app.committer import (
     commit_error_from_kafka,
 )
 from app.errors import ConfigError
+from app.kafka_commit import make_commit_fn
 from app.offsets import (
     EARLIEST_OFFSET,
     ENGINE_FLINK_KAFKASOURCE,
@@ -484,6 +485,33 @@ def test_commit_error_from_kafka_reads_name_retriable_and_message() -> None:
     assert commit_error_from_kafka(kafka_error) == CommitError(
         "NOT_COORDINATOR", retriable=True, message="coordinator moved"
     )
+
+
+class _RefusingConsumer:
+    """Answers every commit with one Kafka error, as a consumer whose coordinator moved would."""
+
+    def __init__(self, error: KafkaError) -> None:
+        self.error = error
+        self.polls = 0
+
+    def commit(self, offsets: object, asynchronous: bool) -> None:
+        raise KafkaException(self.error)
+
+    def poll(self, timeout: float) -> None:
+        self.polls += 1
+
+
+@pytest.mark.parametrize(
+    ("code", "retriable"),
+    [(KafkaError.NOT_COORDINATOR, True), (KafkaError.GROUP_AUTHORIZATION_FAILED, False)],
+)
+def test_commit_failures_carry_kafkas_retriable_classification(code: int, retriable: bool) -> None:
+    # confluent-kafka's own flag is off for NOT_COORDINATOR; the ledger must still say retriable.
+    consumer = _RefusingConsumer(KafkaError(code))
+    result = make_commit_fn(consumer)({("t", 0): 5})  # type: ignore[arg-type]
+    assert result.error is not None
+    assert (result.error.error, result.error.retriable) == (KafkaError(code).name(), retriable)
+    assert consumer.polls == 1  # librdkafka's queued log lines are served after every commit
 
 
 # --- semantics: +1 for Flink legacy, unchanged for next-offset engines -----------------------------
