@@ -30,7 +30,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     groups = args.groups if args.groups is not None else list(cfg.ingest.groups)
     mode = args.mode or cfg.ingest.mode
     bootstrap = kafka_bootstrap(cfg)
-    check_reachable(cfg.kafka, bootstrap)  # exit 3 before a Spark session is paid for
+    check_reachable(cfg.kafka, bootstrap)  # exit 3 in kafka.request_timeout_s, before Spark starts
     spark = spark_session(cfg)
     if mode == "snapshot":
         result = snapshot_offsets(spark, cfg, bootstrap, groups, args.run_id)

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 
 from app.config import AppConfig
+from app.kafka_clients import check_reachable
 from app.runtime import kafka_bootstrap, spark_session
 
 
@@ -21,6 +22,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.stream_job import StopWhen, StreamJob, install_signal_handlers
 
     bootstrap = kafka_bootstrap(cfg)
+    check_reachable(cfg.kafka, bootstrap)  # exit 3 in kafka.request_timeout_s, before Spark starts
     spark = spark_session(cfg)
     job = StreamJob(spark, cfg, bootstrap, run_id=args.run_id)
     install_signal_handlers(job)
