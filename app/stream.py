@@ -58,6 +58,27 @@ def parse_offset_log(text: str) -> dict[TopicPartitionKey, int]:
     return out
 
 
+def parse_initial_offsets(text: str) -> dict[TopicPartitionKey, int]:
+    """`sources/<source>/0` -> {(topic, partition): offset}: where a Kafka source started.
+
+    Spark writes it once, when the source first resolves its starting offsets (before batch 0), and
+    re-reads it on every restart until a batch commits: a zero byte (kept for files of Spark 2.1,
+    SPARK-19517), a version line, then one JSON line {"topic": {"partition": offset}}.
+    """
+    lines = [ln for ln in text.removeprefix("\x00").splitlines() if ln.strip()]
+    if len(lines) != 2 or not lines[0].startswith("v"):
+        raise CheckpointFormatError(f"unexpected initial offsets content: {text[:120]!r}")
+    try:
+        source = json.loads(lines[1])
+    except ValueError as exc:
+        raise CheckpointFormatError(f"initial offsets are not JSON: {lines[1][:120]!r}") from exc
+    if not isinstance(source, dict) or not all(isinstance(p, dict) for p in source.values()):
+        raise CheckpointFormatError(
+            f"initial offsets are not {{topic: {{partition: offset}}}}: {lines[1][:120]!r}"
+        )
+    return {(str(t), int(p)): int(o) for t, partitions in source.items() for p, o in partitions.items()}
+
+
 def batch_ids(names: Iterable[str]) -> list[int]:
     """Batch ids among a checkpoint log directory's file names (skips .crc and temp files)."""
     return sorted(int(n) for n in names if n.isdigit())
@@ -132,19 +153,43 @@ def plan_fresh_start(
 
 
 def plan_checkpoint_resume(
-    offset_log: Mapping[int, Mapping[TopicPartitionKey, int]], committed_batches: Iterable[int]
+    offset_log: Mapping[int, Mapping[TopicPartitionKey, int]],
+    committed_batches: Iterable[int],
+    initial_offsets: Mapping[TopicPartitionKey, int] | None = None,
+    previous_starts: Mapping[TopicPartitionKey, int] | None = None,
 ) -> StartupPlan:
-    """Resuming from Spark's checkpoint: the run starts at the end of the last committed batch.
+    """Resuming from Spark's checkpoint: where Spark will really read from, per partition.
 
-    A batch in the offset log without a commit is re-run by Spark from the previous batch's end,
-    which is the same position.
+    With a committed batch, the run starts at the end of the last one: a batch in the offset log
+    without a commit is re-run by Spark from the previous batch's end, which is the same position.
+
+    With none (a run that died before its first batch committed, between `offsets/0` and
+    `commits/0`, or before `offsets/0`), Spark starts again from the offsets its source recorded
+    when it first started (`initial_offsets`, from `sources/0/0`), ignoring any startingOffsets.
+    Partitions those do not cover (the file was unreadable) take where the previous run said it
+    started (`previous_starts`, its OFFSETS_RESTORED rows), else stay unknown (offset None).
     """
     done = [b for b in committed_batches if b in offset_log]
-    if not done:
-        return StartupPlan(mode="checkpoint", starts={}, restored_checkpoint_id=None)
-    last = max(done)
-    starts = {tp: PartitionStart(off, "checkpoint") for tp, off in offset_log[last].items()}
-    return StartupPlan(mode="checkpoint", starts=starts, restored_checkpoint_id=last)
+    if done:
+        last = max(done)
+        starts = {tp: PartitionStart(off, "checkpoint") for tp, off in offset_log[last].items()}
+        return StartupPlan(mode="checkpoint", starts=starts, restored_checkpoint_id=last)
+    initial = {tp: o for tp, o in (initial_offsets or {}).items() if o >= 0}  # never a sentinel
+    previous = previous_starts or {}
+    planned = offset_log[min(offset_log)] if offset_log else {}
+    partitions = sorted({*planned, *(initial_offsets or {})} or previous)
+    notes: list[str] = []
+    if offset_log:
+        notes.append(f"checkpoint {min(offset_log)} was planned but never committed: Spark replays it")
+    from_ledger = [tp for tp in partitions if tp not in initial and tp in previous]
+    if from_ledger:
+        notes.append(
+            "start offsets of "
+            + ", ".join(f"{t}-{p}" for t, p in from_ledger)
+            + " taken from the previous run's OFFSETS_RESTORED (no initial offsets in the checkpoint)"
+        )
+    starts = {tp: PartitionStart(initial.get(tp, previous.get(tp)), "checkpoint") for tp in partitions}
+    return StartupPlan(mode="checkpoint", starts=starts, restored_checkpoint_id=None, notes=tuple(notes))
 
 
 def restored_events(

@@ -53,14 +53,17 @@ from app.schemas import (
     EVENT_COMMIT_REQUESTED,
     EVENT_COMMIT_SKIPPED,
     EVENT_COMMIT_SUCCEEDED,
+    EVENT_OFFSETS_RESTORED,
     EVENT_RUN_STARTED,
     EVENT_RUN_STOPPED,
 )
 from app.storage import list_names, modification_time_ms, read_text
 from app.stream import (
     ENGINE,
+    CheckpointFormatError,
     LedgerFacts,
     StartupPlan,
+    parse_initial_offsets,
     parse_offset_log,
     plan_checkpoint_resume,
     plan_fresh_start,
@@ -183,9 +186,14 @@ class StreamJob:
     # --- startup ---------------------------------------------------------------------------------
     def _plan(self, consumer: Any, partitions: list[TopicPartitionKey]) -> StartupPlan:
         offset_log = self._offset_log()
-        plan = plan_checkpoint_resume(offset_log, self._log_ids("commits"))
-        if plan.restored_checkpoint_id is not None or offset_log:
-            return plan
+        commits = self._log_ids("commits")
+        initial = self._initial_offsets()
+        if any(b in offset_log for b in commits):
+            return plan_checkpoint_resume(offset_log, commits)
+        if offset_log or initial is not None:
+            # Nothing committed yet, but Spark's source already fixed where it starts: that wins.
+            previous = self._previous_run_starts() if set(partitions) - set(initial or {}) else {}
+            return plan_checkpoint_resume(offset_log, commits, initial or {}, previous)
         timeout = self.cfg.kafka.request_timeout_s
         marks = watermarks(consumer, partitions, timeout)
         mode = self.scfg.startup_mode
@@ -202,6 +210,38 @@ class StreamJob:
             specific=self.scfg.specific() if mode == "specific" else None,
             reset=self.scfg.reset_strategy,
         )
+
+    def _initial_offsets(self) -> dict[TopicPartitionKey, int] | None:
+        """Where Spark's Kafka source started in this checkpoint (`sources/0/0`), None if not yet."""
+        text = read_text(self.spark, f"{self.checkpoint_dir}/sources/0/0")
+        if text is None:
+            return None
+        try:
+            return parse_initial_offsets(text)
+        except CheckpointFormatError as exc:
+            # The ledger still knows where the previous run started; see plan_checkpoint_resume.
+            log.warning("ignoring %s/sources/0/0: %s", self.checkpoint_dir, exc)
+            return {}
+
+    def _previous_run_starts(self) -> dict[TopicPartitionKey, int]:
+        """The OFFSETS_RESTORED offsets of the job's last run in the ledger (empty if none)."""
+        ledger = read_job_ledger(self.spark, self.ledger_path, self.scfg.job_name)
+        if ledger is None or not self.audited:
+            return {}
+        last = (
+            ledger.where(F.col("event_type") == EVENT_RUN_STARTED)
+            .orderBy(F.col("event_time").desc(), F.col("run_id").desc())
+            .select("run_id")
+            .first()
+        )
+        if last is None:
+            return {}
+        rows = ledger.where(
+            (F.col("event_type") == EVENT_OFFSETS_RESTORED)
+            & (F.col("run_id") == last.run_id)
+            & F.col("offset").isNotNull()
+        ).collect()
+        return {(r.topic, int(r.partition)): int(r.offset) for r in rows}
 
     def _ledger_facts(self) -> LedgerFacts:
         ledger = read_job_ledger(self.spark, self.ledger_path, self.scfg.job_name)

@@ -8,6 +8,7 @@ group's offsets after the checkpoint is gone.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,10 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from app.errors import InfrastructureError
 from app.ledger import event_key_column
+from app.stream import parse_initial_offsets
 from app.stream_job import StopWhen, StreamJob
 from tests.kafka.streaming import (
     create_topic,
@@ -170,3 +173,57 @@ def test_fresh_start_from_group_offsets_after_checkpoint_loss(
     assert duplicated_sink_coordinates(sink) == []
     assert sink.where(F.col("_run_id") == "run-2").count() == 60
     assert group_offsets(bootstrap, group, topic, PARTITIONS) == {0: 120, 1: 120, 2: 120}
+
+
+class _DiesInItsFirstCheckpoint(StreamJob):
+    """Fails batch 0 after Spark wrote `offsets/0` and `sources/0/0` and before `commits/0`: the
+    checkpoint a process killed at that moment leaves, and, like a killed run, no RUN_STOPPED."""
+
+    def _write_sink(self, batch_df: DataFrame, batch_id: int) -> None:
+        raise RuntimeError("the process dies between offsets/0 and commits/0")
+
+
+def test_restart_after_a_crash_in_the_first_checkpoint_records_where_it_resumes(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    topic, group = f"first-{unique}", f"first-{unique}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, 90, PARTITIONS)  # offsets 0..29 per partition
+    starts = {p: 5 + p for p in range(PARTITIONS)}  # neither earliest nor latest: only the checkpoint knows
+    specific = [f"stream.specific_offsets.{topic}:{p}={o}" for p, o in starts.items()]
+    cfg = job_config(
+        tmp_path, bootstrap, topic, group, "first-job", "stream.startup_mode=specific", *specific
+    )
+
+    with pytest.raises(InfrastructureError, match="streaming query failed"):
+        _DiesInItsFirstCheckpoint(spark, cfg, bootstrap, run_id="run-died").run(StopWhen(idle_s=60))
+    checkpoint = tmp_path / "checkpoints" / "first-job"
+    assert (checkpoint / "offsets" / "0").exists()
+    assert not (checkpoint / "commits" / "0").exists()
+    # The file the restart reads its start from, in Spark's own format.
+    initial = parse_initial_offsets((checkpoint / "sources" / "0" / "0").read_text())
+    assert initial == {(topic, p): o for p, o in starts.items()}
+
+    produce(bootstrap, topic, 30, PARTITIONS, start=90)  # the log moves on while the job is down
+    restarted = StreamJob(spark, cfg, bootstrap, run_id="run-restarted").run(StopWhen(idle_s=5))
+
+    assert restarted.startup_mode == "checkpoint"
+    assert restarted.restored_checkpoint_id is None  # no checkpoint had completed
+    ledger = read(spark, cfg, "ledger").where(F.col("run_id") == "run-restarted")
+    restored = ledger.where(F.col("event_type") == "OFFSETS_RESTORED").select(
+        "topic",
+        "partition",
+        "offset",
+        F.get_json_object("detail", "$.source").alias("source"),
+    )
+    assert sorted(tuple(r) for r in restored.collect()) == [
+        (topic, p, o, "checkpoint") for p, o in sorted(starts.items())
+    ]
+    (started,) = ledger.where(F.col("event_type") == "RUN_STARTED").collect()
+    detail = json.loads(started.detail)
+    assert (detail["startup_mode"], detail["restored_checkpoint_id"]) == ("checkpoint", None)
+    # Spark really replayed batch 0 from there: the sink starts at the recorded offsets.
+    sink = read(spark, cfg, "sink")
+    assert duplicated_sink_coordinates(sink) == []
+    first = sink.groupBy("kafka_partition").agg(F.min("kafka_offset"), F.count("*")).collect()
+    assert {(r[0], r[1], r[2]) for r in first} == {(p, o, 40 - o) for p, o in starts.items()}

@@ -14,6 +14,7 @@ from app.stream import (
     PartitionStart,
     StartupPlan,
     batch_ids,
+    parse_initial_offsets,
     parse_offset_log,
     plan_checkpoint_resume,
     plan_fresh_start,
@@ -111,9 +112,75 @@ def test_checkpoint_resume_starts_at_last_committed_batch() -> None:
     assert plan.starts == {("orders", 0): PartitionStart(9, "checkpoint")}
 
 
-def test_checkpoint_without_commits_restores_nothing() -> None:
-    assert (
-        plan_checkpoint_resume({0: {("orders", 0): 5}}, committed_batches=[]).restored_checkpoint_id is None
+# Exactly what Spark 4.1's Kafka source writes to <checkpoint>/sources/0/0 before its first batch,
+# leading zero byte included.
+INITIAL_OFFSETS = '\x00v1\n{"orders":{"2":11,"1":7,"0":5}}'
+
+
+def test_initial_offsets_give_where_the_source_started() -> None:
+    expected = {("orders", 0): 5, ("orders", 1): 7, ("orders", 2): 11}
+    assert parse_initial_offsets(INITIAL_OFFSETS) == expected
+    assert parse_initial_offsets(INITIAL_OFFSETS[1:]) == expected  # without the zero byte too
+
+
+@pytest.mark.parametrize("text", ["", '{"orders":{"0":5}}', "v1\n[1, 2]", 'v1\n{"orders": 5}', "v1\n{"])
+def test_malformed_initial_offsets_are_a_clear_error(text: str) -> None:
+    with pytest.raises(CheckpointFormatError):
+        parse_initial_offsets(text)
+
+
+def test_first_checkpoint_never_committed_replays_from_the_sources_initial_offsets() -> None:
+    # Killed between offsets/0 and commits/0: Spark runs batch 0 again from sources/0/0.
+    initial = parse_initial_offsets(INITIAL_OFFSETS)
+    plan = plan_checkpoint_resume(
+        {0: {("orders", 0): 50, ("orders", 1): 70, ("orders", 2): 110}},
+        committed_batches=[],
+        initial_offsets=initial,
+    )
+    assert plan.mode == "checkpoint"
+    assert plan.restored_checkpoint_id is None  # no completed checkpoint to restore
+    assert plan.starts == {
+        ("orders", 0): PartitionStart(5, "checkpoint"),
+        ("orders", 1): PartitionStart(7, "checkpoint"),
+        ("orders", 2): PartitionStart(11, "checkpoint"),
+    }
+    assert plan.notes == ("checkpoint 0 was planned but never committed: Spark replays it",)
+
+
+def test_killed_before_the_first_offset_log_entry_still_starts_at_the_initial_offsets() -> None:
+    plan = plan_checkpoint_resume({}, committed_batches=[], initial_offsets={("orders", 0): 5})
+    assert plan.starts == {("orders", 0): PartitionStart(5, "checkpoint")}
+    assert plan.notes == ()
+
+
+def test_without_initial_offsets_the_previous_runs_starts_fill_in() -> None:
+    plan = plan_checkpoint_resume(
+        {0: {("orders", 0): 50, ("orders", 1): 70}},
+        committed_batches=[],
+        initial_offsets={("orders", 0): 5, ("orders", 1): -2},  # a sentinel is no position
+        previous_starts={("orders", 1): 6},
+    )
+    assert plan.starts == {
+        ("orders", 0): PartitionStart(5, "checkpoint"),
+        ("orders", 1): PartitionStart(6, "checkpoint"),
+    }
+    assert "orders-1 taken from the previous run's OFFSETS_RESTORED" in plan.notes[1]
+
+
+def test_a_partition_nobody_knows_the_start_of_is_still_recorded() -> None:
+    plan = plan_checkpoint_resume({0: {("orders", 0): 50}}, committed_batches=[])
+    assert plan.starts == {("orders", 0): PartitionStart(None, "checkpoint")}
+
+
+def test_a_committed_batch_wins_over_initial_offsets() -> None:
+    plan = plan_checkpoint_resume(
+        {0: {("orders", 0): 50}, 1: {("orders", 0): 60}},
+        committed_batches=[0],
+        initial_offsets={("orders", 0): 5},
+    )
+    assert (plan.restored_checkpoint_id, plan.starts) == (
+        0,
+        {("orders", 0): PartitionStart(50, "checkpoint")},
     )
 
 
