@@ -22,6 +22,7 @@ from app.schemas import FINDING_STATUSES, FINDING_TYPES, RESTART_CLASSES, SEVERI
 
 # Charts the page draws, in page order; the browser test expects exactly these.
 CHART_IDS: Final = (
+    "records-impact",
     "findings-by-type",
     "findings-by-severity",
     "commit-lag",
@@ -46,6 +47,7 @@ class ReportData:
     completeness: Sequence[Row] = ()  # job_name, topic, partition, present, missing, completeness
     restarts: Sequence[Row] = ()  # job_name, run_id, started_at, classification, replayed, skipped
     findings: Sequence[Row] = ()  # the findings table's rows (non-benign), most severe first
+    incidents: Sequence[Row] = ()  # incident_rows(): most severe first
     checks: Sequence[Row] = ()  # suite, evaluated, failed
     check_run_id: str | None = None
     data_docs_href: str | None = None
@@ -123,6 +125,34 @@ def restart_rows(per_partition: Iterable[Row]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (r["started_at"], r["job_name"], r["run_id"]))
 
 
+def incident_rows(incidents: Iterable[Row]) -> list[dict[str, Any]]:
+    """Incidents contract rows as the dashboard shows them: impact, cause, the repair command, and
+    the day of their last evidence for the impact chart."""
+    out = []
+    for r in incidents:
+        plan = json.loads(r.get("remedy") or "{}")
+        last = r.get("last_evidence_at")
+        out.append(
+            {
+                **{k: r.get(k) for k in ("incident_id", "kind", "severity", "status", "job_name", "cause")},
+                **{
+                    k: int(r.get(k) or 0)
+                    for k in (
+                        "partitions",
+                        "records_lost",
+                        "records_unverifiable",
+                        "records_duplicated",
+                        "records_replayed",
+                    )
+                },
+                "day": str(last)[:10] if last else None,
+                "repair": plan.get("command") if plan.get("steps") else None,
+                "finding_ids": list(r.get("finding_ids") or []),
+            }
+        )
+    return out
+
+
 def severity_counts(findings: Iterable[Row]) -> dict[str, int]:
     counts = dict.fromkeys(SEVERITIES, 0)
     for f in findings:
@@ -169,6 +199,7 @@ def render_html(data: ReportData) -> str:
     )
     notes = "".join(f"<li>{esc(n)}</li>" for n in data.notes)
     charts = {
+        "records-impact": "Records lost and duplicated over time (incidents)",
         "findings-by-type": "Findings over time, by type",
         "findings-by-severity": "Findings over time, by severity",
         "commit-lag": "Commit lag per group (offsets, worst partition)",
@@ -180,6 +211,11 @@ def render_html(data: ReportData) -> str:
         f'<section class="panel"><h2>{esc(title)}</h2><div class="chart" id="chart-{cid}" '
         f'data-chart="{cid}"></div></section>'
         for cid, title in charts.items()
+    )
+    open_incidents = sum(1 for i in data.incidents if i.get("status") == "open")
+    cards = (
+        f'<div class="card {"bad" if open_incidents else "good"}"><div class="num">{open_incidents}</div>'
+        f"<div>open incidents</div></div>" + cards
     )
     return _PAGE.format(
         title=esc(data.title),
@@ -231,6 +267,8 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .pill.critical{background:#b3261e}.pill.error{background:#e8710a}.pill.warn{background:#b98900}.pill.info{background:#4a90d9}
 .tablewrap{max-height:520px;overflow:auto}
 .checks td.bad{color:#b3261e;font-weight:600}.checks td.good{color:#2e9d5b}
+.incidents td.cause{white-space:normal;min-width:320px}
+.incidents code{font-size:11px}
 """
 
 _PAGE = """<!DOCTYPE html>
@@ -243,6 +281,7 @@ _PAGE = """<!DOCTYPE html>
  · {docs}</div></header>
 <main>
 <section class="wide"><div class="cards">{cards}</div>{notes}</section>
+<section class="panel wide"><h2>Incidents</h2><div id="incidents"></div></section>
 {charts}
 <section class="panel wide"><h2>Expectation suites (latest check)</h2><div id="checks"></div></section>
 <section class="panel wide"><h2>Open findings</h2>
@@ -408,7 +447,22 @@ _JS = r"""
   D.vocab.finding_types.forEach(function (t, i) { typeColors[t] = PALETTE[i % PALETTE.length]; });
   var ttype = byDay("finding_type", D.vocab.finding_types);
   var tsev = byDay("severity", D.vocab.severities);
+  var impact = (function () {
+    var days = {};
+    D.incidents.forEach(function (i) {
+      if (!i.day) { return; }
+      days[i.day] = days[i.day] || {lost: 0, duplicated: 0};
+      days[i.day].lost += i.records_lost;
+      days[i.day].duplicated += i.records_duplicated;
+    });
+    return {cats: Object.keys(days).sort(), values: days};
+  })();
   var charts = {
+    "records-impact": function (h) {
+      if (!impact.cats.length) { return empty(h, "no incidents recorded"); }
+      return stacked(h, impact.cats, ["lost", "duplicated"], impact.values,
+                     {lost: "#b3261e", duplicated: "#e8710a"});
+    },
     "findings-by-type": function (h) {
       return stacked(h, ttype.cats, ttype.series, ttype.values, typeColors);
     },
@@ -458,6 +512,49 @@ _JS = r"""
     }
   });
 
+  // Incidents first: what happened, what it cost, how to fix it. Findings link here.
+  var incidentOf = {};
+  (function () {
+    var host = document.getElementById("incidents");
+    if (!D.incidents.length) {
+      host.innerHTML = "<span class='muted'>no incidents</span>";
+      return;
+    }
+    var t = document.createElement("table");
+    t.className = "incidents";
+    t.innerHTML = "<thead><tr><th>severity</th><th>kind</th><th>status</th><th>job</th><th>partitions</th>" +
+      "<th>lost</th><th>unverifiable</th><th>duplicated</th><th>cause</th><th>repair</th></tr></thead>";
+    var b = document.createElement("tbody");
+    D.incidents.forEach(function (i) {
+      i.finding_ids.forEach(function (f) { incidentOf[f] = i.incident_id; });
+      var tr = document.createElement("tr");
+      tr.id = "incident-" + i.incident_id;
+      [i.severity, i.kind, i.status, i.job_name, i.partitions, i.records_lost, i.records_unverifiable,
+       i.records_duplicated, i.cause, i.repair || ""].forEach(function (v, k) {
+        var td = document.createElement("td");
+        if (k === 0) {
+          var span = document.createElement("span");
+          span.className = "pill " + v;
+          span.textContent = v;
+          td.appendChild(span);
+        } else if (k === 9 && v) {
+          var code = document.createElement("code");
+          code.textContent = v;
+          td.appendChild(code);
+        } else {
+          td.textContent = v === null || v === undefined ? "" : v;
+        }
+        if (k >= 4 && k <= 7) { td.className = "num"; }
+        if (k === 8) { td.className = "cause"; }
+        tr.appendChild(td);
+      });
+      b.appendChild(tr);
+    });
+    t.appendChild(b);
+    host.appendChild(t);
+    host.setAttribute("data-incidents", String(D.incidents.length));
+  })();
+
   // Expectation suites of the latest check run.
   (function () {
     var host = document.getElementById("checks");
@@ -485,8 +582,10 @@ _JS = r"""
 
   // Findings table: click a header to sort, type or pick to filter.
   (function () {
-    var cols = ["severity", "finding_type", "status", "job_name", "group_id", "topic", "partition",
-                "checkpoint_id", "run_id", "offset_start", "offset_end", "record_count", "detected_at"];
+    var cols = ["severity", "finding_type", "status", "incident", "job_name", "group_id", "topic",
+                "partition", "checkpoint_id", "run_id", "offset_start", "offset_end", "record_count",
+                "detected_at"];
+    D.findings.forEach(function (r) { r.incident = incidentOf[r.finding_id] || null; });
     var numeric = {partition: 1, checkpoint_id: 1, offset_start: 1, offset_end: 1, record_count: 1};
     var sevRank = {};
     D.vocab.severities.forEach(function (s, i) { sevRank[s] = i; });
@@ -559,6 +658,11 @@ _JS = r"""
             span.className = "pill " + v;
             span.textContent = v;
             td.appendChild(span);
+          } else if (c === "incident" && v) {
+            var a = document.createElement("a");
+            a.href = "#incident-" + v;
+            a.textContent = v.slice(0, 8);
+            td.appendChild(a);
           } else {
             td.textContent = v === null || v === undefined ? "" : v;
           }

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 from app import report as rp
 from app.config import AppConfig
+from app.incidents import incident_order
 from app.quality import data_docs_dir, latest_reconcile_run, results_table_path
 from app.reconcile_io import read_delta, tables_from_config
 from app.schemas import (
@@ -41,6 +42,7 @@ class ReportTables:
     partition_summary: DataFrame | None
     restarts: DataFrame | None
     validation_results: DataFrame | None
+    incidents: DataFrame | None = None
 
 
 def read_tables(spark: SparkSession, cfg: AppConfig) -> ReportTables:
@@ -51,6 +53,7 @@ def read_tables(spark: SparkSession, cfg: AppConfig) -> ReportTables:
         partition_summary=read_delta(spark, t.partition_summary),
         restarts=read_delta(spark, t.restarts),
         validation_results=read_delta(spark, results_table_path(cfg)),
+        incidents=read_delta(spark, t.incidents),
     )
 
 
@@ -76,6 +79,12 @@ def open_findings(findings: DataFrame, limit: int) -> list[dict[str, Any]]:
         .limit(limit)
     )
     return [r | {"detected_at": str(r["detected_at"])} for r in _dicts(rows)]
+
+
+def top_incidents(incidents: DataFrame, limit: int) -> list[dict[str, Any]]:
+    """Most severe first, then the most records lost or duplicated; at most ``limit``."""
+    rows = _dicts(incidents)
+    return sorted(rows, key=incident_order)[:limit]
 
 
 def latest_summary(summary: DataFrame, reconcile_run_id: str | None) -> DataFrame:
@@ -205,6 +214,9 @@ def gather(
         completeness=completeness,
         restarts=[] if t.restarts is None else rp.restart_rows(_dicts(t.restarts)),
         findings=[] if t.findings is None else open_findings(t.findings, cfg.report.max_findings),
+        incidents=[]
+        if t.incidents is None
+        else rp.incident_rows(top_incidents(t.incidents, cfg.report.max_findings)),
         checks=checks,
         check_run_id=check_run,
         data_docs_href=docs_href(Path(data_docs_dir(cfg)) / "index.html", output),

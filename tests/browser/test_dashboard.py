@@ -4,6 +4,7 @@ when Chromium is missing: CI installs it (make system-deps), so its absence is a
 
 from __future__ import annotations
 
+import json
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -100,6 +101,36 @@ def sample_data() -> rp.ReportData:
             },
         ],
         findings=findings,
+        incidents=rp.incident_rows(
+            [
+                {
+                    "incident_id": "inc-restart-0001",
+                    "kind": "restart",
+                    "severity": "critical",
+                    "status": "open",
+                    "job_name": "orders-audit",
+                    "cause": "Run run-3 of orders-audit restarted from 'latest' and skipped 35 offsets.",
+                    "partitions": 3,
+                    "records_lost": 35,
+                    "last_evidence_at": T0 + timedelta(days=2),
+                    "remedy": json.dumps({"steps": [{"action": "replay"}], "command": "offset-audit repair"}),
+                    "finding_ids": [f["finding_id"] for f in findings if f["finding_type"] == "GAP"],
+                },
+                {
+                    "incident_id": "inc-writer-0002",
+                    "kind": "second_writer",
+                    "severity": "error",
+                    "status": "resolved",
+                    "job_name": "orders-audit",
+                    "cause": "20 extra copies.",
+                    "partitions": 1,
+                    "records_duplicated": 20,
+                    "last_evidence_at": T0 + timedelta(days=3),
+                    "remedy": "{}",
+                    "finding_ids": [],
+                },
+            ]
+        ),
         checks=[
             {"suite": "ledger", "evaluated": 12, "failed": 0},
             {"suite": "findings", "evaluated": 14, "failed": 2},
@@ -126,6 +157,11 @@ def test_every_chart_draws_and_the_findings_table_fills(page: Path) -> None:
     assert all(shapes > 3 for shapes in result.charts.values()), result.charts
     assert 'data-rows="20"' in dom
     assert 'id="data-docs-link"' in dom
+    # Incidents first, each findings row of an incident links to it.
+    assert 'data-incidents="2"' in dom
+    assert 'id="incident-inc-restart-0001"' in dom
+    assert dom.count('href="#incident-inc-restart-0001"') == 5  # the five GAP findings
+    assert dom.index('id="incidents"') < dom.index('id="chart-records-impact"')
 
 
 def test_empty_sections_still_draw_a_placeholder(tmp_path: Path) -> None:
