@@ -167,9 +167,11 @@ def timeline_entries(
     commit_rows: Sequence[Mapping[str, Any]],
     restart_rows: Sequence[Mapping[str, Any]],
     finding_rows: Sequence[Mapping[str, Any]],
+    incident_rows: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """Merge the four sources into time-ordered entries; one entry per event and checkpoint, with
-    the per-partition offsets folded into it (what a person reads first in an incident)."""
+    """Merge the sources into time-ordered entries; one entry per event and checkpoint, with
+    the per-partition offsets folded into it (what a person reads first in an incident). Findings
+    and incidents follow, untimed."""
     entries: dict[tuple[Any, ...], dict[str, Any]] = {}
     key: tuple[Any, ...]
     for r in ledger_rows:
@@ -239,6 +241,25 @@ def timeline_entries(
                 },
             }
         )
+    for i in incident_rows:
+        out.append(
+            {
+                "time": i.get("last_evidence_at"),
+                "source": "incident",
+                "what": i["kind"],
+                "severity": i["severity"],
+                "status": i["status"],
+                "run_id": ",".join(i.get("run_ids") or []),
+                "offsets": [],
+                "detail": {
+                    "incident_id": i["incident_id"],
+                    "cause": i.get("cause"),
+                    "records_lost": i.get("records_lost"),
+                    "records_duplicated": i.get("records_duplicated"),
+                    "repair": f"offset-audit repair --incident {i['incident_id']}",
+                },
+            }
+        )
     return out
 
 
@@ -247,7 +268,7 @@ def format_timeline(job: str, at: datetime, entries: Sequence[Mapping[str, Any]]
     lines = [f"Incident timeline for job {job} around {_fmt_time(at)}", ""]
     marked = False
     for e in entries:
-        if e["source"] == "finding":
+        if e["source"] in ("finding", "incident"):
             continue
         if not marked and e["time"] is not None and _fmt_time(e["time"]) >= _fmt_time(at):
             lines.append(f"{'-' * 24} {_fmt_time(at)} (--at) {'-' * 24}")
@@ -272,4 +293,13 @@ def format_timeline(job: str, at: datetime, entries: Sequence[Mapping[str, Any]]
             f"  {f['severity']:<8} {f['what']:<22} {f['status']:<12} run={f.get('run_id')} "
             f"cp={f.get('checkpoint_id')} {where} records={d.get('record_count')}"
         )
+    incidents = [e for e in entries if e["source"] == "incident"]
+    lines.append("")
+    lines.append(f"Incidents around this time: {len(incidents)}")
+    for i in incidents:
+        d = i["detail"]
+        lines.append(
+            f"  {i['severity']:<8} {i['what']:<22} {i['status']:<8} {d['incident_id']}  {d.get('cause')}"
+        )
+        lines.append(f"           {d['repair']}")
     return "\n".join(lines)

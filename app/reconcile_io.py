@@ -1207,4 +1207,10 @@ def timeline(
             .limit(50)
             .collect()
         ]
-    return fx.timeline_entries(ledger_rows, commit_rows, restart_rows, finding_rows)
+    incident_rows = [
+        i
+        for i in read_incidents(spark, cfg, jobs=[job])
+        if set(i["run_ids"] or []) & set(runs)
+        or (i["last_evidence_at"] is not None and lo <= i["last_evidence_at"] <= hi)
+    ]
+    return fx.timeline_entries(ledger_rows, commit_rows, restart_rows, finding_rows, incident_rows)

@@ -82,8 +82,16 @@ def test_restarts_are_classified_counted_and_linked_to_the_sink(
     assert spark.read.format("delta").load(cfg.paths.table("restarts")).count() == 3
     assert spark.read.format("delta").load(cfg.paths.table("findings")).count() == 2
 
+    rio.run_reconcile(spark, cfg, run_id="rec-1", now=at(1000), since=None, until=at(1000))
     entries = rio.timeline(spark, cfg, job="job-a", at=at(100), around=timedelta(minutes=5))
     text = fx.format_timeline("job-a", at(100), entries)
+    # The timeline names the incidents: the restart, and the group commit of 90 on partition 1
+    # that no request of the job explains; each with its repair command.
+    incidents = text.split("Incidents around this time: ")[1]
+    assert incidents.startswith("2\n")
+    assert "  error    restart " in incidents  # it re-read 10 records the sink now holds twice
+    assert "  error    external_offset_change " in incidents
+    assert incidents.count("offset-audit repair --incident ") == 2
     assert "RUN_STARTED" in text
     assert "RESTART_SKIP" in text
     assert "GROUP_COMMIT" in text
