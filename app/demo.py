@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
@@ -35,6 +36,7 @@ from app.kafka_clients import kafka_error, plain_conf, retry_kafka
 from app.kafka_local import LocalKafka
 from app.nightly import Nightly, NightlyResult
 from app.offsets import TopicPartitionKey
+from app.schemas import EVENT_RUN_STARTED
 from app.stream_job import StopWhen, StreamJob, StreamResult
 
 log = logging.getLogger(__name__)
@@ -211,6 +213,27 @@ class Demo:
                 raise InfrastructureError(f"the job did not commit offset {target} in time (saw {offsets})")
             time.sleep(0.5)
 
+    def wait_started(self, run_id: str, thread: _JobThread, timeout_s: float = 300) -> None:
+        """Until the ledger holds ``run_id``'s RUN_STARTED (its start offsets are fixed by then)."""
+        from app.delta_rows import local_dataset
+
+        ledger = self.cfg.paths.table(self.cfg.stream.ledger_table)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            dataset = local_dataset(ledger)
+            if dataset is not None:
+                started = dataset.to_table(
+                    columns=["run_id"],
+                    filter=(pc.field("run_id") == run_id) & (pc.field("event_type") == EVENT_RUN_STARTED),
+                )
+                if started.num_rows:
+                    return
+            if thread.errors or not thread.is_alive():
+                raise InfrastructureError(f"the streaming job {run_id} ended before it started")
+            if time.monotonic() > deadline:
+                raise InfrastructureError(f"the streaming job {run_id} did not start in {timeout_s:.0f}s")
+            time.sleep(0.2)
+
     def start_job(
         self, cfg: AppConfig, run_id: str, wrapper: Callable[[CommitFn], CommitFn] | None = None
     ) -> tuple[StreamJob, _JobThread, list[StreamResult]]:
@@ -363,7 +386,9 @@ class Demo:
             "checkpoint deleted; restarting with startup_mode=latest"
         )
         job, thread, _ = self.start_job(self.config("stream.startup_mode=latest"), "run-5")
-        time.sleep(5)  # the run has resolved 'latest' before new data arrives
+        # New data only once the run has resolved 'latest' into offsets (its RUN_STARTED is written
+        # right after), or that data would be skipped too.
+        self.wait_started("run-5", thread)
         self.produce(self.scale.outage_per_partition)
         self.wait_committed(self.produced)
         self.stop_job(job, thread)
