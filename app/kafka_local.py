@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -18,13 +17,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.child_processes import parent_death_preexec
 from app.errors import InfrastructureError, JvmSetupError
 
 log = logging.getLogger(__name__)
@@ -32,7 +31,6 @@ log = logging.getLogger(__name__)
 KAFKA_MAIN = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 LOOPBACK = "127.0.0.1"
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -112,13 +110,6 @@ def log4j2_properties(log_file: Path) -> str:
             "",
         ]
     )
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    # Linux only: the broker JVM gets SIGTERM when the process that started it dies, so a test
-    # session killed with SIGKILL leaves no orphan broker behind.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -283,16 +274,12 @@ class LocalKafka:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C in a terminal must not reach the broker directly
-                preexec_fn=_die_with_parent if self._pdeathsig_applies() else None,
+                # The broker JVM gets SIGTERM when the process that started it dies, so a test session
+                # or demo killed with SIGKILL leaves no orphan broker behind.
+                preexec_fn=parent_death_preexec() if self.die_with_parent else None,
             )
         finally:
             out.close()
-
-    def _pdeathsig_applies(self) -> bool:
-        # The kernel sends the parent-death signal when the *thread* that forked exits, not the
-        # process: a broker started from a worker thread would die with that thread. Only the main
-        # thread lives as long as the process.
-        return self.die_with_parent and threading.current_thread() is threading.main_thread()
 
     def _wait_ready(self, state: BrokerState, t0: float) -> None:
         deadline = t0 + self.start_timeout_s

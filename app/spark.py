@@ -10,11 +10,16 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from py4j.java_gateway import JavaGateway
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
+from app.child_processes import Preexec, chain_preexec, parent_death_preexec
 from app.config import SparkConfig
 
 log = logging.getLogger(__name__)
@@ -82,13 +87,59 @@ def build_spark_session(
     # Local Python workers (mapInArrow, UDFs) must run this interpreter, not whatever 'python3' is on
     # PATH, to see the same packages (pyarrow, app). SparkContext reads only the environment for this.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = local_conf(cfg, jars, warehouse_dir)
+    start_driver_dying_with_us(conf, environ)
     builder = SparkSession.builder
-    for key, value in local_conf(cfg, jars, warehouse_dir).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = builder.getOrCreate()  # takes the context started above, if any
     spark.sparkContext.setLogLevel("WARN")
     log.info("local SparkSession %s (%s), %d extra jars", spark.version, cfg.master, len(jars))
     return spark
+
+
+# pyspark's launcher carries no annotations; this names what it returns.
+_launch_gateway: Callable[..., JavaGateway] = launch_gateway
+
+
+class DriverPopenKwargs(dict[str, Any]):
+    """`popen_kwargs` for pyspark's launch_gateway that keep a preexec_fn of ours.
+
+    launch_gateway (pyspark/java_gateway.py) stores its own preexec_fn, which ignores SIGINT, over
+    any it is given; this mapping chains ours after theirs instead of letting it be replaced.
+    """
+
+    def __init__(self, preexec: Preexec) -> None:
+        super().__init__(preexec_fn=preexec)
+        self.ours = preexec
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key == "preexec_fn" and value is not self.ours:
+            value = chain_preexec(value, self.ours)
+        super().__setitem__(key, value)
+
+
+def start_driver_dying_with_us(conf: Mapping[str, str], environ: Mapping[str, str] | None = None) -> bool:
+    """Start the local driver JVM and its SparkContext with the parent-death signal set.
+
+    pyspark ties the driver JVM to this process only through its stdin: the JVM exits on EOF. That
+    leaves it running while anything else holds the pipe, and during any phase in which it is not
+    reading stdin yet. So the JVM gets SIGTERM from the kernel when this process dies, in every
+    phase. Nothing to do when a JVM is already up (a second session in this process), under
+    spark-submit (its JVM came first), or where parent_death_preexec cannot promise it; the session
+    is then started the usual way. Returns whether it started the driver.
+    """
+    # pyspark keeps its one gateway in this class attribute and offers no public way to ask for it.
+    if SparkContext._gateway is not None or running_under_spark_submit(environ):
+        return False
+    preexec = parent_death_preexec()
+    if preexec is None:
+        return False
+    spark_conf = SparkConf().setAll(list(conf.items()))
+    # The same conf the builder would hand over: spark-submit gets it as --conf (memory, jars, ...).
+    gateway = _launch_gateway(spark_conf, popen_kwargs=DriverPopenKwargs(preexec))
+    SparkContext(conf=spark_conf, gateway=gateway)
+    return True
 
 
 def _require_delta(spark: SparkSession) -> None:
