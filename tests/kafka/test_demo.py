@@ -3,12 +3,15 @@ clean run of the same pipeline yields none at warn or above."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from app import reconcile_io as rio
+from app import repair
 from app.config import AppConfig, load_config
 from app.demo import WARN_OR_ABOVE, Demo, DemoScale
 from app.nightly import Nightly
@@ -29,7 +32,8 @@ SMALL = DemoScale(
 
 def test_shortened_demo_finds_exactly_the_injected_incidents(spark: SparkSession, tmp_path: Path) -> None:
     base = load_config("local", [f"paths.data_dir={tmp_path}"], environ={})
-    outcome = Demo(base, spark, SMALL, screenshot=False).run()
+    demo = Demo(base, spark, SMALL, screenshot=False)
+    outcome = demo.run()
 
     assert outcome.nightly is not None
     assert outcome.nightly.failed_step is None
@@ -49,6 +53,39 @@ def test_shortened_demo_finds_exactly_the_injected_incidents(spark: SparkSession
     assert ("GAP", 0, skip_lo, skip_hi) in by_type
     assert ("RESTART_SKIP", 2, skip_lo, skip_hi) in by_type
     assert ("DUPLICATE", 1, 90, 95) in by_type
+
+    # One incident per injected event, with its impact in records.
+    incidents = {i["kind"]: i for i in rio.read_incidents(spark, demo.cfg)}
+    assert {k: i["severity"] for k, i in incidents.items()} == {
+        "unclean_stop": "info",
+        "commit_outage": "warn",
+        "external_offset_change": "error",
+        "restart": "critical",
+        "second_writer": "error",
+    }
+    assert incidents["restart"]["records_lost"] == 3 * (skip_hi - skip_lo)
+    assert incidents["restart"]["partitions"] == 3
+    assert incidents["second_writer"]["records_duplicated"] == SMALL.duplicated_rows
+
+    # Repairing the restart's gap and the second writer's copies: a reconcile of the whole history
+    # then finds neither, and both incidents are resolved.
+    bootstrap = demo.broker.start().bootstrap_servers
+    try:
+        sink = rio.tables_from_config(demo.cfg).sink
+        for kind in ("restart", "second_writer"):
+            done = repair.execute(spark, demo.cfg, incidents[kind], sink, lambda: bootstrap)
+            rio.mark_resolved(spark, demo.cfg, incidents[kind], {"actions": done.actions})
+        confirm = rio.kafka_gap_confirmer(demo.cfg.kafka, bootstrap, max_records=100, timeout_s=60)
+        whole_history = datetime(2000, 1, 1, tzinfo=UTC)
+        now = datetime.now(UTC)
+        after = rio.run_reconcile(
+            spark, demo.cfg, run_id="after-repair", now=now, since=whole_history, until=now, confirmer=confirm
+        )
+    finally:
+        demo.broker.stop()
+    assert {t for t, _ in after.counts} & {"GAP", "DUPLICATE"} == set()
+    statuses = {i["kind"]: i["status"] for i in rio.read_incidents(spark, demo.cfg)}
+    assert (statuses["restart"], statuses["second_writer"]) == ("resolved", "resolved")
 
 
 def test_clean_run_reports_nothing_at_warn_or_above(

@@ -12,9 +12,9 @@ from pyspark.sql import SparkSession
 
 from app import cli
 from app.config import AppConfig
-from tests.spark.tables import at
+from tests.spark.tables import at, sink_df, sink_rows
 from tests.spark.test_audit_failures import a_job_with_a_gap
-from tests.spark.test_reconcile import config_for, read, reconcile
+from tests.spark.test_reconcile import config_for, read, reconcile, save
 
 pytestmark = pytest.mark.spark
 
@@ -55,3 +55,18 @@ def test_reconcile_stores_incidents_once_and_the_cli_lists_them(
     assert 'startingOffsets={"orders": {"0": 45}} endingOffsets={"orders": {"0": 50}}' in plan
     assert "orders,0,45" in plan
     assert cli.main(["repair", "--incident", "no-such", "--set", f"paths.data_dir={tmp_path}"]) == 2
+
+
+def test_output_the_ledger_does_not_account_for_is_a_ledger_gap_incident(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+) -> None:
+    cfg = config_for(app_config, tmp_path)
+    a_job_with_a_gap(spark, cfg, sink=False)
+    # The job wrote 0..59 but its ledger vouches for 0..49 only: 50..59 came from a batch it never
+    # recorded as completed (the job ran without auditing, or crashed between sink and ledger).
+    save(sink_df(spark, sink_rows(0, range(60))), cfg, "sink")
+    result = reconcile(spark, cfg, "rec-1", confirmer=confirmed)
+    assert [(i["kind"], i["severity"], i["partitions"]) for i in result.incidents] == [
+        ("ledger_gap", "warn", 1)
+    ]
+    assert "does not account for" in result.incidents[0]["cause"]
