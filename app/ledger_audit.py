@@ -74,21 +74,6 @@ SELECT p.*, t.completed_at
 FROM per_partition p JOIN times t
   ON p.job_name = t.job_name AND p.run_id = t.run_id AND p.checkpoint_id = t.checkpoint_id;
 
-CREATE TEMP VIEW runs AS
-WITH starts AS (
-    SELECT job_name, run_id, min(event_time) AS started_at, max(group_id) AS group_id
-    FROM ledger WHERE event_type = '{EVENT_RUN_STARTED}' GROUP BY job_name, run_id
-), stops AS (
-    SELECT job_name, run_id, max(event_time) AS stopped_at
-    FROM ledger WHERE event_type = '{EVENT_RUN_STOPPED}' GROUP BY job_name, run_id
-)
-SELECT s.job_name, s.run_id, s.started_at, s.group_id,
-       lag(s.run_id) OVER w AS previous_run_id,
-       lag(s.started_at) OVER w AS previous_started_at,
-       lag(p.stopped_at) OVER w AS previous_stopped_at
-FROM starts s LEFT JOIN stops p ON s.job_name = p.job_name AND s.run_id = p.run_id
-WINDOW w AS (PARTITION BY s.job_name ORDER BY s.started_at, s.run_id);
-
 -- Every run with how it ended: its RUN_STOPPED, else the job's next start (it died before), else
 -- open (still running, or dead and never followed). Recovered events carry the dead run's id and
 -- the time Spark wrote the checkpoint file, so last_event_at is the run's own last sign of life.
@@ -113,6 +98,14 @@ FROM starts s
 LEFT JOIN stops p ON s.job_name = p.job_name AND s.run_id = p.run_id
 LEFT JOIN last_events e ON s.job_name = e.job_name AND s.run_id = e.run_id
 WINDOW w AS (PARTITION BY s.job_name ORDER BY s.started_at, s.run_id);
+
+CREATE TEMP VIEW runs AS
+SELECT job_name, run_id, started_at, group_id,
+       lag(run_id) OVER w AS previous_run_id,
+       lag(started_at) OVER w AS previous_started_at,
+       lag(stopped_at) OVER w AS previous_stopped_at
+FROM run_ends
+WINDOW w AS (PARTITION BY job_name ORDER BY started_at, run_id);
 
 CREATE TEMP VIEW job_groups AS
 SELECT group_id, min(job_name) AS job_name FROM ledger WHERE group_id IS NOT NULL GROUP BY group_id;
