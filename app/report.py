@@ -268,7 +268,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .tablewrap{max-height:520px;overflow:auto}
 .checks td.bad{color:#b3261e;font-weight:600}.checks td.good{color:#2e9d5b}
 .incidents td.cause{white-space:normal;min-width:320px}
-.incidents code{font-size:11px}
+.incidents code{font-size:11px;white-space:normal;word-break:break-all}
 """
 
 _PAGE = """<!DOCTYPE html>
