@@ -590,7 +590,11 @@ def kafka_gap_confirmer(
                 if found:
                     verdict["status"] = rc.CONFIRMED
                 elif not finished:
-                    verdict.update(status=rc.OPEN, confirmation=f"timed out after {timeout_s:.0f}s")
+                    # Could not see the range in time: an audit failure, not a verdict on the data.
+                    raise KafkaUnavailableError(
+                        f"reading {gap.topic}/{gap.partition} [{start}, {end}) from {bootstrap} "
+                        f"did not finish within {timeout_s:.0f}s"
+                    )
                 elif below:
                     verdict["status"] = rc.UNVERIFIABLE
                 else:
