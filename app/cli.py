@@ -69,7 +69,7 @@ def cmd_config_show(args: argparse.Namespace, cfg: AppConfig) -> int:
 
 
 def cmd_setup_jvm(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app import jvm
+    from app.runtime import jvm
 
     counts = {name: len(jvm.resolve_classpath(name, cfg.paths.cache_dir)) for name in jvm.CLASSPATH_NAMES}
     emit(args, {"classpaths": counts}, ", ".join(f"{k}: {v} jars" for k, v in counts.items()))
@@ -77,8 +77,8 @@ def cmd_setup_jvm(args: argparse.Namespace, cfg: AppConfig) -> int:
 
 
 def local_kafka(cfg: AppConfig, die_with_parent: bool = False) -> Any:
-    from app import jvm
-    from app.kafka_local import LocalKafka
+    from app.demo.local_kafka import LocalKafka
+    from app.runtime import jvm
 
     return LocalKafka(
         cfg.paths.kafka_dir,
@@ -91,7 +91,7 @@ def local_kafka(cfg: AppConfig, die_with_parent: bool = False) -> Any:
 
 
 def cmd_kafka_local(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.kafka_local import LocalKafka
+    from app.demo.local_kafka import LocalKafka
 
     if args.action == "start":
         state = local_kafka(cfg).start()

@@ -26,13 +26,13 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from app import jvm
 from app.config import AppConfig, IngestConfig, KafkaConfig, PathsConfig, SparkConfig, load_config
-from app.consumer_offsets import partition_for_group
-from app.ingest import PartitionRange, decode
-from app.ingest_io import ingest_offsets, log_bounds, read_offsets_topic
-from app.kafka_local import LocalKafka
-from app.spark import build_spark_session
+from app.demo.local_kafka import LocalKafka
+from app.offsets_topic.decoder import partition_for_group
+from app.offsets_topic.ingest import PartitionRange, decode
+from app.offsets_topic.ingest_io import ingest_offsets, log_bounds, read_offsets_topic
+from app.runtime import jvm
+from app.runtime.spark import build_spark_session
 
 OFFSETS_TOPIC = "__consumer_offsets"
 

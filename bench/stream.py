@@ -18,11 +18,11 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from app import jvm
 from app.config import SparkConfig, load_config
-from app.kafka_local import LocalKafka
-from app.spark import build_spark_session
-from app.stream_job import StopWhen, StreamJob
+from app.demo.local_kafka import LocalKafka
+from app.runtime import jvm
+from app.runtime.spark import build_spark_session
+from app.stream.job import StopWhen, StreamJob
 from tests.kafka.streaming import create_topic
 
 TOPIC = "bench-orders"

@@ -1,6 +1,6 @@
 """The data-quality invariants of the audit tables, as Great Expectations 1.x suites.
 
-One suite per frame. Most frames are a table as stored; three are derived by ``app.quality`` so
+One suite per frame. Most frames are a table as stored; three are derived by ``app.quality.checks`` so
 that a cross-row or cross-table rule becomes a plain column expectation whose failure shows the
 offending rows:
 
@@ -10,7 +10,7 @@ offending rows:
   the highest completed checkpoint offset of the jobs committing to that group;
 - ``confirmed_gaps``: the confirmed GAP findings of the latest reconcile run.
 
-Every check carries a severity from ``app.schemas.SEVERITIES``; `offset-audit check --fail-on`
+Every check carries a severity from ``app.contracts.tables.SEVERITIES``; `offset-audit check --fail-on`
 compares against it. Structural invariants are 'error', a commit beyond the completed checkpoints is
 'critical' (like the COMMITTED_AHEAD finding: a manual restart from the group would skip data),
 commit lag over its threshold is 'warn' (lag alone loses nothing).
@@ -25,7 +25,7 @@ import great_expectations.expectations as gxe
 from great_expectations.expectations.metadata_types import FailureSeverity
 
 from app.config import ChecksConfig
-from app.schemas import (
+from app.contracts.vocabulary import (
     ENGINES,
     EVENT_TYPES,
     FINDING_STATUSES,
@@ -43,8 +43,8 @@ _GX_SEVERITY = {
     "info": FailureSeverity.INFO,
 }
 
-# The ledger's event identity (app.ledger.event_key_column): detail's reason/error/attempt are
-# extracted into columns by app.quality.ledger_frame so GE can see them.
+# The ledger's event identity (app.stream.ledger.event_key_column): detail's reason/error/attempt are
+# extracted into columns by app.quality.checks.ledger_frame so GE can see them.
 LEDGER_IDENTITY = (
     "job_name",
     "run_id",
@@ -72,7 +72,7 @@ class Check:
 class SuiteSpec:
     name: str  # the GE suite name, also the `suite` column of validation_results
     table: str  # the audit table the frame comes from
-    frame: str  # which frame app.quality builds for it
+    frame: str  # which frame app.quality.checks builds for it
     checks: tuple[Check, ...]
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app import jvm
 from app.config import AppConfig, SparkConfig, load_config
-from app.kafka_local import BrokerState, LocalKafka
-from app.spark import build_spark_session
+from app.demo.local_kafka import BrokerState, LocalKafka
+from app.runtime import jvm
+from app.runtime.spark import build_spark_session
 
 
 @pytest.fixture(scope="session")

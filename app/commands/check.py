@@ -9,7 +9,7 @@ from typing import Any
 
 from app.cli import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
-from app.schemas import SEVERITIES
+from app.contracts.vocabulary import SEVERITIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,8 +57,8 @@ def short_observed(observed: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.quality import CheckOptions, run_checks
-    from app.runtime import spark_session
+    from app.quality.checks import CheckOptions, run_checks
+    from app.runtime.session import spark_session
 
     spark = spark_session(cfg)
     summary = run_checks(

@@ -16,9 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.cli import EXIT_FINDINGS, EXIT_OK, emit
-    from app.demo import Demo
-    from app.nightly import summary_text
-    from app.runtime import spark_session
+    from app.demo.story import Demo
+    from app.nightly.run import summary_text
+    from app.runtime.session import spark_session
 
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)

@@ -12,6 +12,7 @@ from app.cli import EXIT_FINDINGS, EXIT_OK, emit
 from app.commands.reconcile import add_window_arguments, parse_time
 from app.config import AppConfig
 from app.errors import UsageError
+from app.reconcile.forensics_run import run_forensics, timeline
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -41,15 +42,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app import forensics, reconcile_io
-    from app.reconcile import severity_at_least
-    from app.runtime import spark_session
+    from app.reconcile import forensics
+    from app.reconcile.findings import severity_at_least
+    from app.runtime.session import spark_session
 
     if args.at is not None:
         if len(args.jobs) != 1:
             raise UsageError("--at needs exactly one --job")
         spark = spark_session(cfg)
-        entries = reconcile_io.timeline(spark, cfg, job=args.jobs[0], at=args.at, around=args.around)
+        entries = timeline(spark, cfg, job=args.jobs[0], at=args.at, around=args.around)
         emit(
             args,
             {"job": args.jobs[0], "at": args.at, "entries": entries},
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         )
         return EXIT_OK
     spark = spark_session(cfg)
-    result = reconcile_io.run_forensics(
+    result = run_forensics(
         spark,
         cfg,
         run_id=args.run_id or f"forensics-{uuid.uuid4().hex[:12]}",

@@ -10,7 +10,8 @@ from typing import Any
 from app.cli import EXIT_FINDINGS, EXIT_OK, emit
 from app.commands.reconcile import incident_summary, parse_time
 from app.config import AppConfig
-from app.schemas import SEVERITIES
+from app.contracts.vocabulary import SEVERITIES
+from app.reconcile.outputs import read_incidents
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,11 +61,10 @@ def incidents_text(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app import reconcile_io
-    from app.reconcile import severity_at_least
-    from app.runtime import spark_session
+    from app.reconcile.findings import severity_at_least
+    from app.runtime.session import spark_session
 
-    rows = reconcile_io.read_incidents(spark_session(cfg), cfg, jobs=args.jobs, since=args.since)
+    rows = read_incidents(spark_session(cfg), cfg, jobs=args.jobs, since=args.since)
     failing = sum(1 for r in rows if r["status"] == "open" and severity_at_least(r["severity"], args.fail_on))
     summary = {"incidents": [incident_summary(r) for r in rows], "failing": failing, "fail_on": args.fail_on}
     emit(args, summary, incidents_text(rows))

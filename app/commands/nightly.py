@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 
 from app.config import AppConfig
-from app.schemas import SEVERITIES
+from app.contracts.vocabulary import SEVERITIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.cli import EXIT_FINDINGS, EXIT_INFRA, EXIT_OK, EXIT_USAGE, emit
-    from app.nightly import Nightly, summary_text
-    from app.runtime import kafka_bootstrap, spark_session
+    from app.nightly.run import Nightly, summary_text
+    from app.runtime.session import kafka_bootstrap, spark_session
 
     nightly = Nightly(
         spark_session(cfg), cfg, lambda: kafka_bootstrap(cfg), args.run_id, screenshot=args.screenshot

@@ -11,8 +11,10 @@ from typing import Any
 
 from app.cli import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
+from app.contracts.vocabulary import SEVERITIES
 from app.errors import KafkaUnavailableError, UsageError
-from app.schemas import SEVERITIES
+from app.kafka.gaps import kafka_gap_confirmer, unavailable_confirmer
+from app.reconcile.run import run_reconcile
 
 
 def parse_time(value: str) -> datetime:
@@ -60,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def summary_text(result: Any, fail_on: str) -> str:
-    from app.reconcile import severity_at_least
+    from app.reconcile.findings import severity_at_least
 
     w = result.window
     lines = [
@@ -117,9 +119,8 @@ def incident_summary(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app import reconcile_io
-    from app.reconcile import severity_at_least
-    from app.runtime import kafka_bootstrap, spark_session
+    from app.reconcile.findings import severity_at_least
+    from app.runtime.session import kafka_bootstrap, spark_session
 
     if args.since and args.until and args.since >= args.until:
         raise UsageError("--since must be before --until")
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     confirmer = None
     if cfg.reconcile.confirm_gaps and not args.no_confirm:
         try:
-            confirmer = reconcile_io.kafka_gap_confirmer(
+            confirmer = kafka_gap_confirmer(
                 cfg.kafka,
                 kafka_bootstrap(cfg),
                 max_records=cfg.reconcile.confirm_max_records,
@@ -135,9 +136,9 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
             )
         except KafkaUnavailableError as exc:
             # Kafka is needed only if there are gaps to confirm: the run fails then, not before.
-            confirmer = reconcile_io.unavailable_confirmer(exc)
+            confirmer = unavailable_confirmer(exc)
     spark = spark_session(cfg)
-    result = reconcile_io.run_reconcile(
+    result = run_reconcile(
         spark,
         cfg,
         run_id=args.run_id or f"reconcile-{uuid.uuid4().hex[:12]}",

@@ -2,7 +2,7 @@
 
 Without --execute it is a dry run: the plan reconcile stored with the incident is printed (replay
 ranges as Spark Kafka-source options and a reset-offsets CSV, duplicate copies to delete, group
-offsets to set) and nothing changes. With --execute the plan is carried out (app.repair), the
+offsets to set) and nothing changes. With --execute the plan is carried out (app.incidents.repair), the
 incident is marked resolved, and the undo (the sink's table version before the change) is printed.
 """
 
@@ -16,6 +16,8 @@ from typing import Any
 from app.cli import EXIT_OK, emit
 from app.config import AppConfig
 from app.errors import UsageError
+from app.reconcile.outputs import mark_resolved, read_incidents
+from app.storage.tables import tables_from_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,12 +58,9 @@ def plan_text(row: Mapping[str, Any], plan: Mapping[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app import reconcile_io
-    from app.runtime import spark_session
+    from app.runtime.session import spark_session
 
-    rows = [
-        r for r in reconcile_io.read_incidents(spark_session(cfg), cfg) if r["incident_id"] == args.incident
-    ]
+    rows = [r for r in read_incidents(spark_session(cfg), cfg) if r["incident_id"] == args.incident]
     if not rows:
         raise UsageError(f"no incident {args.incident!r}; `offset-audit incidents` lists them")
     row = rows[0]
@@ -69,14 +68,14 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     if not args.execute:
         emit(args, {"incident_id": row["incident_id"], "dry_run": True, "plan": plan}, plan_text(row, plan))
         return EXIT_OK
-    from app import repair
-    from app.runtime import kafka_bootstrap
+    from app.incidents import repair
+    from app.runtime.session import kafka_bootstrap
 
     spark = spark_session(cfg)
-    sink = reconcile_io.tables_from_config(cfg).sink_for(str(row["job_name"]))
+    sink = tables_from_config(cfg).sink_for(str(row["job_name"]))
     outcome = repair.execute(spark, cfg, row, sink, lambda: kafka_bootstrap(cfg))
     done = {"actions": outcome.actions, "undo": outcome.undo}
-    reconcile_io.mark_resolved(spark, cfg, row, done)
+    mark_resolved(spark, cfg, row, done)
     lines = [f"incident {row['incident_id']} repaired ({row['kind']}); marked resolved"]
     lines += [f"  {json.dumps(a, sort_keys=True, default=str)}" for a in outcome.actions]
     lines += [f"  undo: {u}" for u in outcome.undo] or ["  nothing changed in the sink"]

@@ -29,9 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app import browser
-    from app.report_io import build_report
-    from app.runtime import spark_session
+    from app.report import browser
+    from app.report.gather import build_report
+    from app.runtime.session import spark_session
 
     spark = spark_session(cfg)
     path = build_report(spark, cfg, args.run_id or f"report-{uuid.uuid4().hex[:12]}", output=args.output)

@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 
 from app.config import AppConfig
-from app.kafka_clients import check_reachable
-from app.runtime import kafka_bootstrap, spark_session
+from app.kafka.clients import check_reachable
+from app.runtime.session import kafka_bootstrap, spark_session
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.cli import EXIT_OK, emit
-    from app.stream_job import StopWhen, StreamJob, install_signal_handlers
+    from app.stream.job import StopWhen, StreamJob, install_signal_handlers
 
     bootstrap = kafka_bootstrap(cfg)
     check_reachable(cfg.kafka, bootstrap)  # exit 3 in kafka.request_timeout_s, before Spark starts

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from app import browser
-from app import report as rp
+from app.report import browser
+from app.report import render as rp
 
 pytestmark = pytest.mark.browser
 

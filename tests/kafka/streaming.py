@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.config import AppConfig, load_config
-from app.kafka_clients import kafka_error, plain_conf, retry_kafka
+from app.kafka.clients import kafka_error, plain_conf, retry_kafka
 
 # Helpers ride out what a broker started moments ago answers (NOT_COORDINATOR, a leader being
 # elected) like the application does: retried within this budget.

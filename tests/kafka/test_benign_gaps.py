@@ -13,8 +13,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app import reconcile_io as rio
 from app.config import AppConfig, KafkaConfig
+from app.kafka.gaps import kafka_gap_confirmer
 from tests.spark.tables import checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
@@ -68,7 +68,7 @@ def test_markers_and_aborted_records_are_one_benign_gap_per_partition(
     # A read_committed job wrote exactly the committed data records.
     save(sink_df(spark, sink_rows(0, committed, topic=topic)), cfg, "sink")
 
-    confirm = rio.kafka_gap_confirmer(
+    confirm = kafka_gap_confirmer(
         KafkaConfig(bootstrap_servers=bootstrap), bootstrap, max_records=100, timeout_s=60
     )
     result = reconcile(spark, cfg, "rec-txn", confirmer=confirm)

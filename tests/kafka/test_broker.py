@@ -13,9 +13,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.config import KafkaConfig
+from app.demo.local_kafka import LocalKafka, free_port
 from app.errors import KafkaUnavailableError
-from app.kafka_clients import check_reachable, plain_conf, retry_kafka, spark_kafka_options
-from app.kafka_local import LocalKafka, free_port
+from app.kafka.clients import check_reachable, plain_conf, retry_kafka, spark_kafka_options
 from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic, group_offsets
 
 pytestmark = pytest.mark.kafka

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from app import jvm
-from app.committer import OffsetCommitter
-from app.kafka_commit import committing_consumer, make_commit_fn
-from app.kafka_local import LocalKafka
-from app.schemas import EVENT_COMMIT_FAILED, EVENT_COMMIT_SUCCEEDED
+from app.contracts.vocabulary import EVENT_COMMIT_FAILED, EVENT_COMMIT_SUCCEEDED
+from app.demo.local_kafka import LocalKafka
+from app.kafka.commit import committing_consumer, make_commit_fn
+from app.runtime import jvm
+from app.stream.committer import OffsetCommitter
 from tests.kafka.streaming import create_topic, group_offsets
 
 pytestmark = pytest.mark.kafka

@@ -10,12 +10,15 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app import reconcile_io as rio
-from app import repair
 from app.config import AppConfig, load_config
-from app.demo import WARN_OR_ABOVE, Demo, DemoScale
-from app.nightly import Nightly
-from app.stream_job import StopWhen, StreamJob
+from app.demo.story import WARN_OR_ABOVE, Demo, DemoScale
+from app.incidents import repair
+from app.kafka.gaps import kafka_gap_confirmer
+from app.nightly.run import Nightly
+from app.reconcile.outputs import mark_resolved, read_incidents
+from app.reconcile.run import run_reconcile
+from app.storage.tables import tables_from_config
+from app.stream.job import StopWhen, StreamJob
 from tests.kafka.streaming import create_topic, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -55,7 +58,7 @@ def test_shortened_demo_finds_exactly_the_injected_incidents(spark: SparkSession
     assert ("DUPLICATE", 1, 90, 95) in by_type
 
     # One incident per injected event, with its impact in records.
-    incidents = {i["kind"]: i for i in rio.read_incidents(spark, demo.cfg)}
+    incidents = {i["kind"]: i for i in read_incidents(spark, demo.cfg)}
     assert {k: i["severity"] for k, i in incidents.items()} == {
         "unclean_stop": "info",
         "commit_outage": "warn",
@@ -71,20 +74,20 @@ def test_shortened_demo_finds_exactly_the_injected_incidents(spark: SparkSession
     # then finds neither, and both incidents are resolved.
     bootstrap = demo.broker.start().bootstrap_servers
     try:
-        sink = rio.tables_from_config(demo.cfg).sink
+        sink = tables_from_config(demo.cfg).sink
         for kind in ("restart", "second_writer"):
             done = repair.execute(spark, demo.cfg, incidents[kind], sink, lambda: bootstrap)
-            rio.mark_resolved(spark, demo.cfg, incidents[kind], {"actions": done.actions})
-        confirm = rio.kafka_gap_confirmer(demo.cfg.kafka, bootstrap, max_records=100, timeout_s=60)
+            mark_resolved(spark, demo.cfg, incidents[kind], {"actions": done.actions})
+        confirm = kafka_gap_confirmer(demo.cfg.kafka, bootstrap, max_records=100, timeout_s=60)
         whole_history = datetime(2000, 1, 1, tzinfo=UTC)
         now = datetime.now(UTC)
-        after = rio.run_reconcile(
+        after = run_reconcile(
             spark, demo.cfg, run_id="after-repair", now=now, since=whole_history, until=now, confirmer=confirm
         )
     finally:
         demo.broker.stop()
     assert {t for t, _ in after.counts} & {"GAP", "DUPLICATE"} == set()
-    statuses = {i["kind"]: i["status"] for i in rio.read_incidents(spark, demo.cfg)}
+    statuses = {i["kind"]: i["status"] for i in read_incidents(spark, demo.cfg)}
     assert (statuses["restart"], statuses["second_writer"]) == ("resolved", "resolved")
 
 

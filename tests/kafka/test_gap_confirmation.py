@@ -8,8 +8,8 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from app.config import KafkaConfig
-from app.kafka_clients import plain_conf
-from app.reconcile_io import SuspectedGap, kafka_gap_confirmer
+from app.kafka.clients import plain_conf
+from app.kafka.gaps import SuspectedGap, kafka_gap_confirmer
 from tests.kafka.streaming import create_topic
 
 pytestmark = pytest.mark.kafka

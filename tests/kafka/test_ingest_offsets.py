@@ -24,12 +24,13 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app import jvm
 from app.cli import main
 from app.config import AppConfig, IngestConfig, KafkaConfig, PathsConfig
-from app.consumer_offsets import partition_for_group
-from app.ingest import DECODED_SCHEMA, decode, to_decode_errors
-from app.ingest_io import (
+from app.demo.local_kafka import free_port
+from app.kafka.clients import plain_conf, retry_kafka
+from app.offsets_topic.decoder import partition_for_group
+from app.offsets_topic.ingest import DECODED_SCHEMA, decode, to_decode_errors
+from app.offsets_topic.ingest_io import (
     DECODE_ERRORS,
     GROUP_COMMITS,
     GROUP_EVENTS,
@@ -40,8 +41,7 @@ from app.ingest_io import (
     snapshot_offsets,
     write_decoded,
 )
-from app.kafka_clients import plain_conf, retry_kafka
-from app.kafka_local import free_port
+from app.runtime import jvm
 from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic
 
 pytestmark = pytest.mark.kafka
@@ -403,7 +403,7 @@ def test_snapshot_mode_records_current_offsets_and_says_history_is_missing(
     spark: SparkSession, scenario: Scenario, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg = ingest_config(scenario.cfg, tmp_path, scenario.bootstrap, [scenario.offset_only, scenario.classic])
-    with caplog.at_level(logging.WARNING, logger="app.ingest_io"):
+    with caplog.at_level(logging.WARNING, logger="app.offsets_topic.ingest_io"):
         snapshot_offsets(
             spark, cfg, scenario.bootstrap, cfg.ingest.groups, run_id="snap", clock=lambda: 1_000
         )

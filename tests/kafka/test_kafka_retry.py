@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, To
 from confluent_kafka.admin import AdminClient
 
 from app.errors import KafkaUnavailableError
-from app.kafka_clients import plain_conf, raise_partition_errors, retry_kafka
+from app.kafka.clients import plain_conf, raise_partition_errors, retry_kafka
 from tests.kafka.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
@@ -37,7 +37,7 @@ class _OnRetry(logging.Handler):
 
 @pytest.fixture
 def on_retry() -> Iterator[_OnRetry]:
-    logger = logging.getLogger("app.kafka_clients")
+    logger = logging.getLogger("app.kafka.clients")
     handler, level = _OnRetry(), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)

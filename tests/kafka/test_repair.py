@@ -15,10 +15,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app import cli
-from app import reconcile_io as rio
 from app.config import AppConfig, KafkaConfig
-from app.kafka_clients import spark_kafka_options
-from app.stream import to_sink_rows
+from app.kafka.clients import spark_kafka_options
+from app.kafka.gaps import kafka_gap_confirmer
+from app.stream.startup import to_sink_rows
 from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
@@ -76,7 +76,7 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     )
     second.write.format("delta").mode("append").save(sink_path)
 
-    confirm = rio.kafka_gap_confirmer(
+    confirm = kafka_gap_confirmer(
         KafkaConfig(bootstrap_servers=bootstrap), bootstrap, max_records=100, timeout_s=60
     )
     found = reconcile(spark, cfg, "rec-1", confirmer=confirm)
@@ -131,7 +131,7 @@ def test_offsets_are_reset_only_while_the_group_has_no_active_member(
     from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 
     from app.errors import UsageError
-    from app.repair import reset_offsets
+    from app.incidents.repair import reset_offsets
 
     topic, group = f"reset-{unique}", f"grp-{unique}"
     admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -21,9 +21,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.errors import InfrastructureError
-from app.ledger import event_key_column
-from app.stream import parse_initial_offsets
-from app.stream_job import StopWhen, StreamJob
+from app.stream.job import StopWhen, StreamJob
+from app.stream.ledger import event_key_column
+from app.stream.startup import parse_initial_offsets
 from tests.kafka.streaming import (
     create_topic,
     duplicated_sink_coordinates,

@@ -10,8 +10,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from app.offsets import LedgerEvent
-from app.schemas import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA, SINK_SCHEMA
+from app.contracts.offsets import LedgerEvent
+from app.contracts.tables import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA, SINK_SCHEMA
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 TOPIC = "orders"

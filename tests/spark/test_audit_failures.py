@@ -10,9 +10,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app import cli
-from app import reconcile_io as rio
 from app.config import AppConfig, KafkaConfig
+from app.contracts.vocabulary import RUN_PENDING
 from app.errors import ConfigError, KafkaUnavailableError
+from app.kafka.gaps import kafka_gap_confirmer
+from app.reconcile.outputs import confirm_runs, last_window_end
+from app.reconcile.run import run_reconcile
 from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
@@ -66,7 +69,7 @@ def test_a_failed_gap_confirmation_writes_no_finding_and_does_not_move_the_windo
 ) -> None:
     cfg = config_for(app_config, tmp_path)
     a_job_with_a_gap(spark, cfg)
-    unreachable = rio.kafka_gap_confirmer(
+    unreachable = kafka_gap_confirmer(
         KafkaConfig(bootstrap_servers="127.0.0.1:1", request_timeout_s=2),
         "127.0.0.1:1",
         max_records=10,
@@ -78,7 +81,7 @@ def test_a_failed_gap_confirmation_writes_no_finding_and_does_not_move_the_windo
     assert not Path(cfg.paths.table("partition_summary")).exists()
     runs = read(spark, cfg, "audit_runs").collect()
     assert [(r.run_id, r.status) for r in runs] == [("rec-down", "failed")]
-    assert rio.last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) is None
+    assert last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) is None
 
     # The next run (Kafka back) looks at the same window again and confirms the gap.
     def confirmed(gaps: Any) -> list[dict[str, Any]]:
@@ -98,12 +101,12 @@ def test_a_nightly_step_moves_the_window_only_once_its_night_has_finished(
     cfg = config_for(app_config, tmp_path)
     a_job_with_a_gap(spark, cfg)
     runs = cfg.paths.table("audit_runs")
-    rio.run_reconcile(
-        spark, cfg, run_id="night-1", now=at(20_000), since=None, until=at(10_000), status=rio.RUN_PENDING
+    run_reconcile(
+        spark, cfg, run_id="night-1", now=at(20_000), since=None, until=at(10_000), status=RUN_PENDING
     )
-    assert rio.last_window_end(spark, runs, "reconcile", []) is None
-    assert rio.confirm_runs(spark, runs, "night-1") == 1
-    assert rio.last_window_end(spark, runs, "reconcile", []) == at(10_000)
+    assert last_window_end(spark, runs, "reconcile", []) is None
+    assert confirm_runs(spark, runs, "night-1") == 1
+    assert last_window_end(spark, runs, "reconcile", []) == at(10_000)
     assert [r.status for r in read(spark, cfg, "audit_runs").collect()] == ["succeeded"]
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from app import report_io
 from app.config import AppConfig
-from app.schemas import INGEST_POSITIONS_SCHEMA
+from app.contracts.tables import INGEST_POSITIONS_SCHEMA
+from app.report import gather as report_io
 from tests.spark.tables import GROUP, at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 

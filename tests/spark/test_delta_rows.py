@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from app import delta_rows
-from app.reconcile_io import AUDIT_RUNS_SCHEMA
-from app.schemas import FINDINGS_SCHEMA
+from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA
+from app.storage import backend, delta_rows
 
 pytestmark = pytest.mark.spark
 
@@ -62,7 +61,7 @@ def test_merge_keeps_the_first_detection_and_updates_the_rest_whichever_writer(
     def write(local: bool, rows: list[dict[str, Any]]) -> None:
         # Which writer runs is chosen by the path's scheme; a local path stands in for remote
         # storage here by flipping that choice, so both writers meet on one real table.
-        monkeypatch.setattr(delta_rows, "is_local_path", lambda _p: local)
+        monkeypatch.setattr(backend, "is_local_path", lambda _p: local)
         delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
 
     write(first_local, [finding("a", "rec-1", T1), finding("b", "rec-1", T1)])
@@ -108,7 +107,7 @@ def test_read_columns_and_delete_where_in_work_on_either_writer(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local: bool
 ) -> None:
     path = str(tmp_path / "findings")
-    monkeypatch.setattr(delta_rows, "is_local_path", lambda _p: local)
+    monkeypatch.setattr(backend, "is_local_path", lambda _p: local)
     assert delta_rows.read_columns(spark, path, ["finding_id"]) is None  # no table yet
     rows = [finding(i, f"rec-{i}", T1) for i in ("a", "b", "c'd")]
     delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id")

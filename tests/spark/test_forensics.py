@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app import forensics as fx
-from app import ledger_audit as la
-from app import reconcile as rc
-from app import reconcile_io as rio
 from app.config import AppConfig, PathsConfig, ReconcileConfig
+from app.reconcile import findings as rc
+from app.reconcile import forensics as fx
+from app.reconcile import ledger_audit as la
+from app.reconcile.forensics_run import run_forensics, timeline
+from app.reconcile.run import run_reconcile
 from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 
 pytestmark = pytest.mark.spark
@@ -52,7 +53,7 @@ def test_restarts_are_classified_counted_and_linked_to_the_sink(
         sink_rows(2, range(100)),
     ).write.format("delta").save(cfg.paths.table("sink"))
 
-    result = rio.run_forensics(spark, cfg, run_id="fx-1", now=at(1000), since=None, until=at(1000))
+    result = run_forensics(spark, cfg, run_id="fx-1", now=at(1000), since=None, until=at(1000))
     got = {
         r["partition"]: (
             r["classification"],
@@ -78,12 +79,12 @@ def test_restarts_are_classified_counted_and_linked_to_the_sink(
         ("RESTART_SKIP", "critical", 2, 100, 130),
     }
     # Re-running upserts: no duplicate rows in restarts or findings.
-    rio.run_forensics(spark, cfg, run_id="fx-2", now=at(1000), since=at(0), until=at(1000))
+    run_forensics(spark, cfg, run_id="fx-2", now=at(1000), since=at(0), until=at(1000))
     assert spark.read.format("delta").load(cfg.paths.table("restarts")).count() == 3
     assert spark.read.format("delta").load(cfg.paths.table("findings")).count() == 2
 
-    rio.run_reconcile(spark, cfg, run_id="rec-1", now=at(1000), since=None, until=at(1000))
-    entries = rio.timeline(spark, cfg, job="job-a", at=at(100), around=timedelta(minutes=5))
+    run_reconcile(spark, cfg, run_id="rec-1", now=at(1000), since=None, until=at(1000))
+    entries = timeline(spark, cfg, job="job-a", at=at(100), around=timedelta(minutes=5))
     text = fx.format_timeline("job-a", at(100), entries)
     # The timeline names the incidents: the restart, and the group commit of 90 on partition 1
     # that no request of the job explains; each with its repair command.

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.ledger import append_batch_events, ensure_ledger, events_frame, is_local_path
-from app.offsets import ENGINE_SPARK, LedgerEvent
-from app.schemas import EVENT_CHECKPOINT_SNAPSHOT, LEDGER_SCHEMA
+from app.contracts.offsets import LedgerEvent
+from app.contracts.tables import LEDGER_SCHEMA
+from app.contracts.vocabulary import ENGINE_SPARK, EVENT_CHECKPOINT_SNAPSHOT
+from app.storage import backend
+from app.stream.ledger import append_batch_events, ensure_ledger, events_frame
 
 pytestmark = pytest.mark.spark
 
@@ -97,4 +99,4 @@ def test_ledger_is_append_only_after_batch_appends(spark: SparkSession, tmp_path
     ],
 )
 def test_only_local_paths_take_the_delta_rs_writer(path: str, local: bool) -> None:
-    assert is_local_path(path) is local
+    assert backend.is_local_path(path) is local

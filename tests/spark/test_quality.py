@@ -13,10 +13,11 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
-from app import quality as q
-from app import report, report_io
 from app.config import AppConfig, PathsConfig
-from app.schemas import FINDINGS_SCHEMA, LEDGER_SCHEMA, PARTITION_SUMMARY_SCHEMA, RESTARTS_SCHEMA
+from app.contracts.tables import FINDINGS_SCHEMA, LEDGER_SCHEMA, PARTITION_SUMMARY_SCHEMA, RESTARTS_SCHEMA
+from app.quality import checks as q
+from app.report import gather as report_io
+from app.report import render as report
 from checks.suites import LEDGER_IDENTITY
 from tests.spark.tables import GROUP, JOB, TOPIC, at, checkpoint, commits_df, ev, gc, ledger_df, rows_of
 

@@ -16,10 +16,24 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from app import ledger_audit as la
-from app import reconcile as rc
-from app import reconcile_io as rio
 from app.config import AppConfig, PathsConfig, ReconcileConfig
+from app.contracts import vocabulary as vocab
+from app.kafka.gaps import SuspectedGap
+from app.reconcile import findings as rc
+from app.reconcile import ledger_audit as la
+from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
+from app.reconcile.outputs import last_window_end
+from app.reconcile.run import ReconcileResult, run_reconcile
+from app.reconcile.sink import (
+    EXACT_FILTER_MAX_RANGES,
+    SinkColumns,
+    SinkOutcome,
+    SinkReader,
+    _rows_to_ranges,
+    examine_sink,
+)
+from app.storage import backend
+from app.storage.tables import tables_from_config
 from tests.spark.tables import (
     GROUP,
     JOB,
@@ -60,16 +74,16 @@ def audit(
 def ranges(
     spark: SparkSession, ledger: DataFrame, window: rc.AuditWindow = WINDOW
 ) -> list[rc.PartitionRange]:
-    return rio._rows_to_ranges(audit(ledger, window=window).coverage())
+    return _rows_to_ranges(audit(ledger, window=window).coverage())
 
 
 def examine(
     spark: SparkSession, ledger: DataFrame, sink: DataFrame, active: str | None = None
-) -> rio.SinkOutcome:
-    reader = rio.SinkReader(
-        sink, rio.SinkColumns("kafka_topic", "kafka_partition", "kafka_offset", "_checkpoint_id", "_run_id")
+) -> SinkOutcome:
+    reader = SinkReader(
+        sink, SinkColumns("kafka_topic", "kafka_partition", "kafka_offset", "_checkpoint_id", "_run_id")
     )
-    return rio.examine_sink(spark, reader, ranges(spark, ledger), active)
+    return examine_sink(spark, reader, ranges(spark, ledger), active)
 
 
 # --- sink: GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT ------------------------------------------------
@@ -103,7 +117,7 @@ def test_sink_aggregates_prove_complete_partitions_and_locate_gaps_and_duplicate
         (3, 0, 5),
         (4, 32767, 32769),
     ]
-    dups = [r for r in out.rows if r["finding_type"] == rc.DUPLICATE]
+    dups = [r for r in out.rows if r["finding_type"] == vocab.DUPLICATE]
     assert [(d["partition"], d["offset_start"], d["offset_end"], d["record_count"]) for d in dups] == [
         (2, 10, 13, 3)
     ]
@@ -205,7 +219,7 @@ def test_a_partition_with_as_many_rows_as_offsets_but_a_gap_and_a_duplicate_is_n
     out = examine(spark, ledger, sink)
 
     assert [(r.partition, s, e) for r, s, e in out.gaps] == [(1, 30, 31)]
-    dups = [r for r in out.rows if r["finding_type"] == rc.DUPLICATE]
+    dups = [r for r in out.rows if r["finding_type"] == vocab.DUPLICATE]
     assert [(d["partition"], d["offset_start"], d["offset_end"]) for d in dups] == [(1, 70, 71)]
     assert (out.stats[(JOB, TOPIC, 1)].rows, out.stats[(JOB, TOPIC, 1)].distinct) == (100, 99)
     assert (out.stats[(JOB, TOPIC, 0)].rows, out.stats[(JOB, TOPIC, 0)].distinct) == (100, 100)
@@ -222,7 +236,9 @@ def test_sink_beyond_last_completed_checkpoint_is_reported_unless_the_live_run_w
         ev("RUN_STOPPED", 30, run="run-1"),
     )
     sink = sink_df(spark, sink_rows(0, range(10)), sink_rows(0, range(10, 14), cp=2))
-    beyond = [r for r in examine(spark, ledger, sink).rows if r["finding_type"] == rc.SINK_BEYOND_CHECKPOINT]
+    beyond = [
+        r for r in examine(spark, ledger, sink).rows if r["finding_type"] == vocab.SINK_BEYOND_CHECKPOINT
+    ]
     assert [(b["offset_start"], b["offset_end"], b["record_count"], b["severity"]) for b in beyond] == [
         (10, 14, 4, "warn")
     ]
@@ -230,12 +246,12 @@ def test_sink_beyond_last_completed_checkpoint_is_reported_unless_the_live_run_w
 
     # The same rows while run-1 is still running are its in-flight batch, not an anomaly.
     live = examine(spark, ledger.filter(F.col("event_type") != "RUN_STOPPED"), sink, active="run-1")
-    assert [r for r in live.rows if r["finding_type"] == rc.SINK_BEYOND_CHECKPOINT] == []
+    assert [r for r in live.rows if r["finding_type"] == vocab.SINK_BEYOND_CHECKPOINT] == []
 
 
 def test_many_partitions_are_read_through_a_bounding_box_and_an_exact_join(spark: SparkSession) -> None:
-    # More ranges than rio.EXACT_FILTER_MAX_RANGES, each partition at its own offsets.
-    n = rio.EXACT_FILTER_MAX_RANGES + 4
+    # More ranges than EXACT_FILTER_MAX_RANGES, each partition at its own offsets.
+    n = EXACT_FILTER_MAX_RANGES + 4
     ledger = ledger_df(
         spark,
         ev("OFFSETS_RESTORED", 0, offsets={p: 10 * p for p in range(n)}),
@@ -300,7 +316,7 @@ def test_skipped_commits_are_classified_superseded_failed_or_never_attempted(spa
     ledger_audit = audit(ledger, commits)
     got = [
         (f["checkpoint_id"], f["evidence"]["reason"], f["severity"], f["status"])
-        for f in findings(ledger_audit.skipped_commits(horizon=at(5000)), rc.SKIPPED_COMMIT)
+        for f in findings(ledger_audit.skipped_commits(horizon=at(5000)), vocab.SKIPPED_COMMIT)
     ]
     assert got == [
         (2, "superseded", "info", "benign"),
@@ -342,7 +358,7 @@ def test_a_skip_later_covered_by_a_commit_of_the_job_is_benign_whatever_its_reas
             f["status"],
             f["evidence"]["covered_by_offset"],
         )
-        for f in findings(audit(ledger, commits).skipped_commits(horizon=at(5000)), rc.SKIPPED_COMMIT)
+        for f in findings(audit(ledger, commits).skipped_commits(horizon=at(5000)), vocab.SKIPPED_COMMIT)
     ]
     assert got == [(2, "failed", "info", "benign", 40), (3, "never_attempted", "info", "benign", 40)]
     # A commit that no request of the job explains (a reset tool) covers nothing.
@@ -350,7 +366,7 @@ def test_a_skip_later_covered_by_a_commit_of_the_job_is_benign_whatever_its_reas
     reset = ledger_df(spark, checkpoint(1, 0, {0: 10}), checkpoint(2, 250, {0: 45}, commit=False))
     assert [
         (f["checkpoint_id"], f["severity"])
-        for f in findings(audit(reset, foreign).skipped_commits(horizon=at(5000)), rc.SKIPPED_COMMIT)
+        for f in findings(audit(reset, foreign).skipped_commits(horizon=at(5000)), vocab.SKIPPED_COMMIT)
     ] == [(2, "warn")]
 
 
@@ -371,12 +387,12 @@ def test_the_last_checkpoints_of_a_stopped_job_are_judged_once_commits_are_inges
     stopped = la.LedgerAudit(ledger.toArrow(), commits.toArrow(), WINDOW, RULES, ingested_at=at(20))
     got = [
         (f["checkpoint_id"], f["evidence"]["reason"], f["severity"])
-        for f in findings(stopped.all_findings(), rc.SKIPPED_COMMIT)
+        for f in findings(stopped.all_findings(), vocab.SKIPPED_COMMIT)
     ]
     assert got == [(2, "superseded", "warn"), (3, "never_attempted", "warn")]
     # Ingested before the job stopped (plus clock skew): its commits may still be in flight.
     early = la.LedgerAudit(ledger.toArrow(), commits.toArrow(), WINDOW, RULES, ingested_at=at(14))
-    assert findings(early.all_findings(), rc.SKIPPED_COMMIT) == []
+    assert findings(early.all_findings(), vocab.SKIPPED_COMMIT) == []
     # The next window judges what the previous one could not: it looks one match window back.
     later = la.LedgerAudit(
         ledger.toArrow(),
@@ -385,7 +401,7 @@ def test_the_last_checkpoints_of_a_stopped_job_are_judged_once_commits_are_inges
         RULES,
         ingested_at=at(20_000),
     )
-    assert [f["checkpoint_id"] for f in findings(later.all_findings(), rc.SKIPPED_COMMIT)] == [2, 3]
+    assert [f["checkpoint_id"] for f in findings(later.all_findings(), vocab.SKIPPED_COMMIT)] == [2, 3]
 
 
 def test_commit_failures_are_grouped_by_error(spark: SparkSession) -> None:
@@ -396,7 +412,7 @@ def test_commit_failures_are_grouped_by_error(spark: SparkSession) -> None:
         ev("COMMIT_FAILED", 5, cp=2, offsets={0: 20}, detail={**fail, "attempt": 2}),
         ev("COMMIT_FAILED", 9, cp=3, offsets={0: 30}, detail={"error": "NOT_COORDINATOR", "attempt": 3}),
     )
-    got = findings(audit(ledger).commit_failures(), rc.COMMIT_FAILURE)
+    got = findings(audit(ledger).commit_failures(), vocab.COMMIT_FAILURE)
     assert sorted(
         (f["evidence"]["error"], f["record_count"], tuple(f["evidence"]["checkpoint_ids"])) for f in got
     ) == [
@@ -419,7 +435,7 @@ def test_foreign_commits_and_mismatches(spark: SparkSession) -> None:
         gc(500, 0, 0),  # a reset tool, long after any request: foreign
         gc(None, 1, 77, kind="snapshot"),  # an Admin API snapshot nobody requested: foreign
     )
-    mismatch = findings(audit(ledger, commits).commit_mismatches(), rc.COMMIT_MISMATCH)
+    mismatch = findings(audit(ledger, commits).commit_mismatches(), vocab.COMMIT_MISMATCH)
     assert [
         (
             m["partition"],
@@ -430,7 +446,7 @@ def test_foreign_commits_and_mismatches(spark: SparkSession) -> None:
         for m in mismatch
     ] == [(1, 1, 9, 10)]
     foreign_window = rc.AuditWindow(until=at(10_000), since=None)
-    foreign = findings(audit(ledger, commits, foreign_window).foreign_commits(), rc.FOREIGN_COMMIT)
+    foreign = findings(audit(ledger, commits, foreign_window).foreign_commits(), vocab.FOREIGN_COMMIT)
     # The snapshot has no commit time, so the window cannot place it: only the timed commit counts.
     assert [(f["partition"], f["offset_start"], f["job_name"], f["severity"]) for f in foreign] == [
         (0, 0, JOB, "error")
@@ -446,7 +462,7 @@ def test_commit_regression_and_a_tombstone_resets_history(spark: SparkSession) -
         gc(3, 0, None, kind="tombstone"),
         gc(4, 0, 5),  # after a deletion: a fresh start, not a regression
     )
-    got = findings(audit(ledger, commits).commit_regressions(), rc.COMMIT_REGRESSION)
+    got = findings(audit(ledger, commits).commit_regressions(), vocab.COMMIT_REGRESSION)
     assert [(g["offset_start"], g["offset_end"], g["record_count"], g["job_name"]) for g in got] == [
         (30, 50, 20, JOB)
     ]
@@ -456,7 +472,7 @@ def test_committed_ahead_of_the_latest_completed_checkpoint(spark: SparkSession)
     ledger = ledger_df(spark, checkpoint(1, 0, {0: 10, 1: 10}))
     commits = commits_df(spark, gc(2, 0, 10), gc(2, 1, 10), gc(50, 1, 25))
     got = findings(
-        audit(ledger, commits, rc.AuditWindow(until=at(100))).committed_ahead(), rc.COMMITTED_AHEAD
+        audit(ledger, commits, rc.AuditWindow(until=at(100))).committed_ahead(), vocab.COMMITTED_AHEAD
     )
     assert [
         (g["partition"], g["offset_start"], g["offset_end"], g["record_count"], g["severity"]) for g in got
@@ -475,7 +491,7 @@ def test_ledger_inconsistencies(spark: SparkSession) -> None:
         ev("CHECKPOINT_COMPLETED", 6, cp=3),  # completed, never snapshotted
         ev("RUN_STARTED", 9, run="run-2"),  # run-1 never stopped: an UNCLEAN_STOP, not this
     )
-    got = findings(audit(ledger).ledger_inconsistencies(), rc.LEDGER_INCONSISTENT)
+    got = findings(audit(ledger).ledger_inconsistencies(), vocab.LEDGER_INCONSISTENT)
     assert sorted((g["evidence"]["kind"], g["run_id"], g["checkpoint_id"]) for g in got) == [
         ("completed_without_snapshot", "run-1", 3),
         ("offsets_backwards_in_run", "run-1", 2),
@@ -516,7 +532,7 @@ def test_unclean_stops_are_info_after_an_exact_resume_and_warn_otherwise(spark: 
         ev("OFFSETS_RESTORED", 40, run="run-4", offsets={0: 30}, detail=restored),
         checkpoint(4, 41, {0: 40}, run="run-4"),  # died, never came back
     )
-    got = findings(audit(ledger).unclean_stops(), rc.UNCLEAN_STOP)
+    got = findings(audit(ledger).unclean_stops(), vocab.UNCLEAN_STOP)
     assert [(g["run_id"], g["severity"], g["evidence"]["next_run_id"]) for g in got] == [
         ("run-1", "info", "run-2"),
         ("run-2", "warn", "run-3"),
@@ -595,8 +611,8 @@ def reconcile(
     confirmer: Any = None,
     since: Any = None,
     until: Any = None,
-) -> rio.ReconcileResult:
-    return rio.run_reconcile(
+) -> ReconcileResult:
+    return run_reconcile(
         spark, cfg, run_id=run_id, now=at(20_000), since=since, until=until or at(10_000), confirmer=confirmer
     )
 
@@ -633,7 +649,7 @@ def test_full_run_merges_findings_idempotently_and_survives_a_killed_run(
     save(commits_df(spark, gc(12, 0, 50), gc(12, 1, 50), gc(4000, 0, 40)), cfg, "group_commits")
     save(sink_df(spark, sink_rows(0, range(50)), sink_rows(1, range(0, 45))), cfg, "sink")
 
-    def benign(gaps: Sequence[rio.SuspectedGap]) -> list[dict[str, Any]]:
+    def benign(gaps: Sequence[SuspectedGap]) -> list[dict[str, Any]]:
         return [{"status": "benign", "data_records": 0} for _ in gaps]
 
     first = reconcile(spark, cfg, "rec-1", confirmer=benign)
@@ -693,7 +709,7 @@ def test_incremental_window_starts_from_the_previous_checkpoint(
     assert rows_of(gaps, "offset_start", "offset_end") == {(60, 70)}
     assert nightly.partitions == 1
     # Without --since the next run continues where the last successful one stopped.
-    assert rio.last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) == at(2000)
+    assert last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) == at(2000)
 
 
 def test_the_local_and_the_spark_input_readers_return_the_same_rows(
@@ -722,24 +738,24 @@ def test_the_local_and_the_spark_input_readers_return_the_same_rows(
         cfg,
         "group_commits",
     )
-    tables = rio.tables_from_config(cfg)
+    tables = tables_from_config(cfg)
     window = rc.AuditWindow(until=at(100_000), since=at(90_000))
 
     def both(read: Any, *args: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         got = []
         for local in (True, False):
             # The scheme of the path picks the reader; flipped here so both read one real table.
-            monkeypatch.setattr(rio, "is_local_path", lambda _p, local=local: local)
+            monkeypatch.setattr(backend, "is_local_path", lambda _p, local=local: local)
             rows = read(spark, *args).to_pylist()
             got.append(sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str)))
         return got[0], got[1]
 
-    local_ledger, spark_ledger = both(rio.read_ledger_rows, tables.ledger, window, [JOB], 0)
+    local_ledger, spark_ledger = both(read_ledger_rows, tables.ledger, window, [JOB], 0)
     assert local_ledger == spark_ledger
     # Only the look-back's days (event_date) and the job asked for.
     assert {(r["job_name"], r["checkpoint_id"]) for r in local_ledger} == {(JOB, 2)}
-    local_gc, spark_gc = both(rio.read_group_commit_rows, tables.group_commits, window, [GROUP], 0)
+    local_gc, spark_gc = both(read_group_commit_rows, tables.group_commits, window, [GROUP], 0)
     assert local_gc == spark_gc
     # A commit without a time (an Admin API snapshot) is kept; one before the look-back is not.
     assert sorted(r["committed_offset"] for r in local_gc) == [5, 20]
-    assert both(rio.read_ledger_rows, str(tmp_path / "nothing"), window, [], 0) == ([], [])
+    assert both(read_ledger_rows, str(tmp_path / "nothing"), window, [], 0) == ([], [])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.schemas import SINK_SCHEMA
+from app.contracts.tables import SINK_SCHEMA
 
 pytestmark = pytest.mark.spark
 

@@ -1,7 +1,7 @@
 """Test-side encoders for `__consumer_offsets` records, written from Kafka's message schema JSON files.
 
-Deliberately independent of app.consumer_offsets (no shared helpers), so that a mistake has to be made twice,
-in two styles, to go unnoticed; hand-written hex literals in the tests guard against that too.
+Deliberately independent of app.offsets_topic.decoder (no shared helpers), so that a mistake has to be
+made twice, in two styles, to go unnoticed; hand-written hex literals in the tests guard against that too.
 """
 
 from __future__ import annotations

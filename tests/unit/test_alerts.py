@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import alerts
 from app.config import AlertsConfig
 from app.errors import InfrastructureError
+from app.nightly import alerts
 
 pytestmark = pytest.mark.unit
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pyspark import java_gateway
 
-from app.child_processes import chain_preexec, parent_death_preexec
-from app.spark import DriverPopenKwargs
+from app.runtime.child_processes import chain_preexec, parent_death_preexec
+from app.runtime.spark import DriverPopenKwargs
 
 pytestmark = pytest.mark.unit
 

@@ -17,25 +17,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from app.committer import (
-    ERROR_NOT_SENT,
-    ERROR_OUTCOME_UNKNOWN,
-    MAX_NUM_PENDING_CHECKPOINTS,
-    SUPERSEDED_WARNING,
-    CommitError,
-    CommitFailedError,
-    CommitResult,
-    CommitterStateError,
-    OffsetCommitter,
-    commit_error_from_kafka,
-)
-from app.errors import ConfigError
-from app.kafka_commit import make_commit_fn
-from app.offsets import (
+from app.contracts.offsets import (
     EARLIEST_OFFSET,
-    ENGINE_FLINK_KAFKASOURCE,
-    ENGINE_FLINK_LEGACY,
-    ENGINE_SPARK,
     GROUP_OFFSET,
     LATEST_OFFSET,
     OFFSET_NOT_SET,
@@ -44,13 +27,30 @@ from app.offsets import (
     TopicPartitionKey,
     UnknownEngineError,
 )
-from app.schemas import (
+from app.contracts.vocabulary import (
+    ENGINE_FLINK_KAFKASOURCE,
+    ENGINE_FLINK_LEGACY,
+    ENGINE_SPARK,
+    ERROR_NOT_SENT,
+    ERROR_OUTCOME_UNKNOWN,
     EVENT_CHECKPOINT_COMPLETED,
     EVENT_CHECKPOINT_SNAPSHOT,
     EVENT_COMMIT_FAILED,
     EVENT_COMMIT_REQUESTED,
     EVENT_COMMIT_SKIPPED,
     EVENT_COMMIT_SUCCEEDED,
+)
+from app.errors import ConfigError
+from app.kafka.commit import make_commit_fn
+from app.stream.committer import (
+    MAX_NUM_PENDING_CHECKPOINTS,
+    SUPERSEDED_WARNING,
+    CommitError,
+    CommitFailedError,
+    CommitResult,
+    CommitterStateError,
+    OffsetCommitter,
+    commit_error_from_kafka,
 )
 
 pytestmark = pytest.mark.unit
@@ -283,7 +283,7 @@ def test_newer_completion_supersedes_a_request_still_waiting_in_the_slot(
     committer.snapshot(1, {("t", 0): 10, ("t", 1): 11})
     committer.snapshot(2, {("t", 0): 20, ("t", 1): 21})
     committer.notify_checkpoint_complete(1)
-    with caplog.at_level(logging.WARNING, logger="app.committer"):
+    with caplog.at_level(logging.WARNING, logger="app.stream.committer"):
         committer.notify_checkpoint_complete(2)
 
     assert committer.run_once() == 2

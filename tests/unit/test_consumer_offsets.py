@@ -1,4 +1,5 @@
-"""Spec for app.consumer_offsets: the group -> partition rule and the `__consumer_offsets` record layouts.
+"""Spec for app.offsets_topic.decoder: the group -> partition rule and the `__consumer_offsets`
+record layouts.
 
 Layouts come from Kafka's schema files (group-coordinator/src/main/resources/common/message/*.json). Most
 bytes are built with tests/unit/kafka_bytes.py; the hex literals are written by hand from the schema, so the
@@ -11,8 +12,9 @@ import random
 
 import pytest
 
-from app import consumer_offsets
-from app.consumer_offsets import (
+from app.errors import OffsetAuditError
+from app.offsets_topic import decoder as consumer_offsets
+from app.offsets_topic.decoder import (
     DEFAULT_OFFSETS_TOPIC_PARTITIONS,
     DecodedRecord,
     DecodeFailure,
@@ -27,7 +29,6 @@ from app.consumer_offsets import (
     kafka_abs,
     partition_for_group,
 )
-from app.errors import OffsetAuditError
 from tests.unit import kafka_bytes as kb
 
 pytestmark = pytest.mark.unit

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from app import jvm
 from app.cli import main
 from app.config import SparkConfig
-from app.kafka_local import new_cluster_id, server_properties
-from app.spark import local_conf, running_under_spark_submit
+from app.demo.local_kafka import new_cluster_id, server_properties
+from app.runtime import jvm
+from app.runtime.spark import local_conf, running_under_spark_submit
 
 pytestmark = pytest.mark.unit
 

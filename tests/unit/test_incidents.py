@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from app import incidents as inc
-from app import reconcile as rc
+from app.contracts import vocabulary as vocab
+from app.incidents import grouping as inc
+from app.reconcile import findings as rc
 
 pytestmark = pytest.mark.unit
 
@@ -51,10 +52,10 @@ def finding(
 def demo_findings() -> list[dict[str, Any]]:
     t = "2026-03-01 12:00:{:02d}+00:00".format
     return [
-        finding(rc.UNCLEAN_STOP, "info", None, run="run-1", next_run_id="run-2", last_event_at=t(1)),
+        finding(vocab.UNCLEAN_STOP, "info", None, run="run-1", next_run_id="run-2", last_event_at=t(1)),
         *[
             finding(
-                rc.COMMIT_FAILURE,
+                vocab.COMMIT_FAILURE,
                 "warn",
                 p,
                 400,
@@ -67,22 +68,27 @@ def demo_findings() -> list[dict[str, Any]]:
             for p in range(3)
         ],
         finding(
-            rc.SKIPPED_COMMIT, "info", 0, 430, run="run-3", status="benign", checkpoint=7, reason="failed"
+            vocab.SKIPPED_COMMIT, "info", 0, 430, run="run-3", status="benign", checkpoint=7, reason="failed"
         ),
-        finding(rc.FOREIGN_COMMIT, "error", 0, 380, run=None, count=None, commit_time=t(20)),
-        finding(rc.COMMIT_REGRESSION, "error", 0, 380, 480, commit_time=t(21)),
+        finding(vocab.FOREIGN_COMMIT, "error", 0, 380, run=None, count=None, commit_time=t(20)),
+        finding(vocab.COMMIT_REGRESSION, "error", 0, 380, 480, commit_time=t(21)),
         *[
-            finding(rc.RESTART_SKIP, "critical", p, 520, 570, run="run-5", resume_source="latest")
+            finding(vocab.RESTART_SKIP, "critical", p, 520, 570, run="run-5", resume_source="latest")
             for p in range(3)
         ],
         *[
-            finding(rc.GAP, "critical", p, 520, 570, run=None, status="confirmed", checkpoint=2)
+            finding(vocab.GAP, "critical", p, 520, 570, run=None, status="confirmed", checkpoint=2)
             for p in range(3)
         ],
         finding(
-            rc.DUPLICATE, "error", 1, 150, 170, writers=[{"run": "run-1", "cp": 1}, {"run": "second-writer"}]
+            vocab.DUPLICATE,
+            "error",
+            1,
+            150,
+            170,
+            writers=[{"run": "run-1", "cp": 1}, {"run": "second-writer"}],
         ),
-        finding(rc.GAP, "info", 2, 600, 610, status="benign"),
+        finding(vocab.GAP, "info", 2, 600, 610, status="benign"),
     ]
 
 
@@ -131,9 +137,9 @@ def test_incident_ids_do_not_depend_on_the_reconciliation_run() -> None:
 
 def test_a_crash_followed_by_a_restart_that_skipped_is_one_restart_incident() -> None:
     found = [
-        finding(rc.UNCLEAN_STOP, "warn", None, run="run-1", next_run_id="run-2"),
-        finding(rc.RESTART_REPLAY, "warn", 0, 90, 100, run="run-2", resume_source="group"),
-        finding(rc.DUPLICATE, "error", 0, 90, 100, writers=[{"run": "run-1"}, {"run": "run-2"}]),
+        finding(vocab.UNCLEAN_STOP, "warn", None, run="run-1", next_run_id="run-2"),
+        finding(vocab.RESTART_REPLAY, "warn", 0, 90, 100, run="run-2", resume_source="group"),
+        finding(vocab.DUPLICATE, "error", 0, 90, 100, writers=[{"run": "run-1"}, {"run": "run-2"}]),
     ]
     rows = inc.to_rows(inc.group_findings(found), "rec", {})
     assert [(r["kind"], r["severity"], r["records_replayed"], r["records_duplicated"]) for r in rows] == [

@@ -1,5 +1,6 @@
-"""Spec for the pure parts of app.ingest: partition selection, range planning, positions, the Arrow
-batch decoder and the progress counts. No JVM: the decoder is exercised on pyarrow batches directly."""
+"""Spec for the pure parts of app.offsets_topic.ingest: partition selection, range planning,
+positions, the Arrow batch decoder and the progress counts. No JVM: the decoder is exercised on
+pyarrow batches directly."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from app.consumer_offsets import partition_for_group
 from app.errors import OffsetAuditError
-from app.ingest import (
+from app.offsets_topic.decoder import partition_for_group
+from app.offsets_topic.ingest import (
     DECODED_SCHEMA,
     KIND_COMMIT,
     KIND_ERROR,
@@ -259,7 +260,7 @@ def test_progress_counts_per_partition_and_in_total() -> None:
 def slow_row(key: bytes, value: bytes | None) -> tuple[Any, ...]:
     """decode_row without the fast path: what the authoritative decode_record yields."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("app.ingest.fast_commit_row", lambda *_: None)
+        mp.setattr("app.offsets_topic.ingest.fast_commit_row", lambda *_: None)
         return decode_row(key, value, None)
 
 

@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from app.config import KafkaConfig
 from app.errors import KafkaUnavailableError
-from app.kafka_clients import (
+from app.kafka.clients import (
     LIBRDKAFKA_LOGGER,
     RepeatFilter,
     is_retriable,

@@ -7,12 +7,8 @@ from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
-from app.errors import OffsetAuditError
-from app.offsets import (
+from app.contracts.offsets import (
     EARLIEST_OFFSET,
-    ENGINE_FLINK_KAFKASOURCE,
-    ENGINE_FLINK_LEGACY,
-    ENGINE_SPARK,
     GROUP_OFFSET,
     LATEST_OFFSET,
     OFFSET_NOT_SET,
@@ -26,13 +22,17 @@ from app.offsets import (
     normalize_offset,
     offset_semantics_for,
 )
-from app.schemas import (
+from app.contracts.tables import LEDGER_SCHEMA
+from app.contracts.vocabulary import (
+    ENGINE_FLINK_KAFKASOURCE,
+    ENGINE_FLINK_LEGACY,
+    ENGINE_SPARK,
     EVENT_CHECKPOINT_SNAPSHOT,
     EVENT_COMMIT_FAILED,
     EVENT_COMMIT_REQUESTED,
     EVENT_COMMIT_SKIPPED,
-    LEDGER_SCHEMA,
 )
+from app.errors import OffsetAuditError
 
 pytestmark = pytest.mark.unit
 

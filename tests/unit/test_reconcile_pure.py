@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app import reconcile
-from app.reconcile import (
+from app.reconcile import findings as reconcile
+from app.reconcile.findings import (
     BUCKET_SIZE,
     BucketStat,
     PartitionRange,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app import report as rp
+from app.report import render as rp
 
 pytestmark = pytest.mark.unit
 

@@ -6,9 +6,13 @@ from datetime import UTC, datetime
 
 import pytest
 
+from app.contracts.vocabulary import (
+    EVENT_CHECKPOINT_COMPLETED,
+    EVENT_CHECKPOINT_SNAPSHOT,
+    EVENT_COMMIT_FAILED,
+)
 from app.errors import OffsetAuditError
-from app.schemas import EVENT_CHECKPOINT_COMPLETED, EVENT_CHECKPOINT_SNAPSHOT, EVENT_COMMIT_FAILED
-from app.stream import (
+from app.stream.startup import (
     CheckpointFormatError,
     LedgerFacts,
     PartitionStart,

@@ -1,0 +1,1 @@
+"""The embedded default for trying the tool: a local broker and the demo story."""

@@ -1,0 +1,463 @@
+"""The demo: from nothing to a dashboard, through real incidents on the embedded default.
+
+Everything lives under <data_dir>/demo (its own broker, tables and checkpoints), wiped at the start.
+The scripted incidents are real: a SIGKILL of the whole streaming job, a broker outage while a
+commit is being sent, a manual offset reset through the Admin API, a restart from `latest` after
+downtime, and a second writer appending records the sink already holds. Then the nightly pipeline
+runs and the demo compares what it found with what was injected.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from app.config import AppConfig, load_config
+from app.contracts.offsets import TopicPartitionKey
+from app.contracts.vocabulary import EVENT_RUN_STARTED
+from app.demo.local_kafka import LocalKafka
+from app.errors import InfrastructureError, KafkaUnavailableError
+from app.kafka.clients import kafka_error, plain_conf, retry_kafka
+from app.nightly.run import Nightly, NightlyResult
+from app.runtime import jvm
+from app.stream.committer import CommitFn, CommitResult
+from app.stream.job import StopWhen, StreamJob, StreamResult
+
+log = logging.getLogger(__name__)
+
+TOPIC = "orders"
+GROUP = "offset-audit-orders"
+JOB = "orders-audit"
+PARTITIONS = 3
+WARN_OR_ABOVE = ("critical", "error", "warn")
+
+
+@dataclass(frozen=True)
+class DemoScale:
+    """Sizes of the scripted story; the tests use a smaller one than `make demo`."""
+
+    initial_per_partition: int = 400
+    per_trigger: int = 150
+    outage_per_partition: int = 40
+    reset_back_by: int = 100
+    downtime_per_partition: int = 50
+    duplicated_rows: int = 20
+
+
+@dataclass(frozen=True)
+class ExpectedFinding:
+    finding_type: str
+    severity: str
+    partition: int | None
+    offset_start: int | None = None
+    offset_end: int | None = None
+    record_count: int | None = None
+    incident: str = ""
+
+    def matches(self, row: Mapping[str, Any]) -> bool:
+        return (
+            row["finding_type"] == self.finding_type
+            and row["severity"] == self.severity
+            and (self.partition is None or row["partition"] == self.partition)
+            and (self.offset_start is None or row["offset_start"] == self.offset_start)
+            and (self.offset_end is None or row["offset_end"] == self.offset_end)
+            and (self.record_count is None or row["record_count"] == self.record_count)
+        )
+
+
+@dataclass
+class DemoOutcome:
+    nightly: NightlyResult | None = None
+    expected: list[ExpectedFinding] = field(default_factory=list)
+    found: list[dict[str, Any]] = field(default_factory=list)  # findings at warn or above
+    missing: list[ExpectedFinding] = field(default_factory=list)
+    unexpected: list[dict[str, Any]] = field(default_factory=list)
+    incidents: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing and not self.unexpected
+
+
+def demo_overrides(data_dir: Path, scale: DemoScale) -> list[str]:
+    """The demo's config on top of the user's: its own data dir and job, small triggers."""
+    return [
+        f"paths.data_dir={data_dir}",
+        "kafka.bootstrap_servers=local",
+        f"stream.job_name={JOB}",
+        f"stream.topics=[{TOPIC}]",
+        f"stream.group_id={GROUP}",
+        "stream.trigger_interval=1 second",
+        f"stream.max_offsets_per_trigger={scale.per_trigger}",
+        "stream.startup_mode=earliest",
+        f"ingest.groups=[{GROUP}]",
+        f"reconcile.jobs=[{JOB}]",
+    ]
+
+
+class _JobThread(threading.Thread):
+    """Runs a streaming job in the background while the demo injects incidents."""
+
+    def __init__(self, job: StreamJob) -> None:
+        super().__init__(name=f"stream-{job.run_id}", daemon=True)
+        self.job = job
+        self.results: list[StreamResult] = []
+        self.errors: list[BaseException] = []
+
+    def run(self) -> None:
+        try:
+            self.results.append(self.job.run(StopWhen()))
+        except BaseException as exc:  # handed to the main thread by Demo.stop_job
+            self.errors.append(exc)
+
+
+class Demo:
+    def __init__(
+        self,
+        base: AppConfig,
+        spark: SparkSession,
+        scale: DemoScale = DemoScale(),
+        env: str = "local",
+        conf_dir: Path | None = None,
+        progress: Callable[[str], None] | None = None,
+        screenshot: bool = True,
+    ) -> None:
+        self.data_dir = Path(base.paths.data_dir).resolve() / "demo"
+        self.scale = scale
+        self.env = env
+        self.conf_dir = conf_dir
+        self.overrides = demo_overrides(self.data_dir, scale)
+        self.cfg = load_config(env, self.overrides, conf_dir)
+        self.spark = spark
+        self.say = progress or (lambda text: log.info("%s", text))
+        self.screenshot = screenshot
+        self.broker = LocalKafka(
+            self.cfg.paths.kafka_dir,
+            jvm.resolve_classpath("kafka", self.cfg.paths.cache_dir),
+            offsets_partitions=self.cfg.local_kafka.offsets_partitions,
+            heap=self.cfg.local_kafka.heap,
+            start_timeout_s=self.cfg.local_kafka.start_timeout_s,
+            die_with_parent=True,
+        )
+        self.bootstrap = ""
+        self.produced = 0  # records per partition so far
+        self.outcome = DemoOutcome()
+        self._running: tuple[StreamJob, _JobThread] | None = None
+        self._admin: tuple[str, AdminClient] | None = None  # (bootstrap, client), see admin()
+        self.skipped = (0, 0)  # offsets produced while the job was down before its 'latest' restart
+        self.duplicated = (0, 0)  # offsets of partition 1 the second writer appended again
+
+    # --- plumbing --------------------------------------------------------------------------------
+    def config(self, *extra: str) -> AppConfig:
+        return load_config(self.env, [*self.overrides, *extra], self.conf_dir)
+
+    def admin(self) -> AdminClient:
+        """One Admin client for the whole demo. A client per request costs a connection and logs
+        its start-up and shutdown every time; this one reconnects by itself when the broker is back."""
+        if self._admin is None or self._admin[0] != self.bootstrap:
+            self._admin = (self.bootstrap, AdminClient(plain_conf(self.bootstrap)))
+        return self._admin[1]
+
+    def produce(self, per_partition: int) -> tuple[int, int]:
+        """Append records to every partition; returns the [start, end) offsets they got."""
+        producer = Producer(plain_conf(self.bootstrap, **{"linger.ms": 5}))
+        start = self.produced
+        for i in range(start, start + per_partition):
+            for p in range(PARTITIONS):
+                producer.produce(
+                    TOPIC, key=f"order-{p}-{i}".encode(), value=f'{{"n": {i}}}'.encode(), partition=p
+                )
+        if producer.flush(60) != 0:
+            raise InfrastructureError("the demo producer could not deliver its records")
+        self.produced += per_partition
+        return start, self.produced
+
+    def group_offsets(self, timeout_s: float = 30) -> dict[int, int]:
+        request = ConsumerGroupTopicPartitions(GROUP, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+        result = retry_kafka(
+            lambda left: (
+                self.admin().list_consumer_group_offsets([request], request_timeout=left)[GROUP].result(left)
+            ),
+            f"reading the offsets of {GROUP}",
+            timeout_s,
+        )
+        return {tp.partition: tp.offset for tp in result.topic_partitions}
+
+    def wait_committed(self, target: int, timeout_s: float = 300) -> None:
+        """Until the group has committed `target` on every partition (the job caught up)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                offsets = self.group_offsets(timeout_s=max(1.0, min(30.0, deadline - time.monotonic())))
+            except KafkaUnavailableError:  # the broker is restarting: ask again until the deadline
+                offsets = {}
+            if offsets and all(offsets.get(p) == target for p in range(PARTITIONS)):
+                return
+            if time.monotonic() > deadline:
+                raise InfrastructureError(f"the job did not commit offset {target} in time (saw {offsets})")
+            time.sleep(0.5)
+
+    def wait_started(self, run_id: str, thread: _JobThread, timeout_s: float = 300) -> None:
+        """Until the ledger holds ``run_id``'s RUN_STARTED (its start offsets are fixed by then)."""
+        from app.storage.delta_rows import local_dataset
+
+        ledger = self.cfg.paths.table(self.cfg.stream.ledger_table)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            dataset = local_dataset(ledger)
+            if dataset is not None:
+                started = dataset.to_table(
+                    columns=["run_id"],
+                    filter=(pc.field("run_id") == run_id) & (pc.field("event_type") == EVENT_RUN_STARTED),
+                )
+                if started.num_rows:
+                    return
+            if thread.errors or not thread.is_alive():
+                raise InfrastructureError(f"the streaming job {run_id} ended before it started")
+            if time.monotonic() > deadline:
+                raise InfrastructureError(f"the streaming job {run_id} did not start in {timeout_s:.0f}s")
+            time.sleep(0.2)
+
+    def start_job(
+        self, cfg: AppConfig, run_id: str, wrapper: Callable[[CommitFn], CommitFn] | None = None
+    ) -> tuple[StreamJob, _JobThread, list[StreamResult]]:
+        job = StreamJob(self.spark, cfg, self.bootstrap, run_id=run_id, commit_fn_wrapper=wrapper)
+        thread = _JobThread(job)
+        thread.start()
+        return job, thread, thread.results
+
+    def stop_job(self, job: StreamJob, thread: _JobThread) -> None:
+        job.request_stop()
+        thread.join(300)
+        if thread.is_alive():
+            raise InfrastructureError("the streaming job did not stop")
+        if thread.errors:
+            raise InfrastructureError(f"the streaming job failed: {thread.errors[0]}") from thread.errors[0]
+
+    # --- the story -------------------------------------------------------------------------------
+    def run(self) -> DemoOutcome:
+        steps: Sequence[tuple[str, Callable[[], None]]] = [
+            ("start from nothing: a local broker and a topic with data", self.setup),
+            (
+                "incident 1: the streaming job is killed (SIGKILL) mid-run and restarted",
+                self.crash_and_restart,
+            ),
+            ("incident 2: the broker goes down while a commit is sent", self.commit_outage),
+            ("incident 3: someone resets the job's group offsets with the Admin API", self.manual_reset),
+            (
+                "incident 4: after downtime the job restarts from 'latest' without its checkpoint",
+                self.restart_latest,
+            ),
+            ("incident 5: a second writer appends records the sink already holds", self.second_writer),
+            ("nightly: ingest-offsets, reconcile, forensics, check, report", self.nightly),
+        ]
+        try:
+            for number, (title, step) in enumerate(steps, 1):
+                self.say(f"[demo {number}/{len(steps)}] {title}")
+                started = time.monotonic()
+                step()
+                self.say(f"[demo {number}/{len(steps)}] done in {time.monotonic() - started:.0f}s")
+        finally:
+            self.broker.stop()
+        self.compare()
+        return self.outcome
+
+    def setup(self) -> None:
+        if self.data_dir.exists():
+            LocalKafka(self.cfg.paths.kafka_dir, []).stop()
+            shutil.rmtree(self.data_dir)
+        self.bootstrap = self.broker.start().bootstrap_servers
+        retry_kafka(self._create_topic, f"creating {TOPIC}", 30)
+        self.produce(self.scale.initial_per_partition)
+        self.say(f"  produced {self.produced * PARTITIONS} records to '{TOPIC}' ({PARTITIONS} partitions)")
+
+    def _create_topic(self, timeout_s: float) -> None:
+        new = NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)
+        try:
+            self.admin().create_topics([new], request_timeout=timeout_s)[TOPIC].result(timeout_s)
+        except KafkaException as exc:
+            error = kafka_error(exc)
+            # A retry after a request that timed out but went through finds the topic there.
+            if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+    def crash_and_restart(self) -> None:
+        cmd = [sys.executable, "-m", "app.cli", "stream", "--env", self.env, "--run-id", "run-1-killed"]
+        if self.conf_dir is not None:
+            cmd += ["--conf-dir", str(self.conf_dir)]
+        for item in self.overrides:
+            cmd += ["--set", item]
+        commits = Path(self.cfg.stream.checkpoint_dir or f"{self.data_dir}/checkpoints/{JOB}") / "commits"
+        with (self.data_dir / "killed-run.log").open("wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            deadline = time.monotonic() + 300
+            while len([n for n in os.listdir(commits) if n.isdigit()] if commits.exists() else []) < 2:
+                if proc.poll() is not None:
+                    raise InfrastructureError(f"the job exited early; see {self.data_dir / 'killed-run.log'}")
+                if time.monotonic() > deadline:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    raise InfrastructureError("the job completed no checkpoints in time")
+                time.sleep(0.2)
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole job, JVM included
+            proc.wait(30)
+        self.say("  killed the job after 2 completed checkpoints; restarting from its checkpoint")
+        job, thread, _ = self.start_job(self.cfg, "run-2")
+        self.wait_committed(self.produced)
+        self._running = (job, thread)
+        self.outcome.incidents.append("crash and restart")
+
+    def commit_outage(self) -> None:
+        armed, failed = threading.Event(), threading.Event()
+
+        def wrapper(commit: CommitFn) -> CommitFn:
+            def outage_commit(offsets: Mapping[TopicPartitionKey, int]) -> CommitResult:
+                if not armed.is_set():
+                    return commit(offsets)
+                armed.clear()
+                self.say("  broker down just as a checkpoint's offsets are committed")
+                self.broker.kill()
+                try:
+                    return commit(offsets)
+                finally:
+                    failed.set()  # the main thread brings the broker back (see LocalKafka pdeathsig)
+
+            return outage_commit
+
+        assert self._running is not None
+        job, thread = self._running
+        self.stop_job(job, thread)
+        job, thread, _ = self.start_job(self.cfg, "run-3", wrapper)
+        self.wait_committed(self.produced)
+        armed.set()
+        self.produce(self.scale.outage_per_partition)
+        if not failed.wait(300):
+            raise InfrastructureError("no commit was attempted during the outage window")
+        self.broker.start()
+        self.say("  broker back")
+        self.produce(self.scale.outage_per_partition)  # a later checkpoint commits past the failed one
+        self.wait_committed(self.produced)
+        self.stop_job(job, thread)
+        self.outcome.incidents.append("commit failure during a broker outage")
+
+    def manual_reset(self) -> None:
+        # An operator acts a little after the job stopped; within the clock-skew allowance the
+        # reconciliation could not tell the reset from the job's own last commit.
+        time.sleep(self.cfg.reconcile.clock_skew_s + 1)
+        target = self.produced - self.scale.reset_back_by
+        request = ConsumerGroupTopicPartitions(GROUP, [TopicPartition(TOPIC, 0, target)])
+        retry_kafka(
+            lambda left: (
+                self.admin().alter_consumer_group_offsets([request], request_timeout=left)[GROUP].result(left)
+            ),
+            f"resetting the offsets of {GROUP}",
+            30,
+        )
+        self.say(f"  {GROUP} partition 0 reset from {self.produced} to {target}")
+        # And the job restarts a little after the reset: a commit of its own within the clock-skew
+        # allowance of the reset would explain it (a COMMIT_MISMATCH instead of a FOREIGN_COMMIT).
+        time.sleep(self.cfg.reconcile.clock_skew_s + 1)
+        job, thread, _ = self.start_job(self.cfg, "run-4")
+        self.produce(self.scale.outage_per_partition)
+        self.wait_committed(self.produced)
+        self.stop_job(job, thread)
+        self.outcome.incidents.append("manual offset reset")
+
+    def restart_latest(self) -> None:
+        self.skipped = self.produce(self.scale.downtime_per_partition)
+        shutil.rmtree(Path(f"{self.data_dir}/checkpoints/{JOB}"))
+        self.say(
+            f"  {self.scale.downtime_per_partition * PARTITIONS} records arrived while the job was down; "
+            "checkpoint deleted; restarting with startup_mode=latest"
+        )
+        job, thread, _ = self.start_job(self.config("stream.startup_mode=latest"), "run-5")
+        # New data only once the run has resolved 'latest' into offsets (its RUN_STARTED is written
+        # right after), or that data would be skipped too.
+        self.wait_started("run-5", thread)
+        self.produce(self.scale.outage_per_partition)
+        self.wait_committed(self.produced)
+        self.stop_job(job, thread)
+        self.outcome.incidents.append("restart from latest")
+
+    def second_writer(self) -> None:
+        sink_path = self.cfg.paths.table(self.cfg.stream.sink_table)
+        start = self.scale.per_trigger  # well inside data the job wrote
+        rows = (
+            self.spark.read.format("delta")
+            .load(sink_path)
+            .where(
+                (F.col("kafka_partition") == 1)
+                & F.col("kafka_offset").between(start, start + self.scale.duplicated_rows - 1)
+            )
+            .withColumn("_run_id", F.lit("second-writer"))
+        )
+        rows.write.format("delta").mode("append").save(sink_path)
+        self.duplicated = (start, start + self.scale.duplicated_rows)
+        self.say(f"  appended offsets [{start}, {start + self.scale.duplicated_rows}) of partition 1 again")
+        self.outcome.incidents.append("second writer")
+
+    def nightly(self) -> None:
+        self.bootstrap = self.broker.start().bootstrap_servers
+        self.outcome.nightly = Nightly(
+            self.spark, self.cfg, lambda: self.bootstrap, screenshot=self.screenshot
+        ).run()
+
+    # --- verdict ---------------------------------------------------------------------------------
+    def expected(self) -> list[ExpectedFinding]:
+        lo, hi = self.skipped
+        out = [
+            # The crash costs nothing: the restart resumed exactly, so the unclean stop is information.
+            ExpectedFinding("UNCLEAN_STOP", "info", None, incident="crash and restart"),
+            *[
+                ExpectedFinding("COMMIT_FAILURE", "warn", p, incident="commit failure during a broker outage")
+                for p in range(PARTITIONS)
+            ],
+            ExpectedFinding("FOREIGN_COMMIT", "error", 0, incident="manual offset reset"),
+            ExpectedFinding("COMMIT_REGRESSION", "error", 0, incident="manual offset reset"),
+            ExpectedFinding(
+                "DUPLICATE",
+                "error",
+                1,
+                self.duplicated[0],
+                self.duplicated[1],
+                self.scale.duplicated_rows,
+                incident="second writer",
+            ),
+        ]
+        for p in range(PARTITIONS):
+            out.append(
+                ExpectedFinding(
+                    "RESTART_SKIP", "critical", p, lo, hi, hi - lo, incident="restart from latest"
+                )
+            )
+            out.append(ExpectedFinding("GAP", "critical", p, lo, hi, hi - lo, incident="restart from latest"))
+        return out
+
+    def compare(self) -> None:
+        findings_path = self.cfg.paths.table("findings")
+        expected = self.expected()
+        rows = [r.asDict() for r in self.spark.read.format("delta").load(findings_path).collect()]
+        # Expected information (the crash's unclean stop) must be found too; anything else below
+        # warn is not the demo's business.
+        shown = [r for r in rows if r["severity"] in WARN_OR_ABOVE or any(e.matches(r) for e in expected)]
+        self.outcome.found = shown
+        self.outcome.expected = expected
+        self.outcome.missing = [e for e in expected if not any(e.matches(r) for r in shown)]
+        self.outcome.unexpected = [
+            r for r in shown if r["severity"] in WARN_OR_ABOVE and not any(e.matches(r) for e in expected)
+        ]

@@ -1,0 +1,1 @@
+"""Incidents: findings grouped by the event that caused them, and their remedies."""

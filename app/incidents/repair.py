@@ -1,0 +1,246 @@
+"""Executing an incident's remedy plan (app.incidents.grouping builds the plan; `repair --execute` runs it).
+
+Only the reference job's raw-record sink (app.contracts.tables.SINK_SCHEMA: coordinates, key, value) can be
+repaired: its rows are exactly the source records, so a gap is closed by reading the records back
+from Kafka, and a duplicate by dropping the extra copies. Any other sink gets the plan only.
+
+- replay: the ranges are read from Kafka with Spark (read_committed) and appended to the sink in
+  one Delta commit whose transaction id is derived from the incident, so running it again writes
+  nothing; offsets the sink already holds are left out.
+- delete_duplicates: the copies in the ranges are rewritten in one commit (``replaceWhere``) keeping
+  one copy per offset, the first writer's (the oldest data file); the table version before it is
+  the undo (Delta time travel / RESTORE).
+- reset_offsets: the group's offsets are set through the Admin API, only while the group has no
+  active members (a running consumer would overwrite them, or be confused by them).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any, Final
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from app.config import AppConfig
+from app.contracts.tables import SINK_SCHEMA
+from app.errors import InfrastructureError, UsageError
+from app.kafka.clients import spark_kafka_options
+
+log = logging.getLogger(__name__)
+
+REPAIR_RUN_PREFIX: Final = "repair-"
+
+
+@dataclass
+class RepairOutcome:
+    incident_id: str
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    undo: list[str] = field(default_factory=list)
+
+
+def is_reference_sink(columns: Sequence[str]) -> bool:
+    """The reference job's raw-record sink: every column of SINK_SCHEMA, nothing else needed."""
+    return set(SINK_SCHEMA.fieldNames()) <= set(columns)
+
+
+def _in_ranges(ranges: Sequence[Mapping[str, Any]]) -> Column:
+    condition: Column = reduce(
+        Column.__or__,
+        [
+            (F.col("kafka_topic") == r["topic"])
+            & (F.col("kafka_partition") == int(r["partition"]))
+            & (F.col("kafka_offset") >= int(r["start"]))
+            & (F.col("kafka_offset") < int(r["end"]))
+            for r in ranges
+        ],
+    )
+    return condition
+
+
+def _predicate(ranges: Sequence[Mapping[str, Any]]) -> str:
+    """The same condition as SQL text, for replaceWhere."""
+
+    def quoted(text: Any) -> str:
+        return "'" + str(text).replace("'", "''") + "'"
+
+    return " OR ".join(
+        f"(kafka_topic = {quoted(r['topic'])} AND kafka_partition = {int(r['partition'])}"
+        f" AND kafka_offset >= {int(r['start'])} AND kafka_offset < {int(r['end'])})"
+        for r in ranges
+    )
+
+
+def read_ranges(
+    spark: SparkSession, cfg: AppConfig, bootstrap: str, ranges: Sequence[Mapping[str, Any]]
+) -> DataFrame:
+    """The source records of ``ranges`` as a batch read of Spark's Kafka source."""
+    frames = []
+    for r in ranges:
+        topic, partition = str(r["topic"]), int(r["partition"])
+        frames.append(
+            spark.read.format("kafka")
+            .options(**spark_kafka_options(cfg.kafka, bootstrap))
+            .option("assign", json.dumps({topic: [partition]}))
+            .option("startingOffsets", json.dumps({topic: {str(partition): int(r["start"])}}))
+            .option("endingOffsets", json.dumps({topic: {str(partition): int(r["end"])}}))
+            .option("kafka.isolation.level", "read_committed")
+            .option("failOnDataLoss", "false")
+            .load()
+        )
+    return reduce(DataFrame.unionByName, frames)
+
+
+def replay(
+    spark: SparkSession,
+    cfg: AppConfig,
+    sink_path: str,
+    bootstrap: str,
+    incident_id: str,
+    ranges: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """Append the ranges' records the sink lacks, in one idempotent Delta commit."""
+    sink = spark.read.format("delta").load(sink_path)
+    present = sink.where(_in_ranges(ranges)).select("kafka_topic", "kafka_partition", "kafka_offset")
+    records = read_ranges(spark, cfg, bootstrap, ranges).select(
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.lit(None).cast("long").alias("_checkpoint_id"),
+        F.lit(REPAIR_RUN_PREFIX + incident_id).alias("_run_id"),
+        F.col("key"),
+        F.col("value"),
+    )
+    missing = records.join(present, on=["kafka_topic", "kafka_partition", "kafka_offset"], how="left_anti")
+    rows = missing.select(*[F.col(f.name).cast(f.dataType) for f in SINK_SCHEMA.fields]).cache()
+    try:
+        count = rows.count()
+        before = _version(spark, sink_path)
+        if count:
+            (
+                rows.write.format("delta")
+                .mode("append")
+                .option("txnAppId", f"offset-audit/repair/{incident_id}/replay")
+                .option("txnVersion", 0)
+                .save(sink_path)
+            )
+    finally:
+        rows.unpersist()
+    after = _version(spark, sink_path)
+    return {"action": "replay", "records_appended": count if after != before else 0, "version_before": before,
+            "version_after": after}  # fmt: skip
+
+
+def delete_duplicates(
+    spark: SparkSession, sink_path: str, ranges: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Keep one copy per offset in ``ranges``, the first writer's, in one Delta commit."""
+    sink = spark.read.format("delta").load(sink_path)
+    inside = sink.where(_in_ranges(ranges)).select(
+        "*", F.col("_metadata.file_modification_time").alias("_written")
+    )
+    first = Window.partitionBy("kafka_topic", "kafka_partition", "kafka_offset").orderBy(
+        F.col("_written").asc(), F.col("_checkpoint_id").asc_nulls_last(), F.col("_run_id").asc_nulls_last()
+    )
+    ranked = inside.withColumn("_copy", F.row_number().over(first)).cache()
+    try:
+        extra = ranked.where(F.col("_copy") > 1).count()
+        before = _version(spark, sink_path)
+        if extra:
+            kept = ranked.where(F.col("_copy") == 1).select(*sink.columns)
+            (
+                kept.write.format("delta")
+                .mode("overwrite")
+                .option("replaceWhere", _predicate(ranges))
+                .save(sink_path)
+            )
+    finally:
+        ranked.unpersist()
+    return {"action": "delete_duplicates", "copies_deleted": extra, "version_before": before,
+            "version_after": _version(spark, sink_path)}  # fmt: skip
+
+
+def reset_offsets(
+    cfg: AppConfig, bootstrap: str, group_id: str, offsets: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Set the group's offsets, only while the group has no active members."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from app.kafka.clients import librdkafka_conf
+
+    admin = AdminClient(librdkafka_conf(cfg.kafka, bootstrap))
+    timeout = cfg.kafka.request_timeout_s
+    try:
+        described = admin.describe_consumer_groups([group_id], request_timeout=timeout)[group_id].result(
+            timeout
+        )
+    except Exception as exc:  # broad on purpose: the client raises several types for one outage
+        raise InfrastructureError(f"cannot describe group {group_id} at {bootstrap}: {exc}") from exc
+    if described.members:
+        raise UsageError(
+            f"group {group_id} has {len(described.members)} active member(s); stop its consumers first"
+        )
+    parts = [TopicPartition(str(o["topic"]), int(o["partition"]), int(o["offset"])) for o in offsets]
+    try:
+        admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id, parts)])[group_id].result(
+            timeout
+        )
+    except Exception as exc:  # broad on purpose, as above
+        raise InfrastructureError(
+            f"cannot set the offsets of group {group_id} at {bootstrap}: {exc}"
+        ) from exc
+    return {"action": "reset_offsets", "group_id": group_id, "offsets": list(offsets)}
+
+
+def _version(spark: SparkSession, path: str) -> int:
+    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])  # type: ignore[index]
+
+
+def execute(
+    spark: SparkSession,
+    cfg: AppConfig,
+    row: Mapping[str, Any],
+    sink_path: str,
+    bootstrap: Callable[[], str],
+) -> RepairOutcome:
+    """Run the plan of the incident ``row``. Sink steps need the reference sink (else UsageError)."""
+    plan = json.loads(row["remedy"] or "{}")
+    incident_id = str(row["incident_id"])
+    outcome = RepairOutcome(incident_id)
+    steps = plan.get("steps", [])
+    if any(s["action"] in ("replay", "delete_duplicates") for s in steps):
+        if not DeltaTable.isDeltaTable(spark, sink_path):
+            raise UsageError(f"no Delta table at {sink_path}, the sink of job {row['job_name']}")
+        columns = spark.read.format("delta").load(sink_path).columns
+        if not is_reference_sink(columns):
+            raise UsageError(
+                f"the sink at {sink_path} is not the reference job's raw-record sink (it lacks "
+                f"{sorted(set(SINK_SCHEMA.fieldNames()) - set(columns))}): only the plan can be produced"
+            )
+    for step in steps:
+        if step["action"] == "replay":
+            done = replay(spark, cfg, sink_path, bootstrap(), incident_id, step["ranges"])
+        elif step["action"] == "delete_duplicates":
+            done = delete_duplicates(spark, sink_path, step["ranges"])
+        elif step["action"] == "reset_offsets":
+            done = reset_offsets(cfg, bootstrap(), str(step["group_id"]), step["offsets"])
+        else:
+            raise UsageError(f"unknown remedy step {step['action']!r}")
+        outcome.actions.append(done)
+        log.info("repair %s: %s", incident_id, done)
+    changed = [
+        a["version_before"]
+        for a in outcome.actions
+        if a.get("version_after", 0) != a.get("version_before", 0)
+    ]
+    if changed:
+        # The version before the first change undoes them all (Delta time travel).
+        outcome.undo.append(f"RESTORE TABLE delta.`{sink_path}` TO VERSION AS OF {min(changed)}")
+    return outcome

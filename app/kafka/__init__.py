@@ -1,0 +1,1 @@
+"""Kafka clients: retried Admin/consumer calls, the group commit, gap confirmation."""

@@ -1,0 +1,1 @@
+"""The scheduled run of every stage, and its alerts."""

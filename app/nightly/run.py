@@ -1,0 +1,382 @@
+"""The nightly pipeline: ingest-offsets -> reconcile -> forensics -> check -> report, one run id.
+
+Every step is idempotent over its inputs (MERGEs keyed by record or finding identity, per-run
+replacement of check results), so a failed night is finished by re-running with the same run id:
+steps recorded as done in the run's state file are skipped, the failed one and those after it run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from app.config import AppConfig
+from app.contracts.vocabulary import RUN_PENDING, RUN_SUCCEEDED, SEVERITIES
+from app.errors import describe_error, error_kind
+from app.kafka.gaps import kafka_gap_confirmer
+from app.reconcile.forensics_run import run_forensics
+from app.reconcile.outputs import confirm_runs
+from app.reconcile.run import run_reconcile
+from app.storage.files import read_text, write_text
+from app.storage.tables import tables_from_config
+
+log = logging.getLogger(__name__)
+
+STEPS = ("ingest-offsets", "reconcile", "forensics", "check", "report")
+
+
+def new_run_id(now: datetime) -> str:
+    return f"nightly-{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class StepOutcome:
+    step: str
+    status: str  # done | failed | skipped (done by an earlier attempt of the same run)
+    seconds: float = 0.0
+    summary: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    error_kind: str | None = None  # usage | infrastructure | internal (app.errors.error_kind)
+
+
+@dataclass
+class NightlyResult:
+    run_id: str
+    started_at: str
+    steps: list[StepOutcome] = field(default_factory=list)
+    findings: dict[str, int] = field(default_factory=dict)  # severity -> count (reconcile + forensics)
+    failed_expectations: dict[str, int] = field(default_factory=dict)  # severity -> count
+    report: str | None = None
+    screenshot: str | None = None
+
+    @property
+    def failed_step(self) -> StepOutcome | None:
+        return next((s for s in self.steps if s.status == "failed"), None)
+
+    def failing(self, fail_on: str) -> int:
+        limit = SEVERITIES.index(fail_on)
+        return sum(n for sev, n in self.findings.items() if SEVERITIES.index(sev) <= limit) + sum(
+            n for sev, n in self.failed_expectations.items() if SEVERITIES.index(sev) <= limit
+        )
+
+
+def state_path(cfg: AppConfig, run_id: str) -> str:
+    return cfg.paths.under("nightly", f"{run_id}.json")
+
+
+def load_state(spark: SparkSession, cfg: AppConfig, run_id: str) -> dict[str, Any]:
+    text = read_text(spark, state_path(cfg, run_id))
+    return json.loads(text) if text else {"run_id": run_id, "steps": {}}
+
+
+def save_state(spark: SparkSession, cfg: AppConfig, state: Mapping[str, Any]) -> None:
+    write_text(
+        spark, state_path(cfg, str(state["run_id"])), json.dumps(state, indent=2, sort_keys=True, default=str)
+    )
+
+
+def count_by_severity(counts: Mapping[tuple[str, str], int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for (_, severity), n in counts.items():
+        if severity in SEVERITIES:
+            out[severity] = out.get(severity, 0) + n
+    return out
+
+
+class Nightly:
+    """Runs the steps in order; each step function returns a JSON-able summary of what it did."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        cfg: AppConfig,
+        bootstrap: Callable[[], str],
+        run_id: str | None = None,
+        now: datetime | None = None,
+        screenshot: bool = False,
+    ) -> None:
+        self.spark = spark
+        self.cfg = cfg
+        self.bootstrap = bootstrap
+        self.now = now or datetime.now(UTC)
+        self.run_id = run_id or new_run_id(self.now)
+        self.screenshot = screenshot
+
+    def run(self) -> NightlyResult:
+        state = load_state(self.spark, self.cfg, self.run_id)
+        state.setdefault("started_at", self.now.isoformat())
+        result = NightlyResult(self.run_id, state["started_at"])
+        steps: dict[str, Callable[[], dict[str, Any]]] = {
+            "ingest-offsets": self._ingest,
+            "reconcile": self._reconcile,
+            "forensics": self._forensics,
+            "check": self._check,
+            "report": self._report,
+        }
+        for number, name in enumerate(STEPS, 1):
+            done = state["steps"].get(name)
+            if done and done.get("status") == "done":
+                log.info(
+                    "[%d/%d] %s: done by an earlier attempt of %s, skipped",
+                    number,
+                    len(STEPS),
+                    name,
+                    self.run_id,
+                )
+                result.steps.append(
+                    StepOutcome(name, "skipped", done.get("seconds", 0.0), done.get("summary", {}))
+                )
+                continue
+            log.info("[%d/%d] %s ...", number, len(STEPS), name)
+            started = time.monotonic()
+            try:
+                summary = steps[name]()
+            except Exception as exc:  # broad on purpose: any failure (py4j, storage) fails the step
+                outcome = StepOutcome(
+                    name,
+                    "failed",
+                    time.monotonic() - started,
+                    error=describe_error(exc),
+                    error_kind=error_kind(exc),
+                )
+                result.steps.append(outcome)
+                state["steps"][name] = asdict(outcome)
+                save_state(self.spark, self.cfg, state)
+                log.error("[%d/%d] %s failed: %s", number, len(STEPS), name, outcome.error)
+                log.debug("step %s failed", name, exc_info=True)
+                break
+            outcome = StepOutcome(name, "done", round(time.monotonic() - started, 2), summary)
+            result.steps.append(outcome)
+            state["steps"][name] = asdict(outcome)
+            save_state(self.spark, self.cfg, state)
+            log.info("[%d/%d] %s done in %.1fs", number, len(STEPS), name, outcome.seconds)
+        if result.failed_step is None:
+            # Only a night whose every step finished moves the audit window (DESIGN section 5).
+            runs = tables_from_config(self.cfg).runs
+            confirm_runs(self.spark, runs, self.run_id)
+        self._collect(result)
+        self._alert(result)
+        return result
+
+    def _alert(self, result: NightlyResult) -> None:
+        """Metrics and the webhook, when configured; a failure to deliver fails the night (exit 3)."""
+        a = self.cfg.alerts
+        if not (a.textfile or a.pushgateway_url or a.webhook_url):
+            return
+        from app.nightly import alerts
+
+        started = time.monotonic()
+        succeeded = result.failed_step is None
+        try:
+            facts = alerts.NightlyFacts(
+                succeeded=succeeded,
+                finished_at=datetime.now(UTC),
+                last_success_at=self._last_success(),
+                incidents=[i for s in result.steps for i in s.summary.get("incidents", [])],
+                partitions=self._partitions(),
+            )
+            done = alerts.deliver(a, facts, asdict(result))
+            result.steps.append(
+                StepOutcome("alerts", "done", round(time.monotonic() - started, 2), {"sent": done})
+            )
+        except Exception as exc:  # broad on purpose: a failed delivery is reported like a failed step
+            result.steps.append(
+                StepOutcome(
+                    "alerts",
+                    "failed",
+                    time.monotonic() - started,
+                    error=describe_error(exc),
+                    error_kind=error_kind(exc),
+                )
+            )
+            log.error("alerts failed: %s", describe_error(exc))
+
+    def _last_success(self) -> datetime | None:
+        from app.storage import delta_rows
+
+        runs = tables_from_config(self.cfg).runs
+        rows = delta_rows.read_columns(self.spark, runs, ["command", "status", "finished_at"]) or []
+        times = [
+            delta_rows.instant(r["finished_at"])
+            for r in rows
+            if r["command"] == "reconcile" and r["status"] == RUN_SUCCEEDED
+        ]
+        return max(times, default=None)
+
+    def _partitions(self) -> list[dict[str, Any]]:
+        from app.storage import delta_rows
+
+        path = tables_from_config(self.cfg).partition_summary
+        cols = [
+            "reconcile_run_id",
+            "group_id",
+            "topic",
+            "partition",
+            "commit_lag_offsets",
+            "commit_lag_seconds",
+        ]
+        return [
+            r
+            for r in delta_rows.read_columns(self.spark, path, cols) or []
+            if r["reconcile_run_id"] == self.run_id
+        ]
+
+    # --- steps -----------------------------------------------------------------------------------
+    def _ingest(self) -> dict[str, Any]:
+        from app.kafka.clients import check_reachable
+        from app.offsets_topic.ingest_io import ingest_offsets, snapshot_offsets
+
+        bootstrap = self.bootstrap()
+        check_reachable(self.cfg.kafka, bootstrap)
+        groups = list(self.cfg.ingest.groups)
+        step_run = f"{self.run_id}-ingest"
+        if self.cfg.ingest.mode == "snapshot":
+            outcome = snapshot_offsets(self.spark, self.cfg, bootstrap, groups, step_run)
+        else:
+            outcome = ingest_offsets(self.spark, self.cfg, bootstrap, groups, step_run)
+        return {
+            "mode": outcome.mode,
+            "total": outcome.total,
+            "inserted": outcome.inserted,
+            "warnings": outcome.warnings,
+        }
+
+    def _reconcile(self) -> dict[str, Any]:
+        from app.commands.reconcile import incident_summary
+
+        confirmer = None
+        if self.cfg.reconcile.confirm_gaps:
+            confirmer = kafka_gap_confirmer(
+                self.cfg.kafka,
+                self.bootstrap(),
+                max_records=self.cfg.reconcile.confirm_max_records,
+                timeout_s=self.cfg.reconcile.confirm_timeout_s,
+            )
+        outcome = run_reconcile(
+            self.spark,
+            self.cfg,
+            run_id=self.run_id,
+            now=self.now,
+            since=None,
+            until=self.now,
+            confirmer=confirmer,
+            status=RUN_PENDING,
+        )
+        return {
+            "partitions": outcome.partitions,
+            "gaps_suspected": outcome.gaps_suspected,
+            "confirmation": outcome.confirmation,
+            "counts": [[t, s, n] for (t, s), n in sorted(outcome.counts.items())],
+            "top": outcome.top[:10],
+            "incidents": [incident_summary(r) for r in outcome.incidents],
+        }
+
+    def _forensics(self) -> dict[str, Any]:
+        outcome = run_forensics(
+            self.spark,
+            self.cfg,
+            run_id=self.run_id,
+            now=self.now,
+            since=None,
+            until=self.now,
+            status=RUN_PENDING,
+        )
+        classes: dict[str, int] = {}
+        for row in outcome.restarts:
+            classes[row["classification"]] = classes.get(row["classification"], 0) + 1
+        return {
+            "restarts": classes,
+            "counts": [[t, s, n] for (t, s), n in sorted(outcome.counts.items()) if s],
+        }
+
+    def _check(self) -> dict[str, Any]:
+        from app.quality.checks import CheckOptions, run_checks
+
+        summary = run_checks(
+            self.spark,
+            self.cfg,
+            self.run_id,
+            now=self.now,
+            options=CheckOptions(reconcile_run_id=self.run_id),
+        )
+        failed: dict[str, int] = {}
+        for outcome in summary.failed(SEVERITIES[-1]):
+            failed[outcome.severity] = failed.get(outcome.severity, 0) + 1
+        return {"failed_by_severity": failed, "data_docs": summary.data_docs}
+
+    def _report(self) -> dict[str, Any]:
+        from app.report.gather import build_report
+
+        path = build_report(self.spark, self.cfg, self.run_id, now=self.now)
+        out: dict[str, Any] = {"html": str(path)}
+        if self.screenshot:
+            from app.report.browser import screenshot
+
+            out["png"] = str(screenshot(path, Path(path).with_suffix(".png")))
+        return out
+
+    # --- summary ---------------------------------------------------------------------------------
+    def _collect(self, result: NightlyResult) -> None:
+        for step in result.steps:
+            if step.step in ("reconcile", "forensics"):
+                for _, severity, n in step.summary.get("counts", []):
+                    if severity in SEVERITIES:
+                        result.findings[severity] = result.findings.get(severity, 0) + int(n)
+            elif step.step == "check":
+                result.failed_expectations = dict(step.summary.get("failed_by_severity", {}))
+            elif step.step == "report":
+                result.report = step.summary.get("html")
+                result.screenshot = step.summary.get("png")
+
+
+def summary_text(result: NightlyResult, fail_on: str) -> str:
+    lines = [f"nightly {result.run_id} (started {result.started_at})"]
+    for step in result.steps:
+        mark = {"done": "ok", "skipped": "--", "failed": "!!"}[step.status]
+        detail = step.error or _step_line(step)
+        lines.append(f"  {mark} {step.step:<15} {step.seconds:7.1f}s  {detail}")
+    found = ", ".join(f"{sev} {result.findings.get(sev, 0)}" for sev in SEVERITIES)
+    lines.append(f"  findings: {found}")
+    if result.failed_expectations:
+        failed = ", ".join(f"{sev} {n}" for sev, n in sorted(result.failed_expectations.items()))
+        lines.append(f"  failed expectations: {failed}")
+    if result.report:
+        lines.append(f"  dashboard: {result.report}")
+    if result.screenshot:
+        lines.append(f"  screenshot: {result.screenshot}")
+    if result.failed_step:
+        lines.append(
+            f"  stopped at {result.failed_step.step}; finish this night with: "
+            f"offset-audit nightly --run-id {result.run_id}"
+        )
+    else:
+        lines.append(f"  {result.failing(fail_on)} findings/expectations at or above '{fail_on}'")
+    return "\n".join(lines)
+
+
+def _step_line(step: StepOutcome) -> str:
+    s = step.summary
+    if step.step == "ingest-offsets":
+        total = s.get("total", {})
+        read, decoded, quarantined = (total.get(k, 0) for k in ("read", "decoded", "quarantined"))
+        return f"read {read}, decoded {decoded}, quarantined {quarantined}"
+    if step.step == "reconcile":
+        gaps = f"{s.get('gaps_suspected', 0)} suspected gaps ({s.get('confirmation')})"
+        return f"{s.get('partitions', 0)} partitions, {gaps}"
+    if step.step == "forensics":
+        return "restarts: " + (
+            ", ".join(f"{k} {v}" for k, v in sorted(s.get("restarts", {}).items())) or "none"
+        )
+    if step.step == "check":
+        failed = s.get("failed_by_severity", {})
+        return f"{sum(failed.values())} failed expectations" if failed else "all expectations met"
+    return str(s.get("html", ""))

@@ -1,0 +1,1 @@
+"""__consumer_offsets: the record decoder and the ingest-offsets job."""

@@ -1,0 +1,1 @@
+"""Great Expectations checks over the audit tables."""

@@ -1,0 +1,1 @@
+"""Reconciliation: ledger and commit rules, sink examination, findings, forensics."""

@@ -1,0 +1,299 @@
+"""Restart forensics: where each run resumed compared to where the previous one got, and the
+incident timeline around a moment. Pure transforms and formatting; reading and writing live in
+app/reconcile/io.py.
+
+A restart is judged per partition against the last checkpoint completed before the run started
+(normally the previous run's last one): resumed at it -> exact, below it -> replay (the records in
+between are read twice; the sink shows them as duplicates unless the sink is idempotent), above it
+-> skip (the records in between were never read: a gap). The group's committed offset at that
+moment is kept beside it because a restart without state resumes from there. The
+classification itself is computed from the ledger in app/reconcile/ledger_audit.py; this module links it to
+the sink and formats it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from app.contracts.tables import RESTARTS_SCHEMA
+from app.contracts.vocabulary import CRITICAL, OPEN, RESTART_CLASSES, RESTART_REPLAY, RESTART_SKIP, WARN
+
+EXACT: Final = RESTART_CLASSES[0]
+REPLAY: Final = RESTART_CLASSES[1]
+SKIP: Final = RESTART_CLASSES[2]
+UNKNOWN: Final = RESTART_CLASSES[3]
+if (EXACT, REPLAY, SKIP, UNKNOWN) != ("exact", "replay", "skip", "unknown"):
+    raise AssertionError(f"restart classes changed: {RESTART_CLASSES}")
+
+_TP: Final = ("topic", "partition")
+
+# A restart per run start and partition, as app.reconcile.ledger_audit classifies it: the restarts contract
+# minus what the sink and the forensics run add (duplicates_observed, forensics_run_id), plus the
+# previous checkpoint's id and run for the evidence.
+RESTART_COLUMNS: Final = (
+    "job_name",
+    "run_id",
+    "previous_run_id",
+    "started_at",
+    "group_id",
+    "topic",
+    "partition",
+    "resumed_offset",
+    "resume_source",
+    "previous_checkpoint_offset",
+    "previous_checkpoint_id",
+    "previous_checkpoint_run",
+    "group_committed_offset",
+    "classification",
+    "records_replayed",
+    "records_skipped",
+)
+# What the sink shows in a restart's range, per (job_name, run_id, topic, partition).
+Observed = Mapping[tuple[str, str, str, int], Mapping[str, Any]]
+
+
+def _key(row: Mapping[str, Any]) -> tuple[str, str, str, int]:
+    return (row["job_name"], row["run_id"], row["topic"], row["partition"])
+
+
+def restart_ranges(restarts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The offset range each replay or skip affects: [range_start, range_end) per job, run and
+    partition."""
+    return [
+        {
+            "job_name": r["job_name"],
+            "run_id": r["run_id"],
+            "topic": r["topic"],
+            "partition": r["partition"],
+            "range_start": min(r["resumed_offset"], r["previous_checkpoint_offset"]),
+            "range_end": max(r["resumed_offset"], r["previous_checkpoint_offset"]),
+        }
+        for r in restarts
+        if r["classification"] in (REPLAY, SKIP)
+    ]
+
+
+def restarts_table(
+    restarts: Iterable[Mapping[str, Any]], observed: Observed, forensics_run_id: str
+) -> list[dict[str, Any]]:
+    """Rows of the restarts contract: each restart with the duplicates the sink shows in its range."""
+    out = []
+    for r in restarts:
+        row = {f.name: r.get(f.name) for f in RESTARTS_SCHEMA.fields}
+        row["duplicates_observed"] = observed.get(_key(r), {}).get("duplicates_observed")
+        row["forensics_run_id"] = forensics_run_id
+        out.append(row)
+    return out
+
+
+def find_restart_anomalies(restarts: Iterable[Mapping[str, Any]], observed: Observed) -> list[dict[str, Any]]:
+    """RESTART_REPLAY (warn) and RESTART_SKIP (critical) findings in FINDING_CORE form.
+
+    ``observed`` adds, per restart and partition, what the sink shows in the affected range:
+    duplicates_observed and present_offsets.
+    """
+    out = []
+    for r in restarts:
+        if r["classification"] not in (REPLAY, SKIP):
+            continue
+        replay = r["classification"] == REPLAY
+        start = min(r["resumed_offset"], r["previous_checkpoint_offset"])
+        end = max(r["resumed_offset"], r["previous_checkpoint_offset"])
+        seen = observed.get(_key(r), {})
+        evidence = {
+            **{c: r[c] for c in _EVIDENCE},
+            "duplicates_observed_in_sink": seen.get("duplicates_observed"),
+            "offsets_present_in_sink": seen.get("present_offsets"),
+        }
+        out.append(
+            {
+                "finding_type": RESTART_REPLAY if replay else RESTART_SKIP,
+                "severity": WARN if replay else CRITICAL,
+                "status": OPEN,
+                "job_name": r["job_name"],
+                "group_id": r["group_id"],
+                "topic": r["topic"],
+                "partition": r["partition"],
+                "checkpoint_id": None,
+                "run_id": r["run_id"],
+                "offset_start": start,
+                "offset_end": end,
+                "record_count": end - start,
+                "evidence": json.dumps(evidence, sort_keys=True, default=str),
+                "identity": "",
+            }
+        )
+    return out
+
+
+_EVIDENCE: Final = (
+    "previous_run_id",
+    "started_at",
+    "resumed_offset",
+    "resume_source",
+    "previous_checkpoint_offset",
+    "previous_checkpoint_id",
+    "previous_checkpoint_run",
+    "group_committed_offset",
+)
+
+
+# --- the incident timeline -----------------------------------------------------------------------
+
+
+def _fmt_time(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    return "?" if value is None else str(value)
+
+
+def _tp_list(parts: Iterable[tuple[str, int, Any]]) -> str:
+    return " ".join(
+        f"{t}/{p}={'-' if o is None else o}" for t, p, o in sorted(parts, key=lambda x: (x[0], x[1]))
+    )
+
+
+def timeline_entries(
+    ledger_rows: Sequence[Mapping[str, Any]],
+    commit_rows: Sequence[Mapping[str, Any]],
+    restart_rows: Sequence[Mapping[str, Any]],
+    finding_rows: Sequence[Mapping[str, Any]],
+    incident_rows: Sequence[Mapping[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """Merge the sources into time-ordered entries; one entry per event and checkpoint, with
+    the per-partition offsets folded into it (what a person reads first in an incident). Findings
+    and incidents follow, untimed."""
+    entries: dict[tuple[Any, ...], dict[str, Any]] = {}
+    key: tuple[Any, ...]
+    for r in ledger_rows:
+        detail = r.get("detail") or "{}"
+        key = ("ledger", r["event_time"], r["event_type"], r["run_id"], r.get("checkpoint_id"), detail)
+        e = entries.setdefault(
+            key,
+            {
+                "time": r["event_time"],
+                "source": "ledger",
+                "what": r["event_type"],
+                "run_id": r["run_id"],
+                "checkpoint_id": r.get("checkpoint_id"),
+                "detail": json.loads(detail) if detail else {},
+                "offsets": [],
+            },
+        )
+        if r.get("topic") is not None:
+            e["offsets"].append((r["topic"], r["partition"], r.get("offset")))
+    for c in commit_rows:
+        t = c.get("commit_time") or c.get("log_time")
+        key = ("commit", t, c["group_id"], c["record_kind"])
+        e = entries.setdefault(
+            key,
+            {
+                "time": t,
+                "source": "group",
+                "what": f"GROUP_{str(c['record_kind']).upper()}",
+                "group_id": c["group_id"],
+                "offsets": [],
+                "detail": {},
+            },
+        )
+        e["offsets"].append((c["topic"], c["partition"], c.get("committed_offset")))
+    for r in restart_rows:
+        key = ("restart", r["started_at"], r["run_id"], r["classification"])
+        e = entries.setdefault(
+            key,
+            {
+                "time": r["started_at"],
+                "source": "forensics",
+                "what": f"RESTART_{str(r['classification']).upper()}",
+                "run_id": r["run_id"],
+                "offsets": [],
+                "detail": {"previous_run_id": r.get("previous_run_id")},
+            },
+        )
+        e["offsets"].append((r["topic"], r["partition"], r.get("resumed_offset")))
+    out = sorted(entries.values(), key=lambda e: (_fmt_time(e["time"]), e["source"], e["what"]))
+    for f in finding_rows:
+        out.append(
+            {
+                "time": None,
+                "source": "finding",
+                "what": f["finding_type"],
+                "severity": f["severity"],
+                "status": f["status"],
+                "run_id": f.get("run_id"),
+                "checkpoint_id": f.get("checkpoint_id"),
+                "offsets": [(f.get("topic"), f.get("partition"), f.get("offset_start"))]
+                if f.get("topic") is not None
+                else [],
+                "detail": {
+                    "offset_end": f.get("offset_end"),
+                    "record_count": f.get("record_count"),
+                    "finding_id": f.get("finding_id"),
+                },
+            }
+        )
+    for i in incident_rows:
+        out.append(
+            {
+                "time": i.get("last_evidence_at"),
+                "source": "incident",
+                "what": i["kind"],
+                "severity": i["severity"],
+                "status": i["status"],
+                "run_id": ",".join(i.get("run_ids") or []),
+                "offsets": [],
+                "detail": {
+                    "incident_id": i["incident_id"],
+                    "cause": i.get("cause"),
+                    "records_lost": i.get("records_lost"),
+                    "records_duplicated": i.get("records_duplicated"),
+                    "repair": f"offset-audit repair --incident {i['incident_id']}",
+                },
+            }
+        )
+    return out
+
+
+def format_timeline(job: str, at: datetime, entries: Sequence[Mapping[str, Any]]) -> str:
+    """The entries as text lines: time, source, what, run/checkpoint, offsets, key details."""
+    lines = [f"Incident timeline for job {job} around {_fmt_time(at)}", ""]
+    marked = False
+    for e in entries:
+        if e["source"] in ("finding", "incident"):
+            continue
+        if not marked and e["time"] is not None and _fmt_time(e["time"]) >= _fmt_time(at):
+            lines.append(f"{'-' * 24} {_fmt_time(at)} (--at) {'-' * 24}")
+            marked = True
+        who = (e.get("group_id") and f"group={e['group_id']}") or f"run={e.get('run_id')}"
+        cp = f" cp={e['checkpoint_id']}" if e.get("checkpoint_id") is not None else ""
+        detail = {k: v for k, v in (e.get("detail") or {}).items() if v not in (None, "", [], {})}
+        extra = f"  {json.dumps(detail, sort_keys=True, default=str)}" if detail else ""
+        lines.append(
+            f"{_fmt_time(e['time'])}  {e['what']:<22} {who}{cp}  {_tp_list(e['offsets'])}{extra}".rstrip()
+        )
+    if not marked:
+        lines.append(f"{'-' * 24} {_fmt_time(at)} (--at) {'-' * 24}")
+    findings = [e for e in entries if e["source"] == "finding"]
+    lines.append("")
+    lines.append(f"Findings touching these runs: {len(findings)}")
+    for f in findings:
+        off = f["offsets"][0] if f["offsets"] else (None, None, None)
+        d = f["detail"]
+        where = f"{off[0]}/{off[1]} [{off[2]}, {d.get('offset_end')})" if off[0] is not None else "-"
+        lines.append(
+            f"  {f['severity']:<8} {f['what']:<22} {f['status']:<12} run={f.get('run_id')} "
+            f"cp={f.get('checkpoint_id')} {where} records={d.get('record_count')}"
+        )
+    incidents = [e for e in entries if e["source"] == "incident"]
+    lines.append("")
+    lines.append(f"Incidents around this time: {len(incidents)}")
+    for i in incidents:
+        d = i["detail"]
+        lines.append(
+            f"  {i['severity']:<8} {i['what']:<22} {i['status']:<8} {d['incident_id']}  {d.get('cause')}"
+        )
+        lines.append(f"           {d['repair']}")
+    return "\n".join(lines)

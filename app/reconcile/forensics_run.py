@@ -1,0 +1,148 @@
+"""`forensics` end to end: the restarts of a window classified and stored, and the incident timeline
+around a moment."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from app.config import AppConfig
+from app.contracts.vocabulary import RUN_SUCCEEDED, SEVERITIES
+from app.reconcile import findings as rc
+from app.reconcile import forensics as fx
+from app.reconcile.outputs import last_window_end, merge_findings, merge_restarts, read_incidents, record_run
+from app.reconcile.run import _ledger_audit, match_rules
+from app.reconcile.sink import SinkReader, observed_in_restart_ranges, sink_columns
+from app.storage.tables import read_delta, tables_from_config
+
+
+@dataclass
+class ForensicsResult:
+    run_id: str
+    window: rc.AuditWindow
+    jobs: list[str]
+    restarts: list[dict[str, Any]] = field(default_factory=list)
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def run_forensics(
+    spark: SparkSession,
+    cfg: AppConfig,
+    *,
+    run_id: str,
+    now: datetime,
+    since: datetime | None,
+    until: datetime | None,
+    jobs: Sequence[str] = (),
+    sink_override: str | None = None,
+    status: str = RUN_SUCCEEDED,
+) -> ForensicsResult:
+    """Classify every run start in the window; MERGE restarts and RESTART_* findings."""
+    r = cfg.reconcile
+    tables = tables_from_config(cfg, sink_override)
+    job_list = sorted(set(jobs) or set(r.jobs))
+    if since is None:
+        since = last_window_end(spark, tables.runs, "forensics", job_list)
+    window = rc.AuditWindow(until=until or now, since=since)
+    rules = match_rules(r)
+    result = ForensicsResult(run_id=run_id, window=window, jobs=job_list)
+    audit = _ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
+    try:
+        restart_rows = audit.restarts()
+    finally:
+        audit.close()
+    cols = sink_columns(cfg)
+    observed: dict[tuple[str, str, str, int], dict[str, Any]] = {}
+    for job in sorted({row["job_name"] for row in restart_rows}):
+        df = read_delta(spark, tables.sink_for(job))
+        if df is not None:
+            job_restarts = [r for r in restart_rows if r["job_name"] == job]
+            observed.update(observed_in_restart_ranges(spark, SinkReader(df, cols), job_restarts))
+    table = fx.restarts_table(restart_rows, observed, run_id)
+    merge_restarts(spark, tables.restarts, table)
+    merge_findings(
+        spark,
+        tables.findings,
+        rc.finalize_findings(fx.find_restart_anomalies(restart_rows, observed), run_id, now),
+    )
+    result.restarts = sorted(table, key=lambda row: (row["started_at"], row["topic"], row["partition"]))
+    for row in result.restarts:
+        key = (row["classification"], "")
+        result.counts[key] = result.counts.get(key, 0) + 1
+    record_run(
+        spark,
+        tables.runs,
+        run_id=run_id,
+        command="forensics",
+        jobs=job_list,
+        window=window,
+        started_at=now,
+        finished_at=now,
+        status=status,
+    )
+    return result
+
+
+def timeline(
+    spark: SparkSession, cfg: AppConfig, *, job: str, at: datetime, around: timedelta
+) -> list[dict[str, Any]]:
+    """Ledger events, group commits, restarts and findings of ``job`` within ``around`` of ``at``."""
+    tables = tables_from_config(cfg)
+    lo, hi = at - around, at + around
+    ledger = read_delta(spark, tables.ledger)
+    if ledger is None:
+        return []
+    events = ledger.filter(
+        (F.col("job_name") == job)
+        & (F.col("event_date") >= F.lit(lo.date()))
+        & (F.col("event_date") <= F.lit(hi.date()))
+        & F.col("event_time").between(F.lit(lo), F.lit(hi))
+    )
+    ledger_rows = [r.asDict() for r in events.orderBy("event_time").limit(5000).collect()]
+    groups = sorted({r["group_id"] for r in ledger_rows if r.get("group_id")})
+    runs = sorted({r["run_id"] for r in ledger_rows})
+    commit_rows: list[dict[str, Any]] = []
+    gc = read_delta(spark, tables.group_commits)
+    if gc is not None and groups:
+        commit_rows = [
+            r.asDict()
+            for r in gc.filter(
+                F.col("group_id").isin(groups)
+                & F.coalesce("commit_time", "log_time").between(F.lit(lo), F.lit(hi))
+            )
+            .limit(5000)
+            .collect()
+        ]
+    restart_rows: list[dict[str, Any]] = []
+    rs = read_delta(spark, tables.restarts)
+    if rs is not None:
+        restart_rows = [
+            r.asDict()
+            for r in rs.filter(
+                (F.col("job_name") == job) & F.col("started_at").between(F.lit(lo), F.lit(hi))
+            ).collect()
+        ]
+    finding_rows: list[dict[str, Any]] = []
+    fs = read_delta(spark, tables.findings)
+    if fs is not None and runs:
+        finding_rows = [
+            r.asDict()
+            for r in fs.filter(
+                (F.col("job_name") == job) & (F.col("run_id").isin(runs) | F.col("run_id").isNull())
+            )
+            .orderBy(F.array_position(F.array(*[F.lit(s) for s in SEVERITIES]), F.col("severity")))
+            .limit(50)
+            .collect()
+        ]
+    incident_rows = [
+        i
+        for i in read_incidents(spark, cfg, jobs=[job])
+        if set(i["run_ids"] or []) & set(runs)
+        or (i["last_evidence_at"] is not None and lo <= i["last_evidence_at"] <= hi)
+    ]
+    return fx.timeline_entries(ledger_rows, commit_rows, restart_rows, finding_rows, incident_rows)

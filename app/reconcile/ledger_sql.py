@@ -1,0 +1,155 @@
+"""The SQL vocabulary of the driver-side audit: literals built from the contract's words, and the
+views every rule of ``app.reconcile.ledger_audit`` starts from (completed checkpoints, run ends,
+commits, requests). DuckDB over the window's Arrow tables; Spark's null order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from app.contracts import vocabulary as vocab
+from app.contracts.vocabulary import (
+    EVENT_CHECKPOINT_COMPLETED,
+    EVENT_CHECKPOINT_SNAPSHOT,
+    EVENT_COMMIT_REQUESTED,
+    EVENT_RUN_STARTED,
+    EVENT_RUN_STOPPED,
+)
+
+
+def sql_ts(value: datetime) -> str:
+    """A SQL literal of an instant, in UTC wall time (the registered tables hold UTC wall times)."""
+    return f"TIMESTAMP '{value.astimezone(UTC).replace(tzinfo=None).isoformat(sep=' ')}'"
+
+
+def sql_detail(key: str) -> str:
+    """SQL of one key of the ledger's JSON detail (null when the detail is not valid JSON)."""
+    return f"detail(detail, '$.{key}')"
+
+
+def sql_in(values: Sequence[str]) -> str:
+    """SQL list of string literals (vocabulary words, which hold no quote)."""
+    return ", ".join(f"'{v}'" for v in values)
+
+
+def sql_secs(seconds: float) -> str:
+    return f"to_microseconds({round(seconds * 1_000_000)})"
+
+
+def naive_utc(table: pa.Table) -> pa.Table:
+    """Timestamps as UTC wall time without a zone: DuckDB then compares them without a time-zone
+    database, and ``sql_ts`` literals mean the same instants."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type) and field.type.tz is not None:
+            utc = pc.cast(table.column(i), pa.timestamp("us", tz="UTC"))
+            table = table.set_column(i, field.name, pc.cast(utc, pa.timestamp("us")))
+    return table
+
+
+# Views over the two registered tables; each later view may use the earlier ones.
+VIEWS: Final = f"""
+CREATE MACRO detail(d, path) AS CASE WHEN json_valid(d) THEN json_extract_string(d, path) END;
+
+CREATE TEMP TABLE checkpoints AS
+WITH completed AS (
+    SELECT * FROM ledger WHERE event_type = '{EVENT_CHECKPOINT_COMPLETED}'
+), times AS (
+    SELECT job_name, run_id, checkpoint_id, min(event_time) AS completed_at,
+           count("partition") AS partition_rows
+    FROM completed GROUP BY job_name, run_id, checkpoint_id
+), parts AS (
+    SELECT job_name, run_id, checkpoint_id, group_id, engine, topic, "partition", "offset", raw_offset
+    FROM completed WHERE "partition" IS NOT NULL
+    UNION ALL
+    -- A completion recorded without partition rows takes its offsets from the snapshot.
+    SELECT s.job_name, s.run_id, s.checkpoint_id, s.group_id, s.engine, s.topic, s."partition",
+           s."offset", s.raw_offset
+    FROM ledger s JOIN times t
+      ON s.job_name = t.job_name AND s.run_id = t.run_id AND s.checkpoint_id = t.checkpoint_id
+    WHERE t.partition_rows = 0 AND s.event_type = '{EVENT_CHECKPOINT_SNAPSHOT}'
+      AND s."partition" IS NOT NULL
+), per_partition AS (
+    SELECT job_name, run_id, checkpoint_id, topic, "partition", max(group_id) AS group_id,
+           max(engine) AS engine, max("offset") AS "offset", max(raw_offset) AS raw_offset
+    FROM parts GROUP BY job_name, run_id, checkpoint_id, topic, "partition"
+)
+SELECT p.*, t.completed_at
+FROM per_partition p JOIN times t
+  ON p.job_name = t.job_name AND p.run_id = t.run_id AND p.checkpoint_id = t.checkpoint_id;
+
+-- Every run with how it ended: its RUN_STOPPED, else the job's next start (it died before), else
+-- open (still running, or dead and never followed). Recovered events carry the dead run's id and
+-- the time Spark wrote the checkpoint file, so last_event_at is the run's own last sign of life.
+CREATE TEMP VIEW run_ends AS
+WITH starts AS (
+    SELECT job_name, run_id, min(event_time) AS started_at, max(group_id) AS group_id
+    FROM ledger WHERE event_type = '{EVENT_RUN_STARTED}' GROUP BY job_name, run_id
+), stops AS (
+    SELECT job_name, run_id, max(event_time) AS stopped_at
+    FROM ledger WHERE event_type = '{EVENT_RUN_STOPPED}' GROUP BY job_name, run_id
+), last_events AS (
+    SELECT job_name, run_id, max(event_time) AS last_event_at,
+           arg_max_null(event_type, {{'t': event_time, 'c': checkpoint_id}}) AS last_event_type,
+           max(checkpoint_id) AS last_checkpoint_id
+    FROM ledger GROUP BY job_name, run_id
+)
+SELECT s.job_name, s.run_id, s.group_id, s.started_at, p.stopped_at,
+       lead(s.run_id) OVER w AS next_run_id, lead(s.started_at) OVER w AS next_started_at,
+       coalesce(p.stopped_at, lead(s.started_at) OVER w) AS ended_at,
+       e.last_event_at, e.last_event_type, e.last_checkpoint_id
+FROM starts s
+LEFT JOIN stops p ON s.job_name = p.job_name AND s.run_id = p.run_id
+LEFT JOIN last_events e ON s.job_name = e.job_name AND s.run_id = e.run_id
+WINDOW w AS (PARTITION BY s.job_name ORDER BY s.started_at, s.run_id);
+
+CREATE TEMP VIEW runs AS
+SELECT job_name, run_id, started_at, group_id,
+       lag(run_id) OVER w AS previous_run_id,
+       lag(started_at) OVER w AS previous_started_at,
+       lag(stopped_at) OVER w AS previous_stopped_at
+FROM run_ends
+WINDOW w AS (PARTITION BY job_name ORDER BY started_at, run_id);
+
+CREATE TEMP VIEW job_groups AS
+SELECT group_id, min(job_name) AS job_name FROM ledger WHERE group_id IS NOT NULL GROUP BY group_id;
+
+CREATE TEMP TABLE commits AS
+SELECT *, row_number() OVER () AS commit_row, coalesce(commit_time, log_time) AS effective_time
+FROM gc WHERE record_kind IN ({sql_in((vocab.RECORD_COMMIT, vocab.RECORD_SNAPSHOT))})
+  AND committed_offset IS NOT NULL;
+
+-- COMMIT_REQUESTED per partition, and completions the job recovered after a crash (the dead
+-- process may have sent their commit), with the checkpoint's normalized offset and the time the
+-- run ended: its RUN_STOPPED or, when it died without one, the job's next start.
+CREATE TEMP TABLE requests AS
+WITH asked AS (
+    SELECT job_name, run_id, checkpoint_id, group_id, engine, topic, "partition",
+           "offset" AS requested_offset, event_time AS requested_at
+    FROM ledger
+    WHERE "partition" IS NOT NULL AND (
+        event_type = '{EVENT_COMMIT_REQUESTED}'
+        OR (event_type = '{EVENT_CHECKPOINT_COMPLETED}'
+            AND coalesce({sql_detail(vocab.DETAIL_RECOVERED)}, 'false') = 'true'))
+), stopped AS (
+    SELECT job_name, run_id, max(event_time) AS stopped_at
+    FROM ledger WHERE event_type = '{EVENT_RUN_STOPPED}' GROUP BY job_name, run_id
+), started AS (
+    SELECT job_name, run_id, min(event_time) AS started_at
+    FROM ledger WHERE event_type = '{EVENT_RUN_STARTED}' GROUP BY job_name, run_id
+), ends AS (
+    SELECT coalesce(a.job_name, b.job_name) AS job_name, coalesce(a.run_id, b.run_id) AS run_id,
+           coalesce(b.stopped_at, lead(a.started_at) OVER (
+               PARTITION BY a.job_name ORDER BY a.started_at, a.run_id)) AS run_stopped_at
+    FROM started a FULL JOIN stopped b ON a.job_name = b.job_name AND a.run_id = b.run_id
+)
+SELECT q.*, c."offset" AS checkpoint_offset, c.raw_offset AS checkpoint_raw, e.run_stopped_at
+FROM asked q
+LEFT JOIN checkpoints c
+  ON q.job_name = c.job_name AND q.run_id = c.run_id AND q.checkpoint_id = c.checkpoint_id
+ AND q.topic = c.topic AND q."partition" = c."partition"
+LEFT JOIN ends e ON q.job_name = e.job_name AND q.run_id = e.run_id;
+"""

@@ -1,0 +1,170 @@
+"""The audit tables `reconcile` and `forensics` write: findings, incidents, restarts and their run
+records (audit_runs), from which the next incremental window starts."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from pyspark.sql import SparkSession
+
+from app.config import AppConfig
+from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA, INCIDENTS_SCHEMA, RESTARTS_SCHEMA
+from app.contracts.vocabulary import RUN_FAILED, RUN_PENDING, RUN_STATUSES, RUN_SUCCEEDED
+from app.incidents import grouping as incidents
+from app.reconcile import findings as rc
+from app.storage import delta_rows
+from app.storage.tables import Tables, tables_from_config
+
+log = logging.getLogger(__name__)
+
+
+RESTARTS_KEY: Final = ("job_name", "run_id", "topic", "partition")
+
+
+def merge_findings(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Upsert by finding_id: a re-run updates what it sees again and keeps the first detected_at."""
+    delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
+
+
+def merge_incidents(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Upsert by incident_id: a re-run over the same findings updates, never adds."""
+    delta_rows.merge_rows(spark, path, INCIDENTS_SCHEMA, rows, "incident_id")
+
+
+def resolved_incidents(spark: SparkSession, tables: Tables) -> set[str]:
+    rows = delta_rows.read_columns(spark, tables.incidents, ["incident_id", "status"]) or []
+    return {r["incident_id"] for r in rows if r["status"] == incidents.RESOLVED}
+
+
+def mark_resolved(
+    spark: SparkSession, cfg: AppConfig, row: Mapping[str, Any], repair: Mapping[str, Any]
+) -> None:
+    """Record a repair on its incident: status resolved, what was done inside the remedy."""
+    plan = json.loads(row["remedy"] or "{}")
+    plan["executed"] = dict(repair)
+    updated = {**row, "status": incidents.RESOLVED, "remedy": json.dumps(plan, sort_keys=True, default=str)}
+    merge_incidents(spark, tables_from_config(cfg).incidents, [updated])
+
+
+def read_incidents(
+    spark: SparkSession, cfg: AppConfig, *, jobs: Sequence[str] = (), since: datetime | None = None
+) -> list[dict[str, Any]]:
+    """Stored incidents, most severe first; only ``jobs`` (all when empty), only with evidence at or
+    after ``since``."""
+    rows = delta_rows.read_columns(spark, tables_from_config(cfg).incidents, INCIDENTS_SCHEMA.fieldNames())
+    out = []
+    for row in rows or []:
+        row = {k: delta_rows.instant(v) for k, v in row.items()}
+        if jobs and row["job_name"] not in jobs:
+            continue
+        last = row["last_evidence_at"]
+        if since is not None and last is not None and last < since:
+            continue
+        out.append(row)
+    return sorted(out, key=incidents.incident_order)
+
+
+def merge_restarts(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Upsert restarts by (job, run, topic, partition): a re-run replaces what it classified before."""
+    delta_rows.merge_rows(spark, path, RESTARTS_SCHEMA, rows, RESTARTS_KEY)
+
+
+def last_window_end(spark: SparkSession, path: str, command: str, jobs: Sequence[str]) -> datetime | None:
+    """Where the previous successful run of ``command`` over the same jobs stopped."""
+    runs = delta_rows.read_columns(spark, path, ["command", "status", "jobs", "window_end"]) or []
+    ends = [
+        delta_rows.instant(r["window_end"])
+        for r in runs
+        if r["command"] == command and r["status"] == RUN_SUCCEEDED and r["jobs"] == json.dumps(sorted(jobs))
+    ]
+    return max(ends, default=None)
+
+
+def record_run(
+    spark: SparkSession,
+    path: str,
+    *,
+    run_id: str,
+    command: str,
+    jobs: Sequence[str],
+    window: rc.AuditWindow,
+    started_at: datetime,
+    finished_at: datetime,
+    status: str = RUN_SUCCEEDED,
+) -> None:
+    """One row per run and command, upserted: only a ``succeeded`` row moves the next default
+    window; ``failed`` and ``pending`` (a nightly step whose night has not finished) do not."""
+    if status not in RUN_STATUSES:
+        raise ValueError(f"run status {status!r} is not one of {RUN_STATUSES}")
+    row = (
+        run_id,
+        command,
+        json.dumps(sorted(jobs)),
+        window.since,
+        window.until,
+        started_at,
+        finished_at,
+        status,
+    )
+    delta_rows.merge_rows(
+        spark,
+        path,
+        AUDIT_RUNS_SCHEMA,
+        [dict(zip(AUDIT_RUNS_SCHEMA.fieldNames(), row, strict=True))],
+        ("run_id", "command"),
+    )
+
+
+def confirm_runs(spark: SparkSession, path: str, run_id: str) -> int:
+    """Mark the ``pending`` runs recorded under ``run_id`` succeeded (a nightly whose every step
+    finished); returns how many."""
+    names = AUDIT_RUNS_SCHEMA.fieldNames()
+    rows = delta_rows.read_columns(spark, path, names) or []
+    pending = [
+        {**r, "status": RUN_SUCCEEDED} for r in rows if r["run_id"] == run_id and r["status"] == RUN_PENDING
+    ]
+    delta_rows.merge_rows(spark, path, AUDIT_RUNS_SCHEMA, pending, ("run_id", "command"))
+    return len(pending)
+
+
+def record_failed_run(
+    spark: SparkSession,
+    path: str,
+    run_id: str,
+    command: str,
+    jobs: Sequence[str],
+    window: rc.AuditWindow,
+    started_at: datetime,
+) -> None:
+    """Best effort: the run failed, and the storage that failed it may fail this write too."""
+    try:
+        record_run(
+            spark,
+            path,
+            run_id=run_id,
+            command=command,
+            jobs=jobs,
+            window=window,
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
+            status=RUN_FAILED,
+        )
+    except Exception:  # broad on purpose: the original failure is what the caller reports
+        log.warning("could not record the failed %s run %s", command, run_id, exc_info=True)
+
+
+def drop_orphan_summaries(spark: SparkSession, tables: Tables) -> None:
+    """Remove partition_summary rows of reconcile runs that never finished (killed midway)."""
+    summary = delta_rows.read_columns(spark, tables.partition_summary, ["reconcile_run_id"])
+    if not summary:
+        return
+    runs = delta_rows.read_columns(spark, tables.runs, ["run_id", "command"]) or []
+    done = {r["run_id"] for r in runs if r["command"] == "reconcile"}
+    orphans = {r["reconcile_run_id"] for r in summary} - done
+    if orphans:
+        log.info("removing the partition summaries of %d unfinished run(s)", len(orphans))
+        delta_rows.delete_where_in(spark, tables.partition_summary, "reconcile_run_id", orphans)

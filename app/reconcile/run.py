@@ -1,0 +1,320 @@
+"""`reconcile` end to end: read the window's inputs, audit the ledger and the commits on the driver,
+examine the sink, confirm suspected gaps, group incidents, then store everything or nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from app.config import AppConfig, ReconcileConfig
+from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
+from app.contracts.vocabulary import RUN_SUCCEEDED, SEVERITIES
+from app.errors import (
+    ConfigError,
+    error_kind,
+)
+from app.incidents import grouping as incidents
+from app.kafka.gaps import GapConfirmer, SuspectedGap
+from app.reconcile import findings as rc
+from app.reconcile import forensics as fx
+from app.reconcile import ledger_audit as la
+from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
+from app.reconcile.outputs import (
+    drop_orphan_summaries,
+    last_window_end,
+    merge_findings,
+    merge_incidents,
+    record_failed_run,
+    record_run,
+    resolved_incidents,
+)
+from app.reconcile.sink import (
+    SinkReader,
+    _rows_to_ranges,
+    examine_sink,
+    observed_in_restart_ranges,
+    sink_columns,
+)
+from app.storage import delta_rows
+from app.storage.tables import Tables, read_delta, tables_from_config
+
+log = logging.getLogger(__name__)
+
+
+def _completed_offsets(ranges: Sequence[rc.PartitionRange]) -> dict[tuple[str, str, int], int]:
+    """(job, topic, partition) -> the highest offset a completed checkpoint vouches for: where a
+    restart from group offsets must resume to be exact."""
+    return {
+        (r.job_name, r.topic, r.partition): r.beyond_from if r.beyond_from is not None else r.hi
+        for r in ranges
+    }
+
+
+@dataclass
+class ReconcileResult:
+    run_id: str
+    window: rc.AuditWindow
+    jobs: list[str]
+    partitions: int = 0
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (finding_type, severity) -> n
+    new_findings: int = 0
+    gaps_suspected: int = 0
+    confirmation: str = "not needed"
+    top: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    sink_seconds: float = 0.0  # of `seconds`, spent reading the sink
+    incidents: list[dict[str, Any]] = field(default_factory=list)  # incidents contract rows
+    audited_jobs: list[str] = field(default_factory=list)  # the jobs the window held
+
+    def worst(self) -> str | None:
+        present = {sev for (_, sev), n in self.counts.items() if n}
+        return next((s for s in SEVERITIES if s in present), None)
+
+
+def match_rules(r: ReconcileConfig) -> rc.MatchRules:
+    return rc.MatchRules(r.commit_match_window_s, r.clock_skew_s, r.run_silence_s)
+
+
+def last_ingest_time(spark: SparkSession, path: str) -> datetime | None:
+    """When ingest-offsets last stored its positions: group_commits holds every commit made
+    before then, which is what lets a stopped job's last checkpoints be judged."""
+    rows = delta_rows.read_columns(spark, path, ["updated_at"]) or []
+    times = [delta_rows.instant(r["updated_at"]) for r in rows if r["updated_at"] is not None]
+    return max(times, default=None)
+
+
+def _ledger_audit(
+    spark: SparkSession,
+    tables: Tables,
+    window: rc.AuditWindow,
+    rules: rc.MatchRules,
+    jobs: Sequence[str],
+    groups: Sequence[str],
+    lookback_days: int,
+) -> la.LedgerAudit:
+    """The window's ledger and the group's commits, read once and loaded for the driver-side
+    analysis (app.reconcile.ledger_audit): they are small next to the sink, which alone Spark scans."""
+    started = time.monotonic()
+    ledger = read_ledger_rows(spark, tables.ledger, window, jobs, lookback_days)
+    group_list = sorted(set(groups) or la.ledger_groups(ledger))
+    commits = read_group_commit_rows(spark, tables.group_commits, window, group_list, lookback_days)
+    log.info(
+        "ledger window: %d ledger rows, %d group commits of %d group(s), read in %.1fs",
+        ledger.num_rows,
+        commits.num_rows,
+        len(group_list),
+        time.monotonic() - started,
+    )
+    return la.LedgerAudit(ledger, commits, window, rules, last_ingest_time(spark, tables.ingest_positions))
+
+
+def run_reconcile(
+    spark: SparkSession,
+    cfg: AppConfig,
+    *,
+    run_id: str,
+    now: datetime,
+    since: datetime | None,
+    until: datetime | None,
+    jobs: Sequence[str] = (),
+    sink_override: str | None = None,
+    confirmer: GapConfirmer | None = None,
+    status: str = RUN_SUCCEEDED,
+) -> ReconcileResult:
+    """The whole reconciliation: read, detect, confirm gaps, MERGE findings, write partition_summary.
+
+    ``since`` None means: where the last successful run over the same jobs stopped (or all history).
+    ``confirmer`` None leaves gaps 'open' and says so in their evidence. An audit that cannot see
+    (a missing sink table: ConfigError; Kafka unreachable for confirmation, storage, Spark:
+    InfrastructureError) raises before it writes any finding, and its run never moves the window.
+    ``status`` is what a run that finished is recorded as (a nightly records ``pending`` until its
+    last step is done).
+    """
+    started = time.monotonic()
+    r = cfg.reconcile
+    tables = tables_from_config(cfg, sink_override)
+    job_list = sorted(set(jobs) or set(r.jobs))
+    if since is None:
+        since = last_window_end(spark, tables.runs, "reconcile", job_list)
+    window = rc.AuditWindow(until=until or now, since=since)
+    rules = match_rules(r)
+    result = ReconcileResult(run_id=run_id, window=window, jobs=job_list)
+    try:
+        audit = _ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
+        try:
+            _reconcile_inputs(spark, cfg, tables, audit, result, now, confirmer)
+        finally:
+            audit.close()
+    except Exception as exc:  # broad on purpose: a run that could not see is recorded, then re-raised
+        if error_kind(exc) != "usage":  # a usage error (a missing sink) writes nothing at all
+            record_failed_run(spark, tables.runs, run_id, "reconcile", job_list, window, now)
+        raise
+    record_run(
+        spark,
+        tables.runs,
+        run_id=run_id,
+        command="reconcile",
+        jobs=job_list,
+        window=window,
+        started_at=now,
+        finished_at=now + timedelta(seconds=time.monotonic() - started),
+        status=status,
+    )
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _reconcile_inputs(
+    spark: SparkSession,
+    cfg: AppConfig,
+    tables: Tables,
+    audit: la.LedgerAudit,
+    result: ReconcileResult,
+    now: datetime,
+    confirmer: GapConfirmer | None,
+) -> None:
+    started = time.monotonic()
+    ledger_local = rc.finalize_findings(audit.all_findings(), result.run_id, now)
+    log.info("ledger and commit findings: %d in %.1fs", len(ledger_local), time.monotonic() - started)
+    sink_local, ranges, stats = _sink_and_restart_findings(spark, cfg, tables, audit, result, now, confirmer)
+    local = rc.one_per_finding_id([*ledger_local, *sink_local])
+    found = incidents.group_findings(local)
+    result.incidents = incidents.carry_resolution(
+        incidents.to_rows(found, result.run_id, _completed_offsets(ranges)), resolved_incidents(spark, tables)
+    )
+    result.audited_jobs = sorted(
+        {r.job_name for r in ranges} | {f["job_name"] for f in local if f["job_name"]}
+    )
+    # Everything is known before the first write: a failure above leaves the tables untouched.
+    drop_orphan_summaries(spark, tables)
+    merge_findings(spark, tables.findings, local)
+    merge_incidents(spark, tables.incidents, result.incidents)
+    result.top = sorted(local, key=rc.finding_order)[:10]
+    by_type: dict[tuple[str, str, int], dict[str, int]] = defaultdict(dict)
+    for f in local:
+        key = (f["finding_type"], f["severity"])
+        result.counts[key] = result.counts.get(key, 0) + 1
+        if f["topic"] is not None and f["partition"] is not None:
+            tp_counts = by_type[(f["job_name"], f["topic"], f["partition"])]
+            tp_counts[f["finding_type"]] = tp_counts.get(f["finding_type"], 0) + 1
+    _write_summary(spark, tables, result.run_id, ranges, stats, by_type, audit.latest_commits())
+
+
+def _sink_and_restart_findings(
+    spark: SparkSession,
+    cfg: AppConfig,
+    tables: Tables,
+    audit: la.LedgerAudit,
+    result: ReconcileResult,
+    now: datetime,
+    confirmer: GapConfirmer | None,
+) -> tuple[list[dict[str, Any]], list[rc.PartitionRange], dict[tuple[str, str, int], rc.PartitionSink]]:
+    """GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT and RESTART_* findings, finalized as local rows, with
+    the covered ranges and the sink's statistics per partition."""
+    # The sink, job by job (each job may have its own sink table).
+    ranges = _rows_to_ranges(audit.coverage())
+    result.partitions = len(ranges)
+    active = audit.active_runs()
+    by_job: dict[str, list[rc.PartitionRange]] = defaultdict(list)
+    for rng in ranges:
+        by_job[rng.job_name].append(rng)
+    restart_rows = audit.restarts()
+    sink_rows: list[dict[str, Any]] = []
+    stats: dict[tuple[str, str, int], rc.PartitionSink] = {}
+    gaps: list[tuple[rc.PartitionRange, int, int]] = []
+    observed: dict[tuple[str, str, str, int], dict[str, Any]] = {}
+    cols = sink_columns(cfg)
+    sink_started = time.monotonic()
+    for job in sorted(set(by_job) | {r["job_name"] for r in restart_rows}):
+        df = read_delta(spark, tables.sink_for(job))
+        if df is None:
+            # Not an empty sink: the audit cannot see, so it claims nothing (DESIGN section 5).
+            raise ConfigError(
+                tables.sink_key_for(job),
+                f"no Delta table at {tables.sink_for(job)} (the sink of job {job}); nothing was written",
+            )
+        sink = SinkReader(df, cols)
+        outcome = examine_sink(spark, sink, by_job.get(job, []), active.get(job))
+        sink_rows += outcome.rows
+        stats.update(outcome.stats)
+        gaps += outcome.gaps
+        observed.update(
+            observed_in_restart_ranges(spark, sink, [r for r in restart_rows if r["job_name"] == job])
+        )
+
+    result.sink_seconds = time.monotonic() - sink_started
+    result.gaps_suspected = len(gaps)
+    verdicts: list[dict[str, Any] | None] = [None] * len(gaps)
+    if gaps and confirmer is not None:
+        # A failure here propagates: unconfirmed gaps written as findings would claim a loss the
+        # audit could not check, and the next run must look at them again.
+        verdicts = list(confirmer([SuspectedGap(g.topic, g.partition, s, e) for g, s, e in gaps]))
+        result.confirmation = f"{len(gaps)} gap(s) read back from Kafka"
+    elif gaps:
+        result.confirmation = "disabled: gaps left open"
+    judged = [(rng, start, end, v) for (rng, start, end), v in zip(gaps, verdicts, strict=True)]
+    sink_rows += rc.gap_findings(judged)
+
+    core = [*fx.find_restart_anomalies(restart_rows, observed), *sink_rows]
+    return rc.finalize_findings(core, result.run_id, now), ranges, stats
+
+
+def _write_summary(
+    spark: SparkSession,
+    tables: Tables,
+    run_id: str,
+    ranges: Sequence[rc.PartitionRange],
+    stats: Mapping[tuple[str, str, int], rc.PartitionSink],
+    by_type: Mapping[tuple[str, str, int], Mapping[str, int]],
+    latest: Mapping[tuple[str | None, str, int], tuple[int | None, datetime | None]],
+) -> None:
+    rows = []
+    for rng in ranges:
+        ps = stats.get((rng.job_name, rng.topic, rng.partition), rc.PartitionSink())
+        committed, commit_time = latest.get((rng.group_id, rng.topic, rng.partition), (None, None))
+        lag = (
+            None
+            if committed is None or rng.last_checkpoint_offset is None
+            else rng.last_checkpoint_offset - committed
+        )
+        lag_s = (
+            None
+            if commit_time is None or rng.last_completed_at is None
+            else int((rng.last_completed_at - commit_time).total_seconds())
+        )
+        rows.append(
+            (
+                run_id,
+                rng.job_name,
+                rng.group_id,
+                rng.topic,
+                rng.partition,
+                ps.rows,
+                ps.distinct,
+                ps.min_offset,
+                ps.max_offset,
+                rng.last_checkpoint_id,
+                rng.last_checkpoint_offset,
+                committed,
+                commit_time,
+                lag,
+                lag_s,
+                json.dumps(dict(sorted(by_type.get((rng.job_name, rng.topic, rng.partition), {}).items()))),
+            )
+        )
+    # One append is one Delta commit: a run killed before it leaves nothing half-written.
+    names = PARTITION_SUMMARY_SCHEMA.fieldNames()
+    delta_rows.append_rows(
+        spark,
+        tables.partition_summary,
+        PARTITION_SUMMARY_SCHEMA,
+        [dict(zip(names, row, strict=True)) for row in rows],
+    )

@@ -1,0 +1,373 @@
+"""The sink examination of `reconcile`: which offsets the sink holds, missing or twice, read at the
+cost of about one scan.
+
+The sink is the only large input. It is read in full once, and only for the partitions and
+offset ranges the window's checkpoints cover, through filters on its coordinate columns so Delta's
+per-file min/max statistics skip every file outside them:
+
+1. one aggregate per (topic, partition): rows, min, max and a fingerprint, the XOR of xxhash64 of
+   every offset (``app.reconcile.findings.sink_fingerprints``). Compared with the fingerprint of the offsets
+   the range must hold, computed on the driver (``expected_fingerprint``, each offset once
+   however many partitions share it), it proves most partitions complete at about the cost
+   of a bare count;
+2. the partitions that fail it, read again alone: a hash aggregate per 64-offset word (rows and a
+   presence word, ``sink_words``), rolled up per 32768-offset bucket into count, distinct, min and
+   max (``sink_bucket_stats``);
+3. the few buckets that are not complete, read again alone for their presence words, which locate
+   the missing ranges, and the buckets that hold more rows than distinct offsets, read again for
+   their duplicate offsets.
+
+The ledger window and the group's commits are small: they are read once into Arrow (by delta-rs
+on local storage) and analysed on the driver (``app.reconcile.ledger_audit``): findings, the ranges above,
+restarts. Spark runs only the sink reads. The rows a run stores (findings, partition summary, the
+run record) are likewise written from the driver (``app.storage.delta_rows``).
+
+Rows past the last completed checkpoint are counted by a tail-only read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any, Final
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from app.config import AppConfig
+from app.errors import (
+    SchemaMismatchError,
+)
+from app.reconcile import findings as rc
+from app.reconcile import forensics as fx
+
+log = logging.getLogger(__name__)
+
+SINK_CANONICAL: Final = rc.SINK_COLUMNS
+
+
+# Above this many ranges the sink filter is a bounding box plus a join (see SinkReader.where).
+EXACT_FILTER_MAX_RANGES: Final = 16
+
+
+RESTART_RANGES_DDL: Final = (
+    "job_name string, run_id string, topic string, partition int, range_start long, range_end long"
+)
+
+
+@dataclass(frozen=True)
+class SinkColumns:
+    topic: str
+    partition: str
+    offset: str
+    checkpoint: str
+    run: str
+
+
+def sink_columns(cfg: AppConfig) -> SinkColumns:
+    r = cfg.reconcile
+    return SinkColumns(
+        r.sink_topic_column,
+        r.sink_partition_column,
+        r.sink_offset_column,
+        r.sink_checkpoint_column,
+        r.sink_run_column,
+    )
+
+
+class SinkReader:
+    """The sink of one job, read through coordinate filters (Delta file skipping) and renamed."""
+
+    def __init__(self, df: DataFrame, cols: SinkColumns) -> None:
+        missing = [c for c in (cols.topic, cols.partition, cols.offset) if c not in df.columns]
+        if missing:
+            raise SchemaMismatchError(f"sink lacks coordinate columns {missing}; has {df.columns}")
+        self._df = df
+        self._cols = cols
+
+    def where(self, ranges: Iterable[tuple[str, int, int | None, int | None]]) -> DataFrame:
+        """Rows of the given (topic, partition, start, end) ranges (None = unbounded), renamed to
+        the canonical sink columns. The filter is on the table's own columns, before any projection,
+        so Delta prunes files by their min/max statistics.
+
+        A few ranges become one exact disjunction. Many would make a predicate too large for
+        Spark's code generation (it then falls back to interpreting it for every row, several
+        times slower than the scan itself), so they become one bounding box per topic, which Delta
+        still prunes files with, followed by an exact broadcast join on (topic, partition).
+        """
+        c = self._cols
+        wanted = list(ranges)
+        if not wanted:
+            raise ValueError("SinkReader.where needs at least one range")
+
+        def bounded(term: Column, start: int | None, end: int | None) -> Column:
+            if start is not None:
+                term = term & (F.col(c.offset) >= F.lit(start))
+            if end is not None:
+                term = term & (F.col(c.offset) < F.lit(end))
+            return term
+
+        exact: DataFrame | None = None
+        if len(wanted) <= EXACT_FILTER_MAX_RANGES:
+            terms = [
+                bounded((F.col(c.topic) == F.lit(t)) & (F.col(c.partition) == F.lit(p)), lo, hi)
+                for t, p, lo, hi in wanted
+            ]
+            filtered = self._df.filter(reduce(lambda a, b: a | b, terms))
+        else:
+            boxes: dict[str, list[tuple[int, int | None, int | None]]] = defaultdict(list)
+            for t, p, lo, hi in wanted:
+                boxes[t].append((p, lo, hi))
+            terms = []
+            for t, parts in boxes.items():
+                los, his = [lo for _, lo, _ in parts], [hi for _, _, hi in parts]
+                term = (F.col(c.topic) == F.lit(t)) & F.col(c.partition).isin(
+                    sorted({p for p, _, _ in parts})
+                )
+                terms.append(
+                    bounded(
+                        term,
+                        None if None in los else min(x for x in los if x is not None),
+                        None if None in his else max(x for x in his if x is not None),
+                    )
+                )
+            filtered = self._df.filter(reduce(lambda a, b: a | b, terms))
+            if all(len({(lo, hi) for _, lo, hi in parts}) == 1 for parts in boxes.values()):
+                # Every partition of a topic wants the same range: the box is already exact.
+                return self._canonical(filtered)
+            exact = self._df.sparkSession.createDataFrame(
+                wanted, "_w_topic string, _w_partition int, _w_start long, _w_end long"
+            )
+
+        out = self._canonical(filtered)
+        if exact is None:
+            return out
+        inside = (
+            (F.col("topic") == F.col("_w_topic"))
+            & (F.col("partition") == F.col("_w_partition"))
+            & (F.col("_w_start").isNull() | (F.col("offset") >= F.col("_w_start")))
+            & (F.col("_w_end").isNull() | (F.col("offset") < F.col("_w_end")))
+        )
+        return out.join(F.broadcast(exact), on=inside, how="inner").select(*SINK_CANONICAL)
+
+    def _canonical(self, filtered: DataFrame) -> DataFrame:
+        c = self._cols
+
+        def optional(name: str, alias: str, type_: str) -> Column:
+            return (F.col(name) if name in self._df.columns else F.lit(None)).cast(type_).alias(alias)
+
+        return filtered.select(
+            F.col(c.topic).cast("string").alias("topic"),
+            F.col(c.partition).cast("int").alias("partition"),
+            F.col(c.offset).cast("long").alias("offset"),
+            optional(c.checkpoint, "writer_checkpoint_id", "long"),
+            optional(c.run, "writer_run_id", "string"),
+        )
+
+
+def _rows_to_ranges(rows: Iterable[Any]) -> list[rc.PartitionRange]:
+    return [
+        rc.PartitionRange(
+            job_name=r["job_name"],
+            group_id=r["group_id"],
+            topic=r["topic"],
+            partition=r["partition"],
+            lo=r["lo"],
+            hi=r["hi"],
+            lo_source=r["lo_source"],
+            hi_checkpoint_id=r["hi_checkpoint_id"],
+            hi_run_id=r["hi_run_id"],
+            beyond_from=r["beyond_from"],
+            last_checkpoint_id=r["last_checkpoint_id"],
+            last_checkpoint_offset=r["last_checkpoint_offset"],
+            last_completed_at=r["last_completed_at"],
+        )
+        for r in rows
+    ]
+
+
+@dataclass
+class SinkOutcome:
+    rows: list[dict[str, Any]] = field(default_factory=list)  # FINDING_CORE dicts
+    stats: dict[tuple[str, str, int], rc.PartitionSink] = field(default_factory=dict)
+    gaps: list[tuple[rc.PartitionRange, int, int]] = field(default_factory=list)
+
+
+def examine_sink(
+    spark: SparkSession, sink: SinkReader, ranges: Sequence[rc.PartitionRange], active_run: str | None
+) -> SinkOutcome:
+    """GAP candidates, DUPLICATE and SINK_BEYOND_CHECKPOINT rows of one job's sink."""
+    out = SinkOutcome()
+    if not ranges:
+        return out
+    by_tp = {(r.topic, r.partition): r for r in ranges}
+    job = ranges[0].job_name
+    covered = [(r.topic, r.partition, r.lo, r.hi) for r in ranges if r.lo is None or r.hi > r.lo]
+    per_tp: dict[tuple[str, int], list[rc.BucketStat]] = defaultdict(list)
+    bitmaps: dict[tuple[str, int], dict[int, bytes]] = defaultdict(dict)
+    sinks: dict[tuple[str, int], rc.PartitionSink] = {}
+    proven: dict[tuple[str, int], rc.PartitionSink] = {}
+    if covered:
+        topics = sorted({t for t, _, _, _ in covered})
+        started = time.monotonic()
+        proven, with_rows = _prove_complete(spark, sink, covered, by_tp, topics)
+        sinks.update(proven)
+        log.info(
+            "sink of %s: %d of %d partitions proven complete by count and fingerprint in %.1fs",
+            job,
+            len(proven),
+            len(covered),
+            time.monotonic() - started,
+        )
+        # The rest is examined per bucket, reading only its partitions (Delta skips the others).
+        rest = [c for c in covered if (c[0], c[1]) in with_rows and (c[0], c[1]) not in proven]
+        if rest:
+            started = time.monotonic()
+            for row in rc.sink_bucket_stats(rc.sink_words(sink.where(rest), topics)).collect():
+                per_tp[(row["topic"], row["partition"])].append(
+                    rc.BucketStat(
+                        row["bucket"], row["rows"], row["distinct"], row["min_offset"], row["max_offset"]
+                    )
+                )
+        # Incomplete buckets are read again, alone (Delta skips every other file), for their
+        # presence words: cheaper than keeping the words of the whole sink around.
+        inspect: list[tuple[str, int, int | None, int | None]] = []
+        for tp, rng in by_tp.items():
+            if tp in proven:
+                continue
+            ps = sinks[tp] = rc.PartitionSink.of(per_tp.get(tp, []))
+            lo = rc.effective_lo(rng, ps)
+            if not rc.is_complete(lo, rng.hi, ps):
+                inspect += [
+                    (tp[0], tp[1], max(lo, b * rc.BUCKET_SIZE), min(rng.hi, (b + 1) * rc.BUCKET_SIZE))
+                    for b in rc.buckets_to_inspect(lo, rng.hi, ps)
+                ]
+        if inspect:
+            found: dict[tuple[str, int, int], list[tuple[int, int]]] = defaultdict(list)
+            for row in rc.sink_words(sink.where(inspect), topics).collect():
+                b = row["word"] * rc.WORD_BITS // rc.BUCKET_SIZE
+                found[(row["topic"], row["partition"], b)].append((row["word"], row["bits"]))
+            for (topic, partition, b), bucket_words in found.items():
+                bitmaps[(topic, partition)][b] = rc.bucket_bitmap(b, bucket_words)
+        if rest:
+            log.info(
+                "sink of %s: %d partition(s) examined per bucket (%d bucket(s) decoded) in %.1fs",
+                job,
+                len(rest),
+                len(inspect),
+                time.monotonic() - started,
+            )
+
+    dup_ranges: list[tuple[str, int, int | None, int | None]] = []
+    for tp, rng in by_tp.items():
+        ps = sinks.get(tp, rc.PartitionSink())  # absent: nothing covered, so nothing was read
+        out.stats[(job, tp[0], tp[1])] = ps
+        if tp in proven:
+            continue
+        lo = rc.effective_lo(rng, ps)
+        for start, end in rc.missing_ranges(lo, rng.hi, ps, bitmaps.get(tp, {})):
+            out.gaps.append((rng, start, end))
+        for b in rc.duplicate_buckets(ps):
+            dup_ranges.append((tp[0], tp[1], b * rc.BUCKET_SIZE, (b + 1) * rc.BUCKET_SIZE))
+    if dup_ranges:
+        for run in rc.duplicate_runs(sink.where(dup_ranges)).collect():
+            out.rows.append(rc.duplicate_finding(by_tp[(run["topic"], run["partition"])], run.asDict()))
+
+    tails = [(r.topic, r.partition, r.beyond_from, None) for r in ranges if r.beyond_from is not None]
+    if tails:
+        beyond = sink.where(tails)
+        if active_run is not None:
+            # Rows of the batch the live run is writing right now are not beyond anything yet.
+            beyond = beyond.filter(
+                F.col("writer_run_id").isNotNull() & (F.col("writer_run_id") != active_run)
+            )
+        agg = beyond.groupBy("topic", "partition").agg(
+            F.count("*").alias("rows"),
+            F.max("offset").alias("max_offset"),
+            F.slice(F.array_sort(F.collect_set("writer_run_id")), 1, 10).alias("runs"),
+            F.slice(F.array_sort(F.collect_set("writer_checkpoint_id")), 1, 20).alias("checkpoints"),
+        )
+        for row in agg.collect():
+            rng = by_tp[(row["topic"], row["partition"])]
+            out.rows.append(rc.beyond_finding(rng, row.asDict()))
+    return out
+
+
+def _prove_complete(
+    spark: SparkSession,
+    sink: SinkReader,
+    covered: Sequence[tuple[str, int, int | None, int]],
+    by_tp: Mapping[tuple[str, int], rc.PartitionRange],
+    topics: Sequence[str],
+) -> tuple[dict[tuple[str, int], rc.PartitionSink], set[tuple[str, int]]]:
+    """One scan of the covered ranges: the partitions proven complete by count and fingerprint,
+    with their statistics, and the set of every partition that has rows in its range."""
+    started = time.monotonic()
+    prints = {
+        (r["topic"], r["partition"]): r for r in rc.sink_fingerprints(sink.where(covered), topics).collect()
+    }
+    scanned = time.monotonic()
+    candidates: dict[tuple[str, int], tuple[int, int]] = {}
+    for tp, row in prints.items():
+        rng = by_tp[tp]
+        lo = row["min_offset"] if rng.lo is None else rng.lo
+        # Only ranges the sink holds exactly as many rows of are worth an expected fingerprint, so
+        # offsets are generated for no more than the rows just read.
+        if row["rows"] == rng.hi - lo:
+            candidates[tp] = (lo, rng.hi)
+    segments = rc.elementary_segments(candidates.values())
+    expected = {(a, b): rc.expected_fingerprint(a, b) for a, b in segments}
+    log.debug(
+        "fingerprints: sink scan %.1fs, expected fingerprints of %d offsets %.1fs",
+        scanned - started,
+        sum(b - a for a, b in segments),
+        time.monotonic() - scanned,
+    )
+    proven = {}
+    for tp, (lo, hi) in candidates.items():
+        row = prints[tp]
+        if rc.proven_complete(
+            lo,
+            hi,
+            row["rows"],
+            row["min_offset"],
+            row["max_offset"],
+            row["fingerprint"],
+            rc.range_fingerprint(lo, hi, expected),
+        ):
+            # Complete: every offset once, so distinct offsets equal rows.
+            proven[tp] = rc.PartitionSink(row["rows"], row["rows"], row["min_offset"], row["max_offset"])
+    return proven, set(prints)
+
+
+def observed_in_restart_ranges(
+    spark: SparkSession, sink: SinkReader, restarts: Sequence[Mapping[str, Any]]
+) -> dict[tuple[str, str, str, int], dict[str, Any]]:
+    """Per restart and partition: offsets present and duplicate copies the sink holds in the range
+    the restart replayed or skipped. Only those ranges are read; no range, no read."""
+    ranges = fx.restart_ranges(restarts)
+    if not ranges:
+        return {}
+    copies = (
+        sink.where([(r["topic"], r["partition"], r["range_start"], r["range_end"]) for r in ranges])
+        .groupBy("topic", "partition", "offset")
+        .agg(F.count("*").alias("_copies"))
+    )
+    rdf = spark.createDataFrame(ranges, RESTART_RANGES_DDL)
+    joined = rdf.join(
+        copies,
+        on=(rdf["topic"] == copies["topic"])
+        & (rdf["partition"] == copies["partition"])
+        & (copies["offset"] >= rdf["range_start"])
+        & (copies["offset"] < rdf["range_end"]),
+        how="left",
+    )
+    rows = joined.groupBy(rdf["job_name"], rdf["run_id"], rdf["topic"], rdf["partition"]).agg(
+        F.coalesce(F.sum(copies["_copies"] - 1), F.lit(0)).cast("long").alias("duplicates_observed"),
+        F.count(copies["offset"]).alias("present_offsets"),
+    )
+    return {(r["job_name"], r["run_id"], r["topic"], r["partition"]): r.asDict() for r in rows.collect()}

@@ -1,0 +1,1 @@
+"""The HTML dashboard: reading the audit tables and rendering them."""

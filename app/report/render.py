@@ -1,0 +1,242 @@
+"""The HTML dashboard of `offset-audit report`: plain data in, one self-contained HTML string out.
+
+Pure on purpose: no Spark, no files. ``app.report.gather`` gathers the rows; this module shapes them
+(completeness, skip rates, worst restart class) and renders. Everything is inline: the network may
+be closed where the report is opened, so there is no CDN. The charts are SVG drawn by a small
+vanilla-JS renderer from the JSON embedded in the page; when all of them are drawn the script sets
+``data-charts-drawn`` on <body>, which the browser test waits for. The findings table sorts on a
+header click and filters by text, type, severity and status.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from importlib import resources
+from typing import Any, Final
+
+from app.contracts import vocabulary as vocab
+from app.contracts.vocabulary import FINDING_STATUSES, FINDING_TYPES, RESTART_CLASSES, SEVERITIES
+
+# Charts the page draws, in page order; the browser test expects exactly these.
+CHART_IDS: Final = (
+    "records-impact",
+    "findings-by-type",
+    "findings-by-severity",
+    "commit-lag",
+    "skip-rate",
+    "completeness",
+    "restarts",
+)
+# Most telling first: a skip loses data, a replay duplicates it, unknown is unexplained.
+_RESTART_RANK: Final = ("skip", "replay", "unknown", "exact")
+
+Row = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ReportData:
+    title: str
+    generated_at: datetime
+    run_id: str
+    reconcile_run_id: str | None = None
+    findings_by_day: Sequence[Row] = ()  # day, finding_type, severity, count
+    groups: Sequence[Row] = ()  # group_id, lag_offsets, lag_seconds, completed, skipped, skip_rate
+    completeness: Sequence[Row] = ()  # job_name, topic, partition, present, missing, completeness
+    restarts: Sequence[Row] = ()  # job_name, run_id, started_at, classification, replayed, skipped
+    findings: Sequence[Row] = ()  # the findings table's rows (non-benign), most severe first
+    incidents: Sequence[Row] = ()  # incident_rows(): most severe first
+    checks: Sequence[Row] = ()  # suite, evaluated, failed
+    check_run_id: str | None = None
+    data_docs_href: str | None = None
+    notes: Sequence[str] = field(default_factory=tuple)  # e.g. which tables did not exist yet
+
+
+# --- shaping (pure) ------------------------------------------------------------------------------
+
+
+def completeness_rows(
+    summary: Iterable[Row], missing: Mapping[tuple[str, str, int], int]
+) -> list[dict[str, Any]]:
+    """Share of the records that should be in the sink and are: distinct sink offsets against
+    those plus the offsets of unresolved GAP findings (``missing``, per job/topic/partition)."""
+    out = []
+    for r in summary:
+        key = (r["job_name"], r["topic"], r["partition"])
+        present = int(r.get("sink_distinct") or 0)
+        lost = int(missing.get(key, 0))
+        total = present + lost
+        out.append(
+            {
+                "job_name": key[0],
+                "topic": key[1],
+                "partition": key[2],
+                "present": present,
+                "missing": lost,
+                "completeness": 1.0 if total == 0 else present / total,
+            }
+        )
+    return sorted(out, key=lambda r: (r["job_name"], r["topic"], r["partition"]))
+
+
+def group_rows(lags: Iterable[Row], checkpoints: Mapping[str, tuple[int, int]]) -> list[dict[str, Any]]:
+    """Per group: worst commit lag over its partitions and the share of completed checkpoints
+    whose commit was skipped (``checkpoints``: group -> (completed, skipped))."""
+    out = []
+    lag_by_group = {r["group_id"]: r for r in lags}
+    for group in sorted(set(lag_by_group) | set(checkpoints)):
+        lag = lag_by_group.get(group, {})
+        completed, skipped = checkpoints.get(group, (0, 0))
+        out.append(
+            {
+                "group_id": group,
+                "lag_offsets": lag.get("lag_offsets"),
+                "lag_seconds": lag.get("lag_seconds"),
+                "completed": completed,
+                "skipped": skipped,
+                "skip_rate": None if completed == 0 else min(1.0, skipped / completed),
+            }
+        )
+    return out
+
+
+def restart_rows(per_partition: Iterable[Row]) -> list[dict[str, Any]]:
+    """One row per run start: replayed and skipped records summed over its partitions, and the
+    most telling classification among them."""
+    grouped: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in per_partition:
+        grouped[(r["job_name"], r["run_id"])].append(r)
+    out = []
+    for (job, run), rows in grouped.items():
+        classes = [r["classification"] for r in rows if r["classification"] in _RESTART_RANK]
+        out.append(
+            {
+                "job_name": job,
+                "run_id": run,
+                "started_at": min(str(r["started_at"]) for r in rows),
+                "classification": min(classes, key=_RESTART_RANK.index) if classes else "unknown",
+                "partitions": len(rows),
+                "replayed": sum(int(r.get("records_replayed") or 0) for r in rows),
+                "skipped": sum(int(r.get("records_skipped") or 0) for r in rows),
+            }
+        )
+    return sorted(out, key=lambda r: (r["started_at"], r["job_name"], r["run_id"]))
+
+
+def incident_rows(incidents: Iterable[Row]) -> list[dict[str, Any]]:
+    """Incidents contract rows as the dashboard shows them: impact, cause, the repair command, and
+    the day of their last evidence for the impact chart."""
+    out = []
+    for r in incidents:
+        plan = json.loads(r.get("remedy") or "{}")
+        last = r.get("last_evidence_at")
+        out.append(
+            {
+                **{k: r.get(k) for k in ("incident_id", "kind", "severity", "status", "job_name", "cause")},
+                **{
+                    k: int(r.get(k) or 0)
+                    for k in (
+                        "partitions",
+                        "records_lost",
+                        "records_unverifiable",
+                        "records_duplicated",
+                        "records_replayed",
+                    )
+                },
+                "day": str(last)[:10] if last else None,
+                "repair": plan.get("command") if plan.get("steps") else None,
+                "finding_ids": list(r.get("finding_ids") or []),
+            }
+        )
+    return out
+
+
+def severity_counts(findings: Iterable[Row]) -> dict[str, int]:
+    counts = dict.fromkeys(SEVERITIES, 0)
+    for f in findings:
+        if f.get("severity") in counts:
+            counts[f["severity"]] += 1
+    return counts
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+def _json_for_script(value: Any) -> str:
+    """JSON safe inside <script>: no '</script>' or '<!--' can end the element early."""
+    text = json.dumps(value, default=str, sort_keys=True)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render_html(data: ReportData) -> str:
+    esc = html.escape
+    payload = asdict(data)
+    payload["vocab"] = {
+        "finding_types": list(FINDING_TYPES),
+        "severities": list(SEVERITIES),
+        "statuses": list(FINDING_STATUSES),
+        "restart_classes": list(RESTART_CLASSES),
+    }
+    sev = severity_counts(data.findings)
+    cards = "".join(
+        f'<div class="card sev-{s}"><div class="num">{n}</div><div>{s}</div></div>' for s, n in sev.items()
+    )
+    failed_checks = sum(int(c.get("failed") or 0) for c in data.checks)
+    if not data.checks:
+        checks_card = '<div class="card"><div class="num">–</div><div>checks not run</div></div>'
+    else:
+        cls = "bad" if failed_checks else "good"
+        checks_card = (
+            f'<div class="card {cls}"><div class="num">{failed_checks}</div>'
+            f"<div>failed expectations</div></div>"
+        )
+    docs = (
+        f'<a id="data-docs-link" href="{esc(data.data_docs_href)}">Great Expectations Data Docs</a>'
+        if data.data_docs_href
+        else '<span class="muted">Data Docs not built yet (run <code>offset-audit check</code>)</span>'
+    )
+    notes = "".join(f"<li>{esc(n)}</li>" for n in data.notes)
+    charts = {
+        "records-impact": "Records lost and duplicated over time (incidents)",
+        "findings-by-type": "Findings over time, by type",
+        "findings-by-severity": "Findings over time, by severity",
+        "commit-lag": "Commit lag per group (offsets, worst partition)",
+        "skip-rate": "Skipped commits per group (share of completed checkpoints)",
+        "completeness": "Completeness per partition (sink vs. unresolved gaps)",
+        "restarts": "Restarts: records replayed and skipped",
+    }
+    chart_html = "".join(
+        f'<section class="panel"><h2>{esc(title)}</h2><div class="chart" id="chart-{cid}" '
+        f'data-chart="{cid}"></div></section>'
+        for cid, title in charts.items()
+    )
+    open_incidents = sum(1 for i in data.incidents if i.get("status") == vocab.INCIDENT_OPEN)
+    cards = (
+        f'<div class="card {"bad" if open_incidents else "good"}"><div class="num">{open_incidents}</div>'
+        f"<div>open incidents</div></div>" + cards
+    )
+    return _asset("dashboard.html").format(
+        title=esc(data.title),
+        generated=esc(data.generated_at.isoformat(timespec="seconds")),
+        run_id=esc(data.run_id),
+        reconcile=esc(data.reconcile_run_id or "all runs"),
+        cards=cards + checks_card,
+        docs=docs,
+        notes=f'<ul class="notes">{notes}</ul>' if notes else "",
+        charts=chart_html,
+        data=_json_for_script(payload),
+        css=_asset("dashboard.css"),
+        js=_asset("dashboard.js"),
+    )
+
+
+@functools.cache
+def _asset(name: str) -> str:
+    """The dashboard's page, style and script, kept as package data files so editors and linters
+    treat them as HTML, CSS and JavaScript."""
+    return resources.files("app.report").joinpath("static", name).read_text(encoding="utf-8")

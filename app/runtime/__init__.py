@@ -1,0 +1,1 @@
+"""Process plumbing: JVM classpaths, the Spark session, child-process lifetimes."""

@@ -1,0 +1,153 @@
+"""The one place a SparkSession is made: Delta enabled, Kafka connector on the classpath, UTC.
+
+Locally it is sized for a small machine. Under spark-submit on a real cluster (mode 'auto' detects it,
+'cluster' forces it) the session the launcher configured is taken as it is: we add only the SQL
+settings we rely on, and never master, memory or jars, which belong to the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from py4j.java_gateway import JavaGateway
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
+from pyspark.sql import SparkSession
+
+from app.config import SparkConfig
+from app.runtime.child_processes import Preexec, chain_preexec, parent_death_preexec
+
+log = logging.getLogger(__name__)
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+# Settings the application's logic relies on, in every mode.
+REQUIRED_SQL_CONF: Mapping[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def running_under_spark_submit(environ: Mapping[str, str] | None = None) -> bool:
+    """spark-submit starts the JVM first and hands the Python driver its gateway port."""
+    env = os.environ if environ is None else environ
+    return "PYSPARK_GATEWAY_PORT" in env
+
+
+def local_conf(cfg: SparkConfig, jars: Sequence[Path], warehouse_dir: str) -> dict[str, str]:
+    """Everything a local session needs, as plain key/values so tests can check it without a JVM."""
+    conf = {
+        "spark.master": cfg.master,
+        "spark.app.name": cfg.app_name,
+        "spark.driver.memory": cfg.driver_memory,
+        "spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
+        "spark.default.parallelism": str(cfg.shuffle_partitions),
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        "spark.sql.warehouse.dir": warehouse_dir,
+        "spark.ui.enabled": "false",
+        # Loopback only: a local run needs no network interface (and must not pick a public one).
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.adaptive.enabled": "true",
+        # JVM time zone as well as the SQL one: Delta's commit timestamps and our clocks agree.
+        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.jars": ",".join(str(j) for j in jars),
+        # Tiny local tables: fewer, smaller Delta log checkpoints and no stats collection storms.
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    }
+    conf.update(REQUIRED_SQL_CONF)
+    conf.update(cfg.conf)  # the user's spark.conf wins over our defaults
+    return conf
+
+
+def build_spark_session(
+    cfg: SparkConfig,
+    jars: Sequence[Path] = (),
+    warehouse_dir: str = "data/warehouse",
+    environ: Mapping[str, str] | None = None,
+) -> SparkSession:
+    on_cluster = cfg.mode == "cluster" or (cfg.mode == "auto" and running_under_spark_submit(environ))
+    if on_cluster:
+        log.info("using the SparkSession configured by spark-submit (cluster mode)")
+        spark = SparkSession.builder.appName(cfg.app_name).getOrCreate()
+        for key, value in {**REQUIRED_SQL_CONF, **cfg.conf}.items():
+            if key.startswith("spark.sql."):
+                spark.conf.set(key, value)
+        _require_delta(spark)
+        return spark
+    # Local Python workers (mapInArrow, UDFs) must run this interpreter, not whatever 'python3' is on
+    # PATH, to see the same packages (pyarrow, app). SparkContext reads only the environment for this.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = local_conf(cfg, jars, warehouse_dir)
+    start_driver_dying_with_us(conf, environ)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()  # takes the context started above, if any
+    spark.sparkContext.setLogLevel("WARN")
+    log.info("local SparkSession %s (%s), %d extra jars", spark.version, cfg.master, len(jars))
+    return spark
+
+
+# pyspark's launcher carries no annotations; this names what it returns.
+_launch_gateway: Callable[..., JavaGateway] = launch_gateway
+
+
+class DriverPopenKwargs(dict[str, Any]):
+    """`popen_kwargs` for pyspark's launch_gateway that keep a preexec_fn of ours.
+
+    launch_gateway (pyspark/java_gateway.py) stores its own preexec_fn, which ignores SIGINT, over
+    any it is given; this mapping chains ours after theirs instead of letting it be replaced.
+    """
+
+    def __init__(self, preexec: Preexec) -> None:
+        super().__init__(preexec_fn=preexec)
+        self.ours = preexec
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key == "preexec_fn" and value is not self.ours:
+            value = chain_preexec(value, self.ours)
+        super().__setitem__(key, value)
+
+
+def start_driver_dying_with_us(conf: Mapping[str, str], environ: Mapping[str, str] | None = None) -> bool:
+    """Start the local driver JVM and its SparkContext with the parent-death signal set.
+
+    pyspark ties the driver JVM to this process only through its stdin: the JVM exits on EOF. That
+    leaves it running while anything else holds the pipe, and during any phase in which it is not
+    reading stdin yet. So the JVM gets SIGTERM from the kernel when this process dies, in every
+    phase. Nothing to do when a JVM is already up (a second session in this process), under
+    spark-submit (its JVM came first), or where parent_death_preexec cannot promise it; the session
+    is then started the usual way. Returns whether it started the driver.
+    """
+    # pyspark keeps its one gateway in this class attribute and offers no public way to ask for it.
+    if SparkContext._gateway is not None or running_under_spark_submit(environ):
+        return False
+    preexec = parent_death_preexec()
+    if preexec is None:
+        return False
+    spark_conf = SparkConf().setAll(list(conf.items()))
+    # The same conf the builder would hand over: spark-submit gets it as --conf (memory, jars, ...).
+    gateway = _launch_gateway(spark_conf, popen_kwargs=DriverPopenKwargs(preexec))
+    SparkContext(conf=spark_conf, gateway=gateway)
+    return True
+
+
+def _require_delta(spark: SparkSession) -> None:
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    if DELTA_EXTENSION not in extensions:
+        log.warning(
+            "spark.sql.extensions lacks %s; pass --packages io.delta:delta-spark_4.1_2.13:4.4.0 and "
+            "--conf spark.sql.extensions=%s to spark-submit",
+            DELTA_EXTENSION,
+            DELTA_EXTENSION,
+        )

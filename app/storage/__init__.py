@@ -1,0 +1,1 @@
+"""The Delta facade and table locations: how every stage reads and writes its tables."""

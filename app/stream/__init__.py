@@ -1,0 +1,1 @@
+"""The reference streaming job: Flink-style committer, ledger writer, Spark job."""

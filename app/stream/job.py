@@ -1,0 +1,575 @@
+"""The reference streaming job: Kafka -> Delta sink, a Delta ledger of every checkpoint, and a
+Flink-style commit of each completed checkpoint's offsets to the consumer group.
+
+Per micro-batch (= checkpoint N):
+  1. snapshot: N's end offsets, read from Spark's own offset log (written before the batch ran);
+  2. the sink append, idempotent through Delta's txnAppId/txnVersion (a retried batch writes nothing);
+  3. one ledger append with everything buffered so far (this snapshot, earlier completions and
+     commit outcomes), idempotent the same way: exactly one extra Delta commit per batch.
+Completion of N is Spark's commit log entry `commits/N`; a query listener (and, as a fallback, the
+next batch and the shutdown) hands completed checkpoints to the committer, which commits them
+asynchronously, at most one in flight, newer requests superseding older unsent ones.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.sql.streaming.query import StreamingQuery
+
+from app import __version__
+from app.config import AppConfig
+from app.contracts.offsets import LedgerEvent, TopicPartitionKey
+from app.contracts.vocabulary import (
+    EVENT_CHECKPOINT_COMPLETED,
+    EVENT_CHECKPOINT_SNAPSHOT,
+    EVENT_COMMIT_FAILED,
+    EVENT_COMMIT_REQUESTED,
+    EVENT_COMMIT_SKIPPED,
+    EVENT_COMMIT_SUCCEEDED,
+    EVENT_OFFSETS_RESTORED,
+    EVENT_RUN_STARTED,
+    EVENT_RUN_STOPPED,
+)
+from app.errors import InfrastructureError
+from app.kafka.clients import librdkafka_conf, spark_kafka_options
+from app.kafka.commit import (
+    committed_offsets,
+    committing_consumer,
+    make_commit_fn,
+    offsets_for_timestamp,
+    topic_partitions,
+    watermarks,
+)
+from app.storage.files import list_names, modification_time_ms, read_text
+from app.stream.committer import CommitFn, OffsetCommitter
+from app.stream.ledger import (
+    append_batch_events,
+    append_new_events,
+    ensure_ledger,
+    ensure_sink,
+    read_job_ledger,
+)
+from app.stream.startup import (
+    ENGINE,
+    CheckpointFormatError,
+    LedgerFacts,
+    StartupPlan,
+    parse_initial_offsets,
+    parse_offset_log,
+    plan_checkpoint_resume,
+    plan_fresh_start,
+    recovery_events,
+    restored_events,
+    to_sink_rows,
+)
+
+log = logging.getLogger(__name__)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class StreamResult:
+    run_id: str
+    startup_mode: str
+    restored_checkpoint_id: int | None
+    batches: int = 0
+    last_batch_id: int | None = None
+    input_rows: int = 0
+    successful_commits: int = 0
+    failed_commits: int = 0
+    recovered_events: int = 0
+    processing_seconds: float = 0.0  # first batch start to last batch end
+    stop_reason: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StopWhen:
+    max_batches: int = 0  # 0: no limit
+    idle_s: float = 0.0  # stop after this long without a new batch; 0: never
+    duration_s: float = 0.0  # 0: no limit
+
+
+class _CompletionListener(StreamingQueryListener):
+    """Tells the job when Spark reports a finished batch; the job then checks the commit log."""
+
+    def __init__(self, on_progress: Callable[[dict[str, Any]], None]) -> None:
+        self._on_progress = on_progress
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        try:
+            self._on_progress(json.loads(event.progress.json))
+        except Exception:  # best effort: a listener error must never kill Spark's listener bus
+            log.exception("progress handling failed")
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        pass
+
+
+class StreamJob:
+    def __init__(
+        self,
+        spark: SparkSession,
+        cfg: AppConfig,
+        bootstrap: str,
+        run_id: str | None = None,
+        clock: Callable[[], datetime] = utc_now,
+        audited: bool = True,
+        commit_fn_wrapper: Callable[[CommitFn], CommitFn] | None = None,
+    ) -> None:
+        # audited=False runs the same pipeline without ledger and committer: the baseline that the
+        # benchmark compares against, never a user-facing mode.
+        self.audited = audited
+        # Lets the demo take the broker down exactly when a commit is sent; None in normal runs.
+        self._commit_fn_wrapper = commit_fn_wrapper
+        self.spark = spark
+        self.cfg = cfg
+        self.scfg = cfg.stream
+        self.bootstrap = bootstrap
+        self.run_id = run_id or f"run-{utc_now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+        self.clock = clock
+        self.sink_path = cfg.paths.table(self.scfg.sink_table)
+        self.ledger_path = cfg.paths.table(self.scfg.ledger_table)
+        self.checkpoint_dir = self.scfg.checkpoint_dir or cfg.paths.under("checkpoints", self.scfg.job_name)
+        self._lock = threading.Lock()
+        self._committer: OffsetCommitter | None = None
+        self._query_id: str | None = None
+        self._batches = 0
+        self._last_batch_id: int | None = None
+        self._last_batch_at = time.monotonic()
+        self._input_rows = 0
+        self._first_batch_started: float | None = None
+        self._last_batch_ended: float | None = None
+        self._stop_requested = threading.Event()
+        self._ledger_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-writer")
+
+    # --- Spark checkpoint ------------------------------------------------------------------------
+    def _offset_log(self) -> dict[int, dict[TopicPartitionKey, int]]:
+        out = {}
+        for batch in self._log_ids("offsets"):
+            text = read_text(self.spark, f"{self.checkpoint_dir}/offsets/{batch}")
+            if text is not None:
+                out[batch] = parse_offset_log(text)
+        return out
+
+    def _log_ids(self, log_name: str) -> list[int]:
+        return sorted(
+            int(n) for n in list_names(self.spark, f"{self.checkpoint_dir}/{log_name}") if n.isdigit()
+        )
+
+    def _app_id(self, table: str) -> str:
+        # Tied to the checkpoint's query id: deleting the checkpoint restarts batch ids at 0, and a
+        # fresh app id keeps Delta from taking those batches for retries of old ones.
+        if self._query_id is None:
+            meta = read_text(self.spark, f"{self.checkpoint_dir}/metadata")
+            self._query_id = json.loads(meta)["id"] if meta else "no-metadata"
+        return f"offset-audit/{self.scfg.job_name}/{self._query_id}/{table}"
+
+    # --- startup ---------------------------------------------------------------------------------
+    def _plan(self, consumer: Any, partitions: list[TopicPartitionKey]) -> StartupPlan:
+        offset_log = self._offset_log()
+        commits = self._log_ids("commits")
+        initial = self._initial_offsets()
+        if any(b in offset_log for b in commits):
+            return plan_checkpoint_resume(offset_log, commits)
+        if offset_log or initial is not None:
+            # Nothing committed yet, but Spark's source already fixed where it starts: that wins.
+            previous = self._previous_run_starts() if set(partitions) - set(initial or {}) else {}
+            return plan_checkpoint_resume(offset_log, commits, initial or {}, previous)
+        timeout = self.cfg.kafka.request_timeout_s
+        marks = watermarks(consumer, partitions, timeout)
+        mode = self.scfg.startup_mode
+        return plan_fresh_start(
+            mode,
+            partitions,
+            marks,
+            committed=committed_offsets(consumer, partitions, timeout) if mode == "group" else None,
+            by_timestamp=(
+                offsets_for_timestamp(consumer, partitions, self.scfg.startup_timestamp_ms, timeout)
+                if mode == "timestamp"
+                else None
+            ),
+            specific=self.scfg.specific() if mode == "specific" else None,
+            reset=self.scfg.reset_strategy,
+        )
+
+    def _initial_offsets(self) -> dict[TopicPartitionKey, int] | None:
+        """Where Spark's Kafka source started in this checkpoint (`sources/0/0`), None if not yet."""
+        text = read_text(self.spark, f"{self.checkpoint_dir}/sources/0/0")
+        if text is None:
+            return None
+        try:
+            return parse_initial_offsets(text)
+        except CheckpointFormatError as exc:
+            # The ledger still knows where the previous run started; see plan_checkpoint_resume.
+            log.warning("ignoring %s/sources/0/0: %s", self.checkpoint_dir, exc)
+            return {}
+
+    def _previous_run_starts(self) -> dict[TopicPartitionKey, int]:
+        """The OFFSETS_RESTORED offsets of the job's last run in the ledger (empty if none)."""
+        ledger = read_job_ledger(self.spark, self.ledger_path, self.scfg.job_name)
+        if ledger is None or not self.audited:
+            return {}
+        last = (
+            ledger.where(F.col("event_type") == EVENT_RUN_STARTED)
+            .orderBy(F.col("event_time").desc(), F.col("run_id").desc())
+            .select("run_id")
+            .first()
+        )
+        if last is None:
+            return {}
+        rows = ledger.where(
+            (F.col("event_type") == EVENT_OFFSETS_RESTORED)
+            & (F.col("run_id") == last.run_id)
+            & F.col("offset").isNotNull()
+        ).collect()
+        return {(r.topic, int(r.partition)): int(r.offset) for r in rows}
+
+    def _ledger_facts(self) -> LedgerFacts:
+        ledger = read_job_ledger(self.spark, self.ledger_path, self.scfg.job_name)
+        if ledger is None:
+            return LedgerFacts(frozenset(), frozenset(), {}, None)
+        rows = (
+            ledger.where(
+                F.col("event_type").isin(
+                    EVENT_CHECKPOINT_SNAPSHOT,
+                    EVENT_CHECKPOINT_COMPLETED,
+                    EVENT_COMMIT_REQUESTED,
+                    EVENT_COMMIT_SUCCEEDED,
+                    EVENT_COMMIT_FAILED,
+                    EVENT_COMMIT_SKIPPED,
+                    EVENT_RUN_STARTED,
+                )
+            )
+            .groupBy(
+                "event_type",
+                "run_id",
+                "checkpoint_id",
+                F.get_json_object("detail", "$.attempt").alias("attempt"),
+            )
+            .agg(F.max("event_time").alias("t"))
+            .collect()
+        )
+        snapshots = frozenset(r.checkpoint_id for r in rows if r.event_type == EVENT_CHECKPOINT_SNAPSHOT)
+        completed = frozenset(r.checkpoint_id for r in rows if r.event_type == EVENT_CHECKPOINT_COMPLETED)
+        requested = {
+            (r.run_id, int(r.attempt)): r.checkpoint_id
+            for r in rows
+            if r.event_type == EVENT_COMMIT_REQUESTED and r.attempt is not None
+        }
+        answered = {
+            (r.run_id, int(r.attempt))
+            for r in rows
+            if r.event_type in (EVENT_COMMIT_SUCCEEDED, EVENT_COMMIT_FAILED, EVENT_COMMIT_SKIPPED)
+            and r.attempt is not None
+        }
+        starts = sorted((r.t, r.run_id) for r in rows if r.event_type == EVENT_RUN_STARTED)
+        return LedgerFacts(
+            snapshot_ids=snapshots,
+            completed_ids=completed,
+            open_commit_attempts={k: v for k, v in requested.items() if k not in answered},
+            last_run_id=starts[-1][1] if starts else None,
+        )
+
+    # --- per batch -------------------------------------------------------------------------------
+    def _complete_finished_batches(self) -> None:
+        """Hand every checkpoint that Spark's commit log marks complete to the committer, in order."""
+        committer = self._committer
+        if committer is None:
+            return
+        with self._lock:
+            pending = committer.pending_checkpoint_ids
+            if not pending:
+                return
+            done = set(self._log_ids("commits"))
+            for checkpoint_id in sorted(pending):
+                if checkpoint_id in done:
+                    committer.notify_checkpoint_complete(checkpoint_id)
+
+    def _process_batch(self, batch_df: DataFrame, batch_id: int) -> None:
+        started = self._last_batch_at = time.monotonic()
+        if self._first_batch_started is None:
+            self._first_batch_started = self._last_batch_at
+        if not self.audited:
+            self._write_sink(batch_df, batch_id)
+            self._batch_done(batch_id)
+            return
+        committer = self._committer
+        assert committer is not None  # set before the query starts
+        self._complete_finished_batches()
+        text = read_text(self.spark, f"{self.checkpoint_dir}/offsets/{batch_id}")
+        if text is None:
+            raise InfrastructureError(f"Spark's offset log has no entry for batch {batch_id}")
+        with self._lock:
+            committer.snapshot(batch_id, parse_offset_log(text))
+        events = committer.drain()
+        # The ledger append runs beside the sink append, so its small Delta commit hides behind the
+        # sink's write instead of adding to the batch time (on local storage it is not even a Spark
+        # job: app.stream.ledger writes it with delta-rs).
+        # Both finish before the batch returns, and both are idempotent per batch id, so a failure of
+        # either fails the batch and its retry completes whichever half is missing.
+        t_prepared = time.monotonic()
+        ledger_write = self._ledger_pool.submit(
+            append_batch_events, self.spark, self.ledger_path, events, self._app_id("ledger"), batch_id
+        )
+        try:
+            self._write_sink(batch_df, batch_id)
+            t_sink = time.monotonic()
+        finally:
+            ledger_write.result()
+        self._batch_done(batch_id)
+        log.info(
+            "checkpoint %d written in %.2fs (prepare %.2fs, sink %.2fs, ledger wait %.2fs; %d ledger "
+            "events); commits ok=%d failed=%d",
+            batch_id,
+            self._last_batch_at - started,
+            t_prepared - started,
+            t_sink - t_prepared,
+            self._last_batch_at - t_sink,
+            len(events),
+            committer.successful_commits,
+            committer.failed_commits,
+        )
+
+    def _write_sink(self, batch_df: DataFrame, batch_id: int) -> None:
+        (
+            to_sink_rows(batch_df, batch_id, self.run_id)
+            .write.format("delta")
+            .mode("append")
+            .option("txnAppId", self._app_id("sink"))
+            .option("txnVersion", batch_id)
+            .save(self.sink_path)
+        )
+
+    def _batch_done(self, batch_id: int) -> None:
+        self._batches += 1
+        self._last_batch_id = batch_id
+        self._last_batch_at = self._last_batch_ended = time.monotonic()
+
+    def _on_progress(self, progress: dict[str, Any]) -> None:
+        self._input_rows += int(progress.get("numInputRows") or 0)
+        self._complete_finished_batches()
+
+    # --- run -------------------------------------------------------------------------------------
+    def run(self, stop: StopWhen) -> StreamResult:
+        ensure_ledger(self.spark, self.ledger_path)
+        ensure_sink(self.spark, self.sink_path)
+        kconf = librdkafka_conf(self.cfg.kafka, self.bootstrap)
+        meta_consumer = committing_consumer(kconf, self.scfg.group_id)
+        commit_consumer = committing_consumer(kconf, self.scfg.group_id)
+        try:
+            partitions = topic_partitions(meta_consumer, self.scfg.topics, self.cfg.kafka.request_timeout_s)
+            plan = self._plan(meta_consumer, partitions)
+            result = StreamResult(self.run_id, plan.mode, plan.restored_checkpoint_id, notes=list(plan.notes))
+            if self.audited:
+                result.recovered_events = self._write_startup_events(plan, partitions)
+                self._committer = self._new_committer(commit_consumer)
+            listener = _CompletionListener(self._on_progress)
+            self.spark.streams.addListener(listener)
+            try:
+                query = self._start_query(plan, partitions)
+                self._last_batch_at = time.monotonic()
+                result.stop_reason = self._await(query, stop)
+            finally:
+                self.spark.streams.removeListener(listener)
+            self._shutdown(result)
+            return result
+        finally:
+            meta_consumer.close()
+            commit_consumer.close()
+
+    def _new_committer(self, consumer: Any) -> OffsetCommitter:
+        commit_fn = make_commit_fn(consumer)
+        if self._commit_fn_wrapper is not None:
+            commit_fn = self._commit_fn_wrapper(commit_fn)
+        return OffsetCommitter(
+            job_name=self.scfg.job_name,
+            run_id=self.run_id,
+            engine=ENGINE,
+            group_id=self.scfg.group_id,
+            commit_fn=commit_fn,
+            max_pending=self.scfg.max_pending_checkpoints,
+            clock=self.clock,
+            commit_enabled=self.scfg.commit_offsets,
+        )
+
+    def _write_startup_events(self, plan: StartupPlan, partitions: list[TopicPartitionKey]) -> int:
+        now = self.clock()
+        recovered: list[LedgerEvent] = []
+        if plan.mode == "checkpoint":
+            facts = self._ledger_facts()
+            offset_log, commits = self._offset_log(), self._log_ids("commits")
+            written_at = {}
+            for log_name, batches, known in (
+                ("offsets", offset_log, facts.snapshot_ids),
+                ("commits", commits, facts.completed_ids),
+            ):
+                for batch in set(batches) - known:
+                    ms = modification_time_ms(self.spark, f"{self.checkpoint_dir}/{log_name}/{batch}")
+                    if ms is not None:
+                        written_at[(log_name, batch)] = datetime.fromtimestamp(ms / 1000, UTC)
+            recovered = recovery_events(
+                facts,
+                offset_log,
+                commits,
+                self.scfg.job_name,
+                self.scfg.group_id,
+                self.run_id,
+                now,
+                written_at,
+            )
+        started = LedgerEvent(
+            job_name=self.scfg.job_name,
+            run_id=self.run_id,
+            engine=ENGINE,
+            checkpoint_id=plan.restored_checkpoint_id,
+            event_type=EVENT_RUN_STARTED,
+            event_time=now,
+            group_id=self.scfg.group_id,
+            detail={
+                "startup_mode": plan.mode,
+                "restored_checkpoint_id": plan.restored_checkpoint_id,
+                "app_version": __version__,
+                "topics": list(self.scfg.topics),
+                "partitions": len(partitions),
+                "notes": list(plan.notes),
+            },
+        )
+        events = [
+            *recovered,
+            started,
+            *restored_events(plan, self.scfg.job_name, self.run_id, self.scfg.group_id, now),
+        ]
+        append_new_events(self.spark, self.ledger_path, events, self.scfg.job_name)
+        if recovered:
+            log.warning("recovered %d ledger events the previous run had not flushed", len(recovered))
+        starts = ", ".join(f"{t}-{p}@{s.offset}({s.source})" for (t, p), s in sorted(plan.starts.items()))
+        log.info("run %s starts (%s): %s", self.run_id, plan.mode, starts)
+        return len(recovered)
+
+    def _start_query(self, plan: StartupPlan, partitions: list[TopicPartitionKey]) -> StreamingQuery:
+        assign: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            assign.setdefault(topic, []).append(partition)
+        reader = (
+            self.spark.readStream.format("kafka")
+            .options(**spark_kafka_options(self.cfg.kafka, self.bootstrap))
+            .option("assign", json.dumps(assign))
+            .option("failOnDataLoss", str(self.scfg.fail_on_data_loss).lower())
+            .option("kafka.isolation.level", self.scfg.isolation_level)
+            # Ride out a short broker outage (each attempt waits for the client's API timeout)
+            # instead of failing the query on the first unanswered offset lookup.
+            .option("fetchOffset.numRetries", "10")
+        )
+        if plan.mode != "checkpoint":
+            reader = reader.option("startingOffsets", plan.starting_offsets_json())
+        if self.scfg.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", self.scfg.max_offsets_per_trigger)
+        return (
+            reader.load()
+            .writeStream.foreachBatch(self._process_batch)
+            .option("checkpointLocation", self.checkpoint_dir)
+            .trigger(processingTime=self.scfg.trigger_interval)
+            .queryName(f"offset-audit-{self.scfg.job_name}")
+            .start()
+        )
+
+    def request_stop(self, signum: int = 0, frame: FrameType | None = None) -> None:
+        log.info("stop requested%s", f" (signal {signum})" if signum else "")
+        self._stop_requested.set()
+
+    def _await(self, query: StreamingQuery, stop: StopWhen) -> str:
+        started = time.monotonic()
+        reason = ""
+        while not reason:
+            if query.exception() is not None:
+                raise InfrastructureError(f"the streaming query failed: {query.exception()}")
+            if not query.isActive:
+                reason = "query terminated"
+                break
+            busy = bool(query.status.get("isTriggerActive"))
+            now = time.monotonic()
+            if self._stop_requested.is_set():
+                reason = "stop requested"
+            elif stop.max_batches and self._batches >= stop.max_batches and not busy:
+                reason = f"{self._batches} batches done"
+            elif stop.idle_s and not busy and now - self._last_batch_at >= stop.idle_s:
+                reason = f"idle for {stop.idle_s:.0f}s"
+            elif stop.duration_s and now - started >= stop.duration_s and not busy:
+                reason = f"ran {stop.duration_s:.0f}s"
+            else:
+                self._stop_requested.wait(0.25)
+        query.stop()
+        return reason
+
+    def _shutdown(self, result: StreamResult) -> None:
+        self._ledger_pool.shutdown(wait=True)
+        result.batches = self._batches
+        result.last_batch_id = self._last_batch_id
+        result.input_rows = self._input_rows
+        if self._first_batch_started is not None and self._last_batch_ended is not None:
+            result.processing_seconds = round(self._last_batch_ended - self._first_batch_started, 3)
+        committer = self._committer
+        if committer is None:
+            return
+        self._complete_finished_batches()
+        if not committer.close(timeout=self.scfg.commit_close_timeout_s):
+            log.warning("the last offset commit did not finish in %.0fs", self.scfg.commit_close_timeout_s)
+            committer.abandon_in_flight()
+        stopped = LedgerEvent(
+            job_name=self.scfg.job_name,
+            run_id=self.run_id,
+            engine=ENGINE,
+            checkpoint_id=self._last_batch_id,
+            event_type=EVENT_RUN_STOPPED,
+            event_time=self.clock(),
+            group_id=self.scfg.group_id,
+            detail={
+                "reason": result.stop_reason,
+                "batches": self._batches,
+                "successful_commits": committer.successful_commits,
+                "failed_commits": committer.failed_commits,
+            },
+        )
+        append_new_events(self.spark, self.ledger_path, [*committer.drain(), stopped], self.scfg.job_name)
+        result.successful_commits = committer.successful_commits
+        result.failed_commits = committer.failed_commits
+        log.info(
+            "run %s stopped (%s): %d batches, %d rows, commits ok=%d failed=%d",
+            self.run_id,
+            result.stop_reason,
+            result.batches,
+            result.input_rows,
+            result.successful_commits,
+            result.failed_commits,
+        )
+
+
+def install_signal_handlers(job: StreamJob) -> None:
+    """SIGTERM/SIGINT stop the job cleanly: the last checkpoint is committed and RUN_STOPPED written."""
+    signal.signal(signal.SIGTERM, job.request_stop)
+    signal.signal(signal.SIGINT, job.request_stop)

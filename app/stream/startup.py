@@ -1,0 +1,313 @@
+"""Pure pieces of the reference streaming job: Spark checkpoint files, startup plans, recovery, sink rows.
+
+One micro-batch is one checkpoint: its id is Spark's batch id, its offsets are the end offsets Spark
+wrote to `<checkpoint>/offsets/<id>` before running it, and it is complete once Spark wrote
+`<checkpoint>/commits/<id>` after the sink accepted its output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from app.contracts.offsets import LedgerEvent, TopicPartitionKey
+from app.contracts.tables import SINK_SCHEMA
+from app.contracts.vocabulary import (
+    ERROR_OUTCOME_UNKNOWN,
+    EVENT_CHECKPOINT_COMPLETED,
+    EVENT_CHECKPOINT_SNAPSHOT,
+    EVENT_COMMIT_FAILED,
+    EVENT_OFFSETS_RESTORED,
+)
+from app.errors import OffsetAuditError
+
+ENGINE = "spark"
+STARTUP_MODES = ("checkpoint", "group", "earliest", "latest", "timestamp", "specific")
+FRESH_MODES = STARTUP_MODES[1:]
+
+
+class CheckpointFormatError(OffsetAuditError):
+    """A Spark checkpoint file does not look like Spark wrote it."""
+
+
+# --- Spark's checkpoint files --------------------------------------------------------------------
+
+
+def parse_offset_log(text: str) -> dict[TopicPartitionKey, int]:
+    """`offsets/<batch>` -> {(topic, partition): end offset}. Line 1 is the version, line 2 metadata,
+    then one line per source; a Kafka source's line is {"topic": {"partition": offset}}."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if len(lines) < 3 or not lines[0].startswith("v"):
+        raise CheckpointFormatError(f"unexpected offset log content: {text[:120]!r}")
+    out: dict[TopicPartitionKey, int] = {}
+    for line in lines[2:]:
+        try:
+            source = json.loads(line)
+        except ValueError as exc:
+            raise CheckpointFormatError(f"offset log source line is not JSON: {line[:120]!r}") from exc
+        if not isinstance(source, dict):
+            continue  # a non-Kafka source (or '-' for none): nothing of ours
+        for topic, partitions in source.items():
+            for partition, offset in partitions.items():
+                out[(str(topic), int(partition))] = int(offset)
+    return out
+
+
+def parse_initial_offsets(text: str) -> dict[TopicPartitionKey, int]:
+    """`sources/<source>/0` -> {(topic, partition): offset}: where a Kafka source started.
+
+    Spark writes it once, when the source first resolves its starting offsets (before batch 0), and
+    re-reads it on every restart until a batch commits: a zero byte (kept for files of Spark 2.1,
+    SPARK-19517), a version line, then one JSON line {"topic": {"partition": offset}}.
+    """
+    lines = [ln for ln in text.removeprefix("\x00").splitlines() if ln.strip()]
+    if len(lines) != 2 or not lines[0].startswith("v"):
+        raise CheckpointFormatError(f"unexpected initial offsets content: {text[:120]!r}")
+    try:
+        source = json.loads(lines[1])
+    except ValueError as exc:
+        raise CheckpointFormatError(f"initial offsets are not JSON: {lines[1][:120]!r}") from exc
+    if not isinstance(source, dict) or not all(isinstance(p, dict) for p in source.values()):
+        raise CheckpointFormatError(
+            f"initial offsets are not {{topic: {{partition: offset}}}}: {lines[1][:120]!r}"
+        )
+    return {(str(t), int(p)): int(o) for t, partitions in source.items() for p, o in partitions.items()}
+
+
+def batch_ids(names: Iterable[str]) -> list[int]:
+    """Batch ids among a checkpoint log directory's file names (skips .crc and temp files)."""
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+# --- startup -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionStart:
+    offset: int | None  # None: the mode resolves it later (Spark reads from the checkpoint)
+    source: str  # checkpoint | group | earliest | latest | timestamp | specific
+
+
+@dataclass(frozen=True)
+class StartupPlan:
+    mode: str
+    starts: Mapping[TopicPartitionKey, PartitionStart]
+    restored_checkpoint_id: int | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def starting_offsets_json(self) -> str:
+        """Spark's `startingOffsets` option: explicit numbers for every partition."""
+        by_topic: dict[str, dict[str, int]] = {}
+        for (topic, partition), start in sorted(self.starts.items()):
+            if start.offset is None:
+                raise OffsetAuditError(f"no start offset resolved for {topic}-{partition}")
+            by_topic.setdefault(topic, {})[str(partition)] = start.offset
+        return json.dumps(by_topic, sort_keys=True)
+
+
+def plan_fresh_start(
+    mode: str,
+    partitions: Iterable[TopicPartitionKey],
+    watermarks: Mapping[TopicPartitionKey, tuple[int, int]],
+    committed: Mapping[TopicPartitionKey, int] | None = None,
+    by_timestamp: Mapping[TopicPartitionKey, int] | None = None,
+    specific: Mapping[TopicPartitionKey, int] | None = None,
+    reset: str = "earliest",
+) -> StartupPlan:
+    """Where each partition starts when there is no checkpoint state, as Flink's startup modes do.
+
+    Partitions the mode has no offset for fall back to `reset` (earliest or latest), and the ledger
+    records that fallback as the source, so a restart's forensics can tell a group resume from a reset.
+    """
+    if mode not in FRESH_MODES:
+        raise OffsetAuditError(f"unknown startup mode '{mode}', expected one of {FRESH_MODES}")
+    if reset not in ("earliest", "latest"):
+        raise OffsetAuditError(f"reset strategy must be earliest or latest, got '{reset}'")
+    starts: dict[TopicPartitionKey, PartitionStart] = {}
+    chosen: Mapping[TopicPartitionKey, int] = {
+        "group": committed or {},
+        "timestamp": by_timestamp or {},
+        "specific": specific or {},
+    }.get(mode, {})
+    notes: list[str] = []
+    for tp in sorted(partitions):
+        low, high = watermarks[tp]
+        if mode == "earliest":
+            starts[tp] = PartitionStart(low, "earliest")
+        elif mode == "latest":
+            starts[tp] = PartitionStart(high, "latest")
+        elif tp in chosen and chosen[tp] >= 0:
+            # Kafka resets an out-of-range position; clamp the same way and say so.
+            offset = min(max(chosen[tp], low), high)
+            if offset != chosen[tp]:
+                notes.append(f"{tp[0]}-{tp[1]}: {mode} offset {chosen[tp]} outside [{low}, {high}], clamped")
+            starts[tp] = PartitionStart(offset, mode)
+        else:
+            starts[tp] = PartitionStart(low if reset == "earliest" else high, reset)
+    return StartupPlan(mode=mode, starts=starts, notes=tuple(notes))
+
+
+def plan_checkpoint_resume(
+    offset_log: Mapping[int, Mapping[TopicPartitionKey, int]],
+    committed_batches: Iterable[int],
+    initial_offsets: Mapping[TopicPartitionKey, int] | None = None,
+    previous_starts: Mapping[TopicPartitionKey, int] | None = None,
+) -> StartupPlan:
+    """Resuming from Spark's checkpoint: where Spark will really read from, per partition.
+
+    With a committed batch, the run starts at the end of the last one: a batch in the offset log
+    without a commit is re-run by Spark from the previous batch's end, which is the same position.
+
+    With none (a run that died before its first batch committed, between `offsets/0` and
+    `commits/0`, or before `offsets/0`), Spark starts again from the offsets its source recorded
+    when it first started (`initial_offsets`, from `sources/0/0`), ignoring any startingOffsets.
+    Partitions those do not cover (the file was unreadable) take where the previous run said it
+    started (`previous_starts`, its OFFSETS_RESTORED rows), else stay unknown (offset None).
+    """
+    done = [b for b in committed_batches if b in offset_log]
+    if done:
+        last = max(done)
+        starts = {tp: PartitionStart(off, "checkpoint") for tp, off in offset_log[last].items()}
+        return StartupPlan(mode="checkpoint", starts=starts, restored_checkpoint_id=last)
+    initial = {tp: o for tp, o in (initial_offsets or {}).items() if o >= 0}  # never a sentinel
+    previous = previous_starts or {}
+    planned = offset_log[min(offset_log)] if offset_log else {}
+    partitions = sorted({*planned, *(initial_offsets or {})} or previous)
+    notes: list[str] = []
+    if offset_log:
+        notes.append(f"checkpoint {min(offset_log)} was planned but never committed: Spark replays it")
+    from_ledger = [tp for tp in partitions if tp not in initial and tp in previous]
+    if from_ledger:
+        notes.append(
+            "start offsets of "
+            + ", ".join(f"{t}-{p}" for t, p in from_ledger)
+            + " taken from the previous run's OFFSETS_RESTORED (no initial offsets in the checkpoint)"
+        )
+    starts = {tp: PartitionStart(initial.get(tp, previous.get(tp)), "checkpoint") for tp in partitions}
+    return StartupPlan(mode="checkpoint", starts=starts, restored_checkpoint_id=None, notes=tuple(notes))
+
+
+def restored_events(
+    plan: StartupPlan, job_name: str, run_id: str, group_id: str, now: datetime
+) -> list[LedgerEvent]:
+    events: list[LedgerEvent] = []
+    for source in sorted({s.source for s in plan.starts.values()}):
+        offsets = {tp: s.offset for tp, s in plan.starts.items() if s.source == source}
+        events += LedgerEvent.for_partitions(
+            job_name=job_name,
+            run_id=run_id,
+            engine=ENGINE,
+            checkpoint_id=plan.restored_checkpoint_id,
+            event_type=EVENT_OFFSETS_RESTORED,
+            event_time=now,
+            group_id=group_id,
+            offsets=offsets,
+            detail={"source": source, "mode": plan.mode},
+        )
+    return events
+
+
+# --- crash recovery ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LedgerFacts:
+    """What the ledger already says about one job's checkpoints (read at startup)."""
+
+    snapshot_ids: frozenset[int]
+    completed_ids: frozenset[int]
+    open_commit_attempts: Mapping[tuple[str, int], int]  # (run_id, attempt) -> checkpoint id
+    last_run_id: str | None
+
+
+def recovery_events(
+    facts: LedgerFacts,
+    offset_log: Mapping[int, Mapping[TopicPartitionKey, int]],
+    committed_batches: Iterable[int],
+    job_name: str,
+    group_id: str,
+    new_run_id: str,
+    now: datetime,
+    written_at: Mapping[tuple[str, int], datetime] | None = None,
+) -> list[LedgerEvent]:
+    """Events the previous run could not flush before it died, rebuilt from Spark's checkpoint.
+
+    They carry the previous run's id (they belong to it) and detail.recovered = true. Their time is
+    when Spark wrote the checkpoint file (`written_at[("offsets"|"commits", batch)]`), so they sort
+    before the new run's start like the events they stand for; `now` only when that is unknown. A
+    commit that was requested but never answered is closed as OUTCOME_UNKNOWN; the reconciliation
+    settles what really happened from __consumer_offsets.
+    """
+    times = written_at or {}
+    owner = facts.last_run_id or new_run_id
+    detail = {"recovered": True, "recovered_by": new_run_id}
+    events: list[LedgerEvent] = []
+    for batch in sorted(offset_log):
+        if batch not in facts.snapshot_ids:
+            events += LedgerEvent.for_partitions(
+                job_name=job_name,
+                run_id=owner,
+                engine=ENGINE,
+                checkpoint_id=batch,
+                event_type=EVENT_CHECKPOINT_SNAPSHOT,
+                event_time=times.get(("offsets", batch), now),
+                group_id=group_id,
+                offsets=dict(offset_log[batch]),
+                detail=detail,
+            )
+    for batch in sorted(set(committed_batches)):
+        if batch in offset_log and batch not in facts.completed_ids:
+            events += LedgerEvent.for_partitions(
+                job_name=job_name,
+                run_id=owner,
+                engine=ENGINE,
+                checkpoint_id=batch,
+                event_type=EVENT_CHECKPOINT_COMPLETED,
+                event_time=times.get(("commits", batch), now),
+                group_id=group_id,
+                offsets=dict(offset_log[batch]),
+                detail=detail,
+            )
+    for (run_id, attempt), checkpoint_id in sorted(facts.open_commit_attempts.items()):
+        unknown = {
+            **detail,
+            "attempt": attempt,
+            "error": ERROR_OUTCOME_UNKNOWN,
+            "retriable": True,
+            "message": "the process stopped before the commit was acknowledged",
+        }
+        events.append(
+            LedgerEvent(
+                job_name=job_name,
+                run_id=run_id,
+                engine=ENGINE,
+                checkpoint_id=checkpoint_id,
+                event_type=EVENT_COMMIT_FAILED,
+                event_time=now,
+                group_id=group_id,
+                detail=unknown,
+            )
+        )
+    return events
+
+
+# --- sink rows -----------------------------------------------------------------------------------
+
+
+def to_sink_rows(kafka_df: DataFrame, checkpoint_id: int, run_id: str) -> DataFrame:
+    """Kafka source rows -> sink rows carrying their coordinates and the checkpoint that wrote them."""
+    return kafka_df.select(
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.lit(checkpoint_id).cast("long").alias("_checkpoint_id"),
+        F.lit(run_id).alias("_run_id"),
+        F.col("key"),
+        F.col("value"),
+    ).select(*[F.col(f.name).cast(f.dataType) for f in SINK_SCHEMA.fields])
