@@ -228,12 +228,14 @@ class LocalKafka:
         (self.data_dir / "log4j2.properties").write_text(log4j2_properties(self.log_file))
         self._format_storage()
         t0 = time.monotonic()
+        # The log file is appended to across restarts: only what this start writes counts.
+        log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
         self._proc = self._spawn([KAFKA_MAIN, str(self.config_file)])
         state = BrokerState(
             pid=self._proc.pid, port=port, controller_port=controller_port, started_at=time.time()
         )
         self.state_file.write_text(json.dumps(asdict(state)))
-        self._wait_ready(state, t0)
+        self._wait_ready(state, t0, log_start)
         log.info("local Kafka ready on %s in %.1fs (pid %d)", state.bootstrap_servers, time.monotonic() - t0,
                  state.pid)  # fmt: skip
         return state
@@ -281,20 +283,21 @@ class LocalKafka:
         finally:
             out.close()
 
-    def _wait_ready(self, state: BrokerState, t0: float) -> None:
+    def _wait_ready(self, state: BrokerState, t0: float, log_start: int) -> None:
         deadline = t0 + self.start_timeout_s
         while time.monotonic() < deadline:
             if not _pid_alive(state.pid):
                 self._fail_start(f"the broker process exited during startup (pid {state.pid})")
-            if _port_open(state.port) and self._started_line_logged():
+            if _port_open(state.port) and self._started_line_logged(log_start):
                 return
             time.sleep(0.2)
         self.stop()
         self._fail_start(f"the broker did not become ready within {self.start_timeout_s:.0f}s")
 
-    def _started_line_logged(self) -> bool:
+    def _started_line_logged(self, since: int) -> bool:
         try:
             with self.log_file.open("rb") as f:
+                f.seek(since)
                 return b"Kafka Server started" in f.read()
         except OSError:
             return False

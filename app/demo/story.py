@@ -9,6 +9,7 @@ runs and the demo compares what it found with what was injected.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -159,6 +160,7 @@ class Demo:
         self.produced = 0  # records per partition so far
         self.outcome = DemoOutcome()
         self._running: tuple[StreamJob, _JobThread] | None = None
+        self._threads: list[_JobThread] = []  # every job started, stopped at the end whatever happens
         self._admin: tuple[str, AdminClient] | None = None  # (bootstrap, client), see admin()
         self.skipped = (0, 0)  # offsets produced while the job was down before its 'latest' restart
         self.duplicated = (0, 0)  # offsets of partition 1 the second writer appended again
@@ -199,19 +201,37 @@ class Demo:
         )
         return {tp.partition: tp.offset for tp in result.topic_partitions}
 
-    def wait_committed(self, target: int, timeout_s: float = 300) -> None:
-        """Until the group has committed `target` on every partition (the job caught up)."""
+    def wait_committed(self, target: int, thread: _JobThread, timeout_s: float = 300) -> None:
+        """Until the group has committed `target` on every partition (the job caught up).
+
+        Fails at once, with the reason, when the job or the broker it needs has stopped: waiting
+        out the deadline would only hide why."""
         deadline = time.monotonic() + timeout_s
+        offsets: dict[int, int] = {}
         while True:
-            try:
-                offsets = self.group_offsets(timeout_s=max(1.0, min(30.0, deadline - time.monotonic())))
-            except KafkaUnavailableError:  # the broker is restarting: ask again until the deadline
-                offsets = {}
+            self._check_alive(thread, f"committing offset {target}")
+            # The broker may be restarting: ask again until the deadline.
+            with contextlib.suppress(KafkaUnavailableError):
+                offsets = self.group_offsets(timeout_s=max(5.0, min(30.0, deadline - time.monotonic())))
             if offsets and all(offsets.get(p) == target for p in range(PARTITIONS)):
                 return
             if time.monotonic() > deadline:
-                raise InfrastructureError(f"the job did not commit offset {target} in time (saw {offsets})")
+                raise InfrastructureError(
+                    f"the job did not commit offset {target} in {timeout_s:.0f}s (last seen {offsets})"
+                )
             time.sleep(0.5)
+
+    def _check_alive(self, thread: _JobThread, doing: str) -> None:
+        if thread.errors or not thread.is_alive():
+            error = thread.errors[0] if thread.errors else None
+            raise InfrastructureError(
+                f"the streaming job {thread.job.run_id} stopped before {doing}: {error or 'no error'}"
+            ) from error
+        if self.broker.status() is None:
+            raise InfrastructureError(
+                f"the local broker is not running while the demo waits for {doing}; its log ends with:\n"
+                + self.broker.tail_log(20)
+            )
 
     def wait_started(self, run_id: str, thread: _JobThread, timeout_s: float = 300) -> None:
         """Until the ledger holds ``run_id``'s RUN_STARTED (its start offsets are fixed by then)."""
@@ -240,6 +260,7 @@ class Demo:
         job = StreamJob(self.spark, cfg, self.bootstrap, run_id=run_id, commit_fn_wrapper=wrapper)
         thread = _JobThread(job)
         thread.start()
+        self._threads.append(thread)
         return job, thread, thread.results
 
     def stop_job(self, job: StreamJob, thread: _JobThread) -> None:
@@ -249,6 +270,14 @@ class Demo:
             raise InfrastructureError("the streaming job did not stop")
         if thread.errors:
             raise InfrastructureError(f"the streaming job failed: {thread.errors[0]}") from thread.errors[0]
+
+    def _stop_leftover_jobs(self) -> None:
+        # After a failed step a job may still run; left alone it would retry the stopped broker
+        # for as long as the process lives.
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.job.request_stop()
+                thread.join(120)
 
     # --- the story -------------------------------------------------------------------------------
     def run(self) -> DemoOutcome:
@@ -274,6 +303,7 @@ class Demo:
                 step()
                 self.say(f"[demo {number}/{len(steps)}] done in {time.monotonic() - started:.0f}s")
         finally:
+            self._stop_leftover_jobs()
             self.broker.stop()
         self.compare()
         return self.outcome
@@ -318,7 +348,7 @@ class Demo:
             proc.wait(30)
         self.say("  killed the job after 2 completed checkpoints; restarting from its checkpoint")
         job, thread, _ = self.start_job(self.cfg, "run-2")
-        self.wait_committed(self.produced)
+        self.wait_committed(self.produced, thread)
         self._running = (job, thread)
         self.outcome.incidents.append("crash and restart")
 
@@ -343,7 +373,7 @@ class Demo:
         job, thread = self._running
         self.stop_job(job, thread)
         job, thread, _ = self.start_job(self.cfg, "run-3", wrapper)
-        self.wait_committed(self.produced)
+        self.wait_committed(self.produced, thread)
         armed.set()
         self.produce(self.scale.outage_per_partition)
         if not failed.wait(300):
@@ -351,7 +381,7 @@ class Demo:
         self.broker.start()
         self.say("  broker back")
         self.produce(self.scale.outage_per_partition)  # a later checkpoint commits past the failed one
-        self.wait_committed(self.produced)
+        self.wait_committed(self.produced, thread)
         self.stop_job(job, thread)
         self.outcome.incidents.append("commit failure during a broker outage")
 
@@ -374,7 +404,7 @@ class Demo:
         time.sleep(self.cfg.reconcile.clock_skew_s + 1)
         job, thread, _ = self.start_job(self.cfg, "run-4")
         self.produce(self.scale.outage_per_partition)
-        self.wait_committed(self.produced)
+        self.wait_committed(self.produced, thread)
         self.stop_job(job, thread)
         self.outcome.incidents.append("manual offset reset")
 
@@ -390,7 +420,7 @@ class Demo:
         # right after), or that data would be skipped too.
         self.wait_started("run-5", thread)
         self.produce(self.scale.outage_per_partition)
-        self.wait_committed(self.produced)
+        self.wait_committed(self.produced, thread)
         self.stop_job(job, thread)
         self.outcome.incidents.append("restart from latest")
 

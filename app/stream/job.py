@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -45,7 +45,7 @@ from app.contracts.vocabulary import (
     EVENT_RUN_STARTED,
     EVENT_RUN_STOPPED,
 )
-from app.errors import InfrastructureError
+from app.errors import CheckpointFormatError, InfrastructureError
 from app.kafka.clients import librdkafka_conf, spark_kafka_options
 from app.kafka.commit import (
     committed_offsets,
@@ -66,7 +66,6 @@ from app.stream.ledger import (
 )
 from app.stream.startup import (
     ENGINE,
-    CheckpointFormatError,
     LedgerFacts,
     StartupPlan,
     parse_initial_offsets,
@@ -79,6 +78,8 @@ from app.stream.startup import (
 )
 
 log = logging.getLogger(__name__)
+# How long the Kafka source's admin calls wait for a broker (kafka.java may override it).
+SOURCE_API_TIMEOUT_MS: Final = 300_000
 
 
 def utc_now() -> datetime:
@@ -475,9 +476,15 @@ class StreamJob:
         assign: dict[str, list[int]] = {}
         for topic, partition in partitions:
             assign.setdefault(topic, []).append(partition)
+        options = {
+            # Spark's Kafka source fails the query when one admin call finds no broker for 60 s
+            # (the Java client's default); a reference job should ride out a broker restart.
+            "kafka.default.api.timeout.ms": str(SOURCE_API_TIMEOUT_MS),
+            **spark_kafka_options(self.cfg.kafka, self.bootstrap),
+        }
         reader = (
             self.spark.readStream.format("kafka")
-            .options(**spark_kafka_options(self.cfg.kafka, self.bootstrap))
+            .options(**options)
             .option("assign", json.dumps(assign))
             .option("failOnDataLoss", str(self.scfg.fail_on_data_loss).lower())
             .option("kafka.isolation.level", self.scfg.isolation_level)
