@@ -9,6 +9,13 @@ so no failure ever exits 1, which means "findings".
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from app.contracts.vocabulary import ENGINES
+
+if TYPE_CHECKING:  # the committer imports this module
+    from app.stream.committer import CommitError
+
 
 class OffsetAuditError(Exception):
     """Base of every error this application raises on purpose."""
@@ -40,6 +47,42 @@ class JvmSetupError(InfrastructureError):
 
 class SchemaMismatchError(OffsetAuditError):
     """A table does not carry the columns its contract requires."""
+
+
+class UnknownEngineError(OffsetAuditError, ValueError):
+    """An engine name outside the ledger contract's vocabulary."""
+
+    def __init__(self, engine: str) -> None:
+        super().__init__(f"unknown engine {engine!r}; expected one of {list(ENGINES)}")
+        self.engine = engine
+
+
+class InvalidOffsetError(OffsetAuditError, ValueError):
+    """A negative offset that is not a sentinel of its engine: corrupt input, never guessed at."""
+
+
+class InvalidLedgerEventError(OffsetAuditError, ValueError):
+    """A ledger event that would violate the ledger contract if it were written."""
+
+
+class CheckpointFormatError(OffsetAuditError):
+    """A Spark checkpoint file does not look like Spark wrote it."""
+
+
+class CommitterStateError(OffsetAuditError, RuntimeError):
+    """The committer was used in a way its state does not allow (closed, or driven twice)."""
+
+
+class CommitFailedError(OffsetAuditError):
+    """Raised by a ``commit_fn`` whose whole request failed; carries the typed error."""
+
+    def __init__(self, error: CommitError) -> None:
+        super().__init__(f"offset commit failed: {error.error} (retriable={error.retriable}) {error.message}")
+        self.error = error
+
+
+class BrowserUnavailableError(InfrastructureError):
+    """Chromium is not installed or did not produce what was asked."""
 
 
 # What a failure outside this family means for the scheduler: these come from the services the

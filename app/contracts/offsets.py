@@ -30,25 +30,9 @@ from app.contracts.vocabulary import (
     SEMANTICS_NEXT,
     SKIP_REASONS,
 )
-from app.errors import OffsetAuditError
+from app.errors import InvalidLedgerEventError, InvalidOffsetError, UnknownEngineError
 
 TopicPartitionKey = tuple[str, int]
-
-
-class UnknownEngineError(OffsetAuditError, ValueError):
-    """An engine name outside the ledger contract's vocabulary."""
-
-    def __init__(self, engine: str) -> None:
-        super().__init__(f"unknown engine {engine!r}; expected one of {list(ENGINES)}")
-        self.engine = engine
-
-
-class InvalidOffsetError(OffsetAuditError, ValueError):
-    """A negative offset that is not a sentinel of its engine: corrupt input, never guessed at."""
-
-
-class InvalidLedgerEventError(OffsetAuditError, ValueError):
-    """A ledger event that would violate the ledger contract if it were written."""
 
 
 # Flink legacy FlinkKafkaConsumer (KafkaTopicPartitionStateSentinel).

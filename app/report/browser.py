@@ -14,15 +14,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.errors import InfrastructureError
+from app.errors import BrowserUnavailableError
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
 WINDOW_SIZE = (1400, 2000)
 VIRTUAL_TIME_BUDGET_MS = 5000
-
-
-class BrowserUnavailableError(InfrastructureError):
-    """Chromium is not installed or did not produce what was asked."""
 
 
 def find_chromium() -> str:

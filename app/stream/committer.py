@@ -46,7 +46,7 @@ from app.contracts.vocabulary import (
     SKIP_SUPERSEDED_IN_FLIGHT,
     SKIP_UNKNOWN_CHECKPOINT,
 )
-from app.errors import ConfigError, OffsetAuditError
+from app.errors import CommitFailedError, CommitterStateError, ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +57,6 @@ SUPERSEDED_WARNING: Final = (
     "Committing offsets to Kafka takes longer than the checkpoint interval. "
     "Skipping commit of previous offsets because newer complete checkpoint offsets are available."
 )
-
-
-class CommitterStateError(OffsetAuditError, RuntimeError):
-    """The committer was used in a way its state does not allow (closed, or driven twice)."""
 
 
 @dataclass(frozen=True)
@@ -116,14 +112,6 @@ class CommitResult:
     @classmethod
     def failed(cls, error: CommitError) -> CommitResult:
         return cls(error=error)
-
-
-class CommitFailedError(OffsetAuditError):
-    """Raised by a ``commit_fn`` whose whole request failed; carries the typed error."""
-
-    def __init__(self, error: CommitError) -> None:
-        super().__init__(f"offset commit failed: {error.error} (retriable={error.retriable}) {error.message}")
-        self.error = error
 
 
 CommitFn = Callable[[Mapping[TopicPartitionKey, int]], CommitResult]

@@ -24,15 +24,11 @@ from app.contracts.vocabulary import (
     EVENT_COMMIT_FAILED,
     EVENT_OFFSETS_RESTORED,
 )
-from app.errors import OffsetAuditError
+from app.errors import CheckpointFormatError, OffsetAuditError
 
 ENGINE = "spark"
 STARTUP_MODES = ("checkpoint", "group", "earliest", "latest", "timestamp", "specific")
 FRESH_MODES = STARTUP_MODES[1:]
-
-
-class CheckpointFormatError(OffsetAuditError):
-    """A Spark checkpoint file does not look like Spark wrote it."""
 
 
 # --- Spark's checkpoint files --------------------------------------------------------------------

@@ -25,7 +25,6 @@ from app.contracts.offsets import (
     TIMESTAMP,
     LedgerEvent,
     TopicPartitionKey,
-    UnknownEngineError,
 )
 from app.contracts.vocabulary import (
     ENGINE_FLINK_KAFKASOURCE,
@@ -40,15 +39,13 @@ from app.contracts.vocabulary import (
     EVENT_COMMIT_SKIPPED,
     EVENT_COMMIT_SUCCEEDED,
 )
-from app.errors import ConfigError
+from app.errors import CommitFailedError, CommitterStateError, ConfigError, UnknownEngineError
 from app.kafka.commit import make_commit_fn
 from app.stream.committer import (
     MAX_NUM_PENDING_CHECKPOINTS,
     SUPERSEDED_WARNING,
     CommitError,
-    CommitFailedError,
     CommitResult,
-    CommitterStateError,
     OffsetCommitter,
     commit_error_from_kafka,
 )

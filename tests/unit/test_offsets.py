@@ -13,10 +13,7 @@ from app.contracts.offsets import (
     LATEST_OFFSET,
     OFFSET_NOT_SET,
     TIMESTAMP,
-    InvalidLedgerEventError,
-    InvalidOffsetError,
     LedgerEvent,
-    UnknownEngineError,
     commit_offset_for,
     is_sentinel,
     normalize_offset,
@@ -32,7 +29,7 @@ from app.contracts.vocabulary import (
     EVENT_COMMIT_REQUESTED,
     EVENT_COMMIT_SKIPPED,
 )
-from app.errors import OffsetAuditError
+from app.errors import InvalidLedgerEventError, InvalidOffsetError, OffsetAuditError, UnknownEngineError
 
 pytestmark = pytest.mark.unit
 

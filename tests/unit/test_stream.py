@@ -11,9 +11,8 @@ from app.contracts.vocabulary import (
     EVENT_CHECKPOINT_SNAPSHOT,
     EVENT_COMMIT_FAILED,
 )
-from app.errors import OffsetAuditError
+from app.errors import CheckpointFormatError, OffsetAuditError
 from app.stream.startup import (
-    CheckpointFormatError,
     LedgerFacts,
     PartitionStart,
     StartupPlan,
