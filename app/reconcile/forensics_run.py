@@ -15,7 +15,7 @@ from app.config import AppConfig
 from app.contracts.vocabulary import RUN_SUCCEEDED, SEVERITIES
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
-from app.reconcile.outputs import last_window_end, merge_findings, merge_restarts, read_incidents, record_run
+from app.reconcile.outputs import last_window_end, merge_restarts, read_incidents, record_run
 from app.reconcile.run import _ledger_audit, match_rules
 from app.reconcile.sink import SinkReader, observed_in_restart_ranges, sink_columns
 from app.storage.tables import read_delta, tables_from_config
@@ -42,7 +42,10 @@ def run_forensics(
     sink_override: str | None = None,
     status: str = RUN_SUCCEEDED,
 ) -> ForensicsResult:
-    """Classify every run start in the window; MERGE restarts and RESTART_* findings."""
+    """Classify every run start in the window and MERGE them into ``restarts``.
+
+    The RESTART_* findings of these restarts belong to ``reconcile`` alone (one owner per finding
+    type), which judges the same restarts with the same functions."""
     r = cfg.reconcile
     tables = tables_from_config(cfg, sink_override)
     job_list = sorted(set(jobs) or set(r.jobs))
@@ -65,11 +68,6 @@ def run_forensics(
             observed.update(observed_in_restart_ranges(spark, SinkReader(df, cols), job_restarts))
     table = fx.restarts_table(restart_rows, observed, run_id)
     merge_restarts(spark, tables.restarts, table)
-    merge_findings(
-        spark,
-        tables.findings,
-        rc.finalize_findings(fx.find_restart_anomalies(restart_rows, observed), run_id, now),
-    )
     result.restarts = sorted(table, key=lambda row: (row["started_at"], row["topic"], row["partition"]))
     for row in result.restarts:
         key = (row["classification"], "")

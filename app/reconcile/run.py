@@ -43,13 +43,14 @@ from app.reconcile.sink import (
     observed_in_restart_ranges,
     sink_columns,
 )
+from app.reconcile.sink_offsets import PartitionRange, PartitionSink
 from app.storage import delta_rows
 from app.storage.tables import Tables, read_delta, tables_from_config
 
 log = logging.getLogger(__name__)
 
 
-def _completed_offsets(ranges: Sequence[rc.PartitionRange]) -> dict[tuple[str, str, int], int]:
+def _completed_offsets(ranges: Sequence[PartitionRange]) -> dict[tuple[str, str, int], int]:
     """(job, topic, partition) -> the highest offset a completed checkpoint vouches for: where a
     restart from group offsets must resume to be exact."""
     return {
@@ -216,20 +217,20 @@ def _sink_and_restart_findings(
     result: ReconcileResult,
     now: datetime,
     confirmer: GapConfirmer | None,
-) -> tuple[list[dict[str, Any]], list[rc.PartitionRange], dict[tuple[str, str, int], rc.PartitionSink]]:
+) -> tuple[list[dict[str, Any]], list[PartitionRange], dict[tuple[str, str, int], PartitionSink]]:
     """GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT and RESTART_* findings, finalized as local rows, with
     the covered ranges and the sink's statistics per partition."""
     # The sink, job by job (each job may have its own sink table).
     ranges = _rows_to_ranges(audit.coverage())
     result.partitions = len(ranges)
     active = audit.active_runs()
-    by_job: dict[str, list[rc.PartitionRange]] = defaultdict(list)
+    by_job: dict[str, list[PartitionRange]] = defaultdict(list)
     for rng in ranges:
         by_job[rng.job_name].append(rng)
     restart_rows = audit.restarts()
     sink_rows: list[dict[str, Any]] = []
-    stats: dict[tuple[str, str, int], rc.PartitionSink] = {}
-    gaps: list[tuple[rc.PartitionRange, int, int]] = []
+    stats: dict[tuple[str, str, int], PartitionSink] = {}
+    gaps: list[tuple[PartitionRange, int, int]] = []
     observed: dict[tuple[str, str, str, int], dict[str, Any]] = {}
     cols = sink_columns(cfg)
     sink_started = time.monotonic()
@@ -271,14 +272,14 @@ def _write_summary(
     spark: SparkSession,
     tables: Tables,
     run_id: str,
-    ranges: Sequence[rc.PartitionRange],
-    stats: Mapping[tuple[str, str, int], rc.PartitionSink],
+    ranges: Sequence[PartitionRange],
+    stats: Mapping[tuple[str, str, int], PartitionSink],
     by_type: Mapping[tuple[str, str, int], Mapping[str, int]],
     latest: Mapping[tuple[str | None, str, int], tuple[int | None, datetime | None]],
 ) -> None:
     rows = []
     for rng in ranges:
-        ps = stats.get((rng.job_name, rng.topic, rng.partition), rc.PartitionSink())
+        ps = stats.get((rng.job_name, rng.topic, rng.partition), PartitionSink())
         committed, commit_time = latest.get((rng.group_id, rng.topic, rng.partition), (None, None))
         lag = (
             None

@@ -44,10 +44,32 @@ from app.errors import (
 )
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
+from app.reconcile.sink_offsets import (
+    BUCKET_SIZE,
+    SINK_COLUMNS,
+    WORD_BITS,
+    BucketStat,
+    PartitionRange,
+    PartitionSink,
+    bucket_bitmap,
+    buckets_to_inspect,
+    duplicate_buckets,
+    duplicate_runs,
+    effective_lo,
+    elementary_segments,
+    expected_fingerprint,
+    is_complete,
+    missing_ranges,
+    proven_complete,
+    range_fingerprint,
+    sink_bucket_stats,
+    sink_fingerprints,
+    sink_words,
+)
 
 log = logging.getLogger(__name__)
 
-SINK_CANONICAL: Final = rc.SINK_COLUMNS
+SINK_CANONICAL: Final = SINK_COLUMNS
 
 
 # Above this many ranges the sink filter is a bounding box plus a join (see SinkReader.where).
@@ -169,9 +191,9 @@ class SinkReader:
         )
 
 
-def _rows_to_ranges(rows: Iterable[Any]) -> list[rc.PartitionRange]:
+def _rows_to_ranges(rows: Iterable[Any]) -> list[PartitionRange]:
     return [
-        rc.PartitionRange(
+        PartitionRange(
             job_name=r["job_name"],
             group_id=r["group_id"],
             topic=r["topic"],
@@ -193,12 +215,12 @@ def _rows_to_ranges(rows: Iterable[Any]) -> list[rc.PartitionRange]:
 @dataclass
 class SinkOutcome:
     rows: list[dict[str, Any]] = field(default_factory=list)  # FINDING_CORE dicts
-    stats: dict[tuple[str, str, int], rc.PartitionSink] = field(default_factory=dict)
-    gaps: list[tuple[rc.PartitionRange, int, int]] = field(default_factory=list)
+    stats: dict[tuple[str, str, int], PartitionSink] = field(default_factory=dict)
+    gaps: list[tuple[PartitionRange, int, int]] = field(default_factory=list)
 
 
 def examine_sink(
-    spark: SparkSession, sink: SinkReader, ranges: Sequence[rc.PartitionRange], active_run: str | None
+    spark: SparkSession, sink: SinkReader, ranges: Sequence[PartitionRange], active_run: str | None
 ) -> SinkOutcome:
     """GAP candidates, DUPLICATE and SINK_BEYOND_CHECKPOINT rows of one job's sink."""
     out = SinkOutcome()
@@ -207,10 +229,10 @@ def examine_sink(
     by_tp = {(r.topic, r.partition): r for r in ranges}
     job = ranges[0].job_name
     covered = [(r.topic, r.partition, r.lo, r.hi) for r in ranges if r.lo is None or r.hi > r.lo]
-    per_tp: dict[tuple[str, int], list[rc.BucketStat]] = defaultdict(list)
+    per_tp: dict[tuple[str, int], list[BucketStat]] = defaultdict(list)
     bitmaps: dict[tuple[str, int], dict[int, bytes]] = defaultdict(dict)
-    sinks: dict[tuple[str, int], rc.PartitionSink] = {}
-    proven: dict[tuple[str, int], rc.PartitionSink] = {}
+    sinks: dict[tuple[str, int], PartitionSink] = {}
+    proven: dict[tuple[str, int], PartitionSink] = {}
     if covered:
         topics = sorted({t for t, _, _, _ in covered})
         started = time.monotonic()
@@ -227,9 +249,9 @@ def examine_sink(
         rest = [c for c in covered if (c[0], c[1]) in with_rows and (c[0], c[1]) not in proven]
         if rest:
             started = time.monotonic()
-            for row in rc.sink_bucket_stats(rc.sink_words(sink.where(rest), topics)).collect():
+            for row in sink_bucket_stats(sink_words(sink.where(rest), topics)).collect():
                 per_tp[(row["topic"], row["partition"])].append(
-                    rc.BucketStat(
+                    BucketStat(
                         row["bucket"], row["rows"], row["distinct"], row["min_offset"], row["max_offset"]
                     )
                 )
@@ -239,20 +261,20 @@ def examine_sink(
         for tp, rng in by_tp.items():
             if tp in proven:
                 continue
-            ps = sinks[tp] = rc.PartitionSink.of(per_tp.get(tp, []))
-            lo = rc.effective_lo(rng, ps)
-            if not rc.is_complete(lo, rng.hi, ps):
+            ps = sinks[tp] = PartitionSink.of(per_tp.get(tp, []))
+            lo = effective_lo(rng, ps)
+            if not is_complete(lo, rng.hi, ps):
                 inspect += [
-                    (tp[0], tp[1], max(lo, b * rc.BUCKET_SIZE), min(rng.hi, (b + 1) * rc.BUCKET_SIZE))
-                    for b in rc.buckets_to_inspect(lo, rng.hi, ps)
+                    (tp[0], tp[1], max(lo, b * BUCKET_SIZE), min(rng.hi, (b + 1) * BUCKET_SIZE))
+                    for b in buckets_to_inspect(lo, rng.hi, ps)
                 ]
         if inspect:
             found: dict[tuple[str, int, int], list[tuple[int, int]]] = defaultdict(list)
-            for row in rc.sink_words(sink.where(inspect), topics).collect():
-                b = row["word"] * rc.WORD_BITS // rc.BUCKET_SIZE
+            for row in sink_words(sink.where(inspect), topics).collect():
+                b = row["word"] * WORD_BITS // BUCKET_SIZE
                 found[(row["topic"], row["partition"], b)].append((row["word"], row["bits"]))
             for (topic, partition, b), bucket_words in found.items():
-                bitmaps[(topic, partition)][b] = rc.bucket_bitmap(b, bucket_words)
+                bitmaps[(topic, partition)][b] = bucket_bitmap(b, bucket_words)
         if rest:
             log.info(
                 "sink of %s: %d partition(s) examined per bucket (%d bucket(s) decoded) in %.1fs",
@@ -264,17 +286,17 @@ def examine_sink(
 
     dup_ranges: list[tuple[str, int, int | None, int | None]] = []
     for tp, rng in by_tp.items():
-        ps = sinks.get(tp, rc.PartitionSink())  # absent: nothing covered, so nothing was read
+        ps = sinks.get(tp, PartitionSink())  # absent: nothing covered, so nothing was read
         out.stats[(job, tp[0], tp[1])] = ps
         if tp in proven:
             continue
-        lo = rc.effective_lo(rng, ps)
-        for start, end in rc.missing_ranges(lo, rng.hi, ps, bitmaps.get(tp, {})):
+        lo = effective_lo(rng, ps)
+        for start, end in missing_ranges(lo, rng.hi, ps, bitmaps.get(tp, {})):
             out.gaps.append((rng, start, end))
-        for b in rc.duplicate_buckets(ps):
-            dup_ranges.append((tp[0], tp[1], b * rc.BUCKET_SIZE, (b + 1) * rc.BUCKET_SIZE))
+        for b in duplicate_buckets(ps):
+            dup_ranges.append((tp[0], tp[1], b * BUCKET_SIZE, (b + 1) * BUCKET_SIZE))
     if dup_ranges:
-        for run in rc.duplicate_runs(sink.where(dup_ranges)).collect():
+        for run in duplicate_runs(sink.where(dup_ranges)).collect():
             out.rows.append(rc.duplicate_finding(by_tp[(run["topic"], run["partition"])], run.asDict()))
 
     tails = [(r.topic, r.partition, r.beyond_from, None) for r in ranges if r.beyond_from is not None]
@@ -301,14 +323,14 @@ def _prove_complete(
     spark: SparkSession,
     sink: SinkReader,
     covered: Sequence[tuple[str, int, int | None, int]],
-    by_tp: Mapping[tuple[str, int], rc.PartitionRange],
+    by_tp: Mapping[tuple[str, int], PartitionRange],
     topics: Sequence[str],
-) -> tuple[dict[tuple[str, int], rc.PartitionSink], set[tuple[str, int]]]:
+) -> tuple[dict[tuple[str, int], PartitionSink], set[tuple[str, int]]]:
     """One scan of the covered ranges: the partitions proven complete by count and fingerprint,
     with their statistics, and the set of every partition that has rows in its range."""
     started = time.monotonic()
     prints = {
-        (r["topic"], r["partition"]): r for r in rc.sink_fingerprints(sink.where(covered), topics).collect()
+        (r["topic"], r["partition"]): r for r in sink_fingerprints(sink.where(covered), topics).collect()
     }
     scanned = time.monotonic()
     candidates: dict[tuple[str, int], tuple[int, int]] = {}
@@ -319,8 +341,8 @@ def _prove_complete(
         # offsets are generated for no more than the rows just read.
         if row["rows"] == rng.hi - lo:
             candidates[tp] = (lo, rng.hi)
-    segments = rc.elementary_segments(candidates.values())
-    expected = {(a, b): rc.expected_fingerprint(a, b) for a, b in segments}
+    segments = elementary_segments(candidates.values())
+    expected = {(a, b): expected_fingerprint(a, b) for a, b in segments}
     log.debug(
         "fingerprints: sink scan %.1fs, expected fingerprints of %d offsets %.1fs",
         scanned - started,
@@ -330,17 +352,17 @@ def _prove_complete(
     proven = {}
     for tp, (lo, hi) in candidates.items():
         row = prints[tp]
-        if rc.proven_complete(
+        if proven_complete(
             lo,
             hi,
             row["rows"],
             row["min_offset"],
             row["max_offset"],
             row["fingerprint"],
-            rc.range_fingerprint(lo, hi, expected),
+            range_fingerprint(lo, hi, expected),
         ):
             # Complete: every offset once, so distinct offsets equal rows.
-            proven[tp] = rc.PartitionSink(row["rows"], row["rows"], row["min_offset"], row["max_offset"])
+            proven[tp] = PartitionSink(row["rows"], row["rows"], row["min_offset"], row["max_offset"])
     return proven, set(prints)
 
 

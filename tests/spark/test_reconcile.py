@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from app.config import AppConfig, PathsConfig, ReconcileConfig
 from app.contracts import vocabulary as vocab
 from app.kafka.gaps import SuspectedGap
+from app.reconcile import commit_rules, ledger_rules, sink_offsets
 from app.reconcile import findings as rc
 from app.reconcile import ledger_audit as la
 from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
@@ -31,6 +32,20 @@ from app.reconcile.sink import (
     SinkReader,
     _rows_to_ranges,
     examine_sink,
+)
+from app.reconcile.sink_offsets import (
+    BUCKET_SIZE,
+    PartitionRange,
+    bitmap_offsets,
+    bucket_bitmap,
+    elementary_segments,
+    expected_fingerprint,
+    proven_complete,
+    range_fingerprint,
+    sink_bucket_stats,
+    sink_fingerprints,
+    sink_words,
+    xxhash64_longs,
 )
 from app.storage import backend
 from app.storage.tables import tables_from_config
@@ -71,9 +86,7 @@ def audit(
     return la.LedgerAudit(ledger.toArrow(), gc_rows.toArrow(), window, RULES)
 
 
-def ranges(
-    spark: SparkSession, ledger: DataFrame, window: rc.AuditWindow = WINDOW
-) -> list[rc.PartitionRange]:
+def ranges(spark: SparkSession, ledger: DataFrame, window: rc.AuditWindow = WINDOW) -> list[PartitionRange]:
     return _rows_to_ranges(audit(ledger, window=window).coverage())
 
 
@@ -141,12 +154,12 @@ def test_bucket_stats_from_presence_words_equal_a_direct_count(spark: SparkSessi
         32767,
         32768,
         65535,
-        *[rng.randrange(0, 3 * rc.BUCKET_SIZE) for _ in range(500)],
+        *[rng.randrange(0, 3 * BUCKET_SIZE) for _ in range(500)],
     ]
     offsets += rng.sample(offsets, 60)
     rows = [(t, p, o) for t in ("t", "u") for p in (0, 1) for o in offsets if p == 0 or o % 3]
     sink = spark.createDataFrame([*rows, ("not-asked-for", 0, 1)], "topic string, partition int, offset long")
-    words = rc.sink_words(sink, ["u", "t"])
+    words = sink_words(sink, ["u", "t"])
     got = {
         (r["topic"], r["partition"], r["bucket"]): (
             r["rows"],
@@ -154,23 +167,23 @@ def test_bucket_stats_from_presence_words_equal_a_direct_count(spark: SparkSessi
             r["min_offset"],
             r["max_offset"],
         )
-        for r in rc.sink_bucket_stats(words).collect()
+        for r in sink_bucket_stats(words).collect()
     }
     want: dict[tuple[str, int, int], list[int]] = {}
     for t, p, o in rows:
-        want.setdefault((t, p, o // rc.BUCKET_SIZE), []).append(o)
+        want.setdefault((t, p, o // BUCKET_SIZE), []).append(o)
     assert got == {k: (len(v), len(set(v)), min(v), max(v)) for k, v in want.items()}
     by_bucket: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
     for r in words.collect():
-        key = (r["topic"], r["partition"], r["word"] * 64 // rc.BUCKET_SIZE)
+        key = (r["topic"], r["partition"], r["word"] * 64 // BUCKET_SIZE)
         by_bucket.setdefault(key, []).append((r["word"], r["bits"]))
     for (t, p, b), bucket_words in by_bucket.items():
-        assert rc.bitmap_offsets(b, rc.bucket_bitmap(b, bucket_words)) == sorted(set(want[(t, p, b)]))
+        assert bitmap_offsets(b, bucket_bitmap(b, bucket_words)) == sorted(set(want[(t, p, b)]))
 
 
 def test_the_driver_side_xxhash64_is_sparks(spark: SparkSession) -> None:
     values = [0, 1, -1, 42, 781_249, 2**62 + 12345, -(2**63), 2**63 - 1, *range(1000, 1100)]
-    got = [int(h) for h in rc.xxhash64_longs(np.array(values, dtype=np.int64)).view(np.int64)]
+    got = [int(h) for h in xxhash64_longs(np.array(values, dtype=np.int64)).view(np.int64)]
     frame = spark.createDataFrame([(v,) for v in values], "v long")
     assert got == [r.h for r in frame.select(F.xxhash64("v").alias("h")).collect()]
 
@@ -179,25 +192,25 @@ def test_expected_fingerprints_equal_the_fingerprint_of_a_sink_holding_each_offs
     spark: SparkSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Overlapping ranges of three partitions, one longer than a hashing batch.
-    monkeypatch.setattr(rc, "FINGERPRINT_BATCH", 1000)
+    monkeypatch.setattr(sink_offsets, "FINGERPRINT_BATCH", 1000)
     wanted = {0: (5, 5 + 2000 + 17), 1: (100, 300), 2: (250, 260)}
     rows = [("t", p, o) for p, (lo, hi) in wanted.items() for o in range(lo, hi)]
     sink = spark.createDataFrame(rows, "topic string, partition int, offset long")
-    got = {r["partition"]: r for r in rc.sink_fingerprints(sink, ["t"]).collect()}
-    segments = rc.elementary_segments(wanted.values())
-    expected = {(a, b): rc.expected_fingerprint(a, b) for a, b in segments}
+    got = {r["partition"]: r for r in sink_fingerprints(sink, ["t"]).collect()}
+    segments = elementary_segments(wanted.values())
+    expected = {(a, b): expected_fingerprint(a, b) for a, b in segments}
     for p, (lo, hi) in wanted.items():
         g = got[p]
         assert (g["rows"], g["min_offset"], g["max_offset"]) == (hi - lo, lo, hi - 1)
-        assert g["fingerprint"] == rc.range_fingerprint(lo, hi, expected)
-        assert rc.proven_complete(
+        assert g["fingerprint"] == range_fingerprint(lo, hi, expected)
+        assert proven_complete(
             lo,
             hi,
             g["rows"],
             g["min_offset"],
             g["max_offset"],
             g["fingerprint"],
-            rc.range_fingerprint(lo, hi, expected),
+            range_fingerprint(lo, hi, expected),
         )
 
 
@@ -265,7 +278,7 @@ def test_many_partitions_are_read_through_a_bounding_box_and_an_exact_join(spark
 
 
 def test_gap_statuses_follow_the_confirmation_verdict() -> None:
-    rng = rc.PartitionRange(JOB, GROUP, TOPIC, 0, lo=0, hi=100, lo_source="restored", hi_checkpoint_id=3)
+    rng = PartitionRange(JOB, GROUP, TOPIC, 0, lo=0, hi=100, lo_source="restored", hi_checkpoint_id=3)
     cases = {
         None: ("open", "critical"),
         "confirmed": ("confirmed", "critical"),
@@ -316,7 +329,7 @@ def test_skipped_commits_are_classified_superseded_failed_or_never_attempted(spa
     ledger_audit = audit(ledger, commits)
     got = [
         (f["checkpoint_id"], f["evidence"]["reason"], f["severity"], f["status"])
-        for f in findings(ledger_audit.skipped_commits(horizon=at(5000)), vocab.SKIPPED_COMMIT)
+        for f in findings(commit_rules.skipped_commits(ledger_audit, horizon=at(5000)), vocab.SKIPPED_COMMIT)
     ]
     assert got == [
         (2, "superseded", "info", "benign"),
@@ -324,8 +337,8 @@ def test_skipped_commits_are_classified_superseded_failed_or_never_attempted(spa
         (5, "never_attempted", "warn", "open"),
     ]
     # Checkpoints completed after the ingest horizon are not judged yet.
-    assert len(ledger_audit.skipped_commits(horizon=at(82))) == 2
-    assert ledger_audit.skipped_commits(horizon=None) == []
+    assert len(commit_rules.skipped_commits(ledger_audit, horizon=at(82))) == 2
+    assert commit_rules.skipped_commits(ledger_audit, horizon=None) == []
     # Without an ingest time the horizon is the newest commit ingested (at 14 s: nothing judged) ...
     assert ledger_audit.horizon() == at(14)
     # ... with one, when the ingest read __consumer_offsets, minus the clock skew.
@@ -358,7 +371,9 @@ def test_a_skip_later_covered_by_a_commit_of_the_job_is_benign_whatever_its_reas
             f["status"],
             f["evidence"]["covered_by_offset"],
         )
-        for f in findings(audit(ledger, commits).skipped_commits(horizon=at(5000)), vocab.SKIPPED_COMMIT)
+        for f in findings(
+            commit_rules.skipped_commits(audit(ledger, commits), horizon=at(5000)), vocab.SKIPPED_COMMIT
+        )
     ]
     assert got == [(2, "failed", "info", "benign", 40), (3, "never_attempted", "info", "benign", 40)]
     # A commit that no request of the job explains (a reset tool) covers nothing.
@@ -366,7 +381,9 @@ def test_a_skip_later_covered_by_a_commit_of_the_job_is_benign_whatever_its_reas
     reset = ledger_df(spark, checkpoint(1, 0, {0: 10}), checkpoint(2, 250, {0: 45}, commit=False))
     assert [
         (f["checkpoint_id"], f["severity"])
-        for f in findings(audit(reset, foreign).skipped_commits(horizon=at(5000)), vocab.SKIPPED_COMMIT)
+        for f in findings(
+            commit_rules.skipped_commits(audit(reset, foreign), horizon=at(5000)), vocab.SKIPPED_COMMIT
+        )
     ] == [(2, "warn")]
 
 
@@ -412,7 +429,7 @@ def test_commit_failures_are_grouped_by_error(spark: SparkSession) -> None:
         ev("COMMIT_FAILED", 5, cp=2, offsets={0: 20}, detail={**fail, "attempt": 2}),
         ev("COMMIT_FAILED", 9, cp=3, offsets={0: 30}, detail={"error": "NOT_COORDINATOR", "attempt": 3}),
     )
-    got = findings(audit(ledger).commit_failures(), vocab.COMMIT_FAILURE)
+    got = findings(commit_rules.commit_failures(audit(ledger)), vocab.COMMIT_FAILURE)
     assert sorted(
         (f["evidence"]["error"], f["record_count"], tuple(f["evidence"]["checkpoint_ids"])) for f in got
     ) == [
@@ -435,7 +452,7 @@ def test_foreign_commits_and_mismatches(spark: SparkSession) -> None:
         gc(500, 0, 0),  # a reset tool, long after any request: foreign
         gc(None, 1, 77, kind="snapshot"),  # an Admin API snapshot nobody requested: foreign
     )
-    mismatch = findings(audit(ledger, commits).commit_mismatches(), vocab.COMMIT_MISMATCH)
+    mismatch = findings(commit_rules.commit_mismatches(audit(ledger, commits)), vocab.COMMIT_MISMATCH)
     assert [
         (
             m["partition"],
@@ -446,7 +463,10 @@ def test_foreign_commits_and_mismatches(spark: SparkSession) -> None:
         for m in mismatch
     ] == [(1, 1, 9, 10)]
     foreign_window = rc.AuditWindow(until=at(10_000), since=None)
-    foreign = findings(audit(ledger, commits, foreign_window).foreign_commits(), vocab.FOREIGN_COMMIT)
+    foreign = findings(
+        commit_rules.foreign_commits(audit(ledger, commits, foreign_window)),
+        vocab.FOREIGN_COMMIT,
+    )
     # The snapshot has no commit time, so the window cannot place it: only the timed commit counts.
     assert [(f["partition"], f["offset_start"], f["job_name"], f["severity"]) for f in foreign] == [
         (0, 0, JOB, "error")
@@ -462,7 +482,7 @@ def test_commit_regression_and_a_tombstone_resets_history(spark: SparkSession) -
         gc(3, 0, None, kind="tombstone"),
         gc(4, 0, 5),  # after a deletion: a fresh start, not a regression
     )
-    got = findings(audit(ledger, commits).commit_regressions(), vocab.COMMIT_REGRESSION)
+    got = findings(commit_rules.commit_regressions(audit(ledger, commits)), vocab.COMMIT_REGRESSION)
     assert [(g["offset_start"], g["offset_end"], g["record_count"], g["job_name"]) for g in got] == [
         (30, 50, 20, JOB)
     ]
@@ -472,7 +492,8 @@ def test_committed_ahead_of_the_latest_completed_checkpoint(spark: SparkSession)
     ledger = ledger_df(spark, checkpoint(1, 0, {0: 10, 1: 10}))
     commits = commits_df(spark, gc(2, 0, 10), gc(2, 1, 10), gc(50, 1, 25))
     got = findings(
-        audit(ledger, commits, rc.AuditWindow(until=at(100))).committed_ahead(), vocab.COMMITTED_AHEAD
+        commit_rules.committed_ahead(audit(ledger, commits, rc.AuditWindow(until=at(100)))),
+        vocab.COMMITTED_AHEAD,
     )
     assert [
         (g["partition"], g["offset_start"], g["offset_end"], g["record_count"], g["severity"]) for g in got
@@ -491,7 +512,7 @@ def test_ledger_inconsistencies(spark: SparkSession) -> None:
         ev("CHECKPOINT_COMPLETED", 6, cp=3),  # completed, never snapshotted
         ev("RUN_STARTED", 9, run="run-2"),  # run-1 never stopped: an UNCLEAN_STOP, not this
     )
-    got = findings(audit(ledger).ledger_inconsistencies(), vocab.LEDGER_INCONSISTENT)
+    got = findings(ledger_rules.ledger_inconsistencies(audit(ledger)), vocab.LEDGER_INCONSISTENT)
     assert sorted((g["evidence"]["kind"], g["run_id"], g["checkpoint_id"]) for g in got) == [
         ("completed_without_snapshot", "run-1", 3),
         ("offsets_backwards_in_run", "run-1", 2),
@@ -511,7 +532,7 @@ def test_a_batch_planned_by_a_killed_run_and_completed_by_its_successor_is_consi
         ev("CHECKPOINT_COMPLETED", 10, run="run-2", cp=2, offsets={0: 20}),
         ev("RUN_STOPPED", 11, run="run-2"),
     )
-    assert audit(ledger).ledger_inconsistencies() == []
+    assert ledger_rules.ledger_inconsistencies(audit(ledger)) == []
 
 
 def test_unclean_stops_are_info_after_an_exact_resume_and_warn_otherwise(spark: SparkSession) -> None:
@@ -532,7 +553,7 @@ def test_unclean_stops_are_info_after_an_exact_resume_and_warn_otherwise(spark: 
         ev("OFFSETS_RESTORED", 40, run="run-4", offsets={0: 30}, detail=restored),
         checkpoint(4, 41, {0: 40}, run="run-4"),  # died, never came back
     )
-    got = findings(audit(ledger).unclean_stops(), vocab.UNCLEAN_STOP)
+    got = findings(ledger_rules.unclean_stops(audit(ledger)), vocab.UNCLEAN_STOP)
     assert [(g["run_id"], g["severity"], g["evidence"]["next_run_id"]) for g in got] == [
         ("run-1", "info", "run-2"),
         ("run-2", "warn", "run-3"),
@@ -547,7 +568,7 @@ def test_unclean_stops_are_info_after_an_exact_resume_and_warn_otherwise(spark: 
         rc.AuditWindow(until=at(43 + 3599)),
         rc.MatchRules(commit_match_window_s=60, clock_skew_s=1, run_silence_s=3600),
     )
-    assert [g["run_id"] for g in live.unclean_stops()] == ["run-1", "run-2"]
+    assert [g["run_id"] for g in ledger_rules.unclean_stops(live)] == ["run-1", "run-2"]
 
 
 def test_checkpoint_offsets_fall_back_to_the_snapshot_for_a_bare_completion(spark: SparkSession) -> None:
@@ -567,7 +588,7 @@ def test_finding_ids_hash_identity_not_run_or_time(spark: SparkSession) -> None:
     ledger = ledger_df(
         spark, ev("COMMIT_FAILED", 1, cp=1, offsets={0: 10}, detail={"error": "X", "attempt": 1})
     )
-    core = audit(ledger).commit_failures()
+    core = commit_rules.commit_failures(audit(ledger))
     a = rc.finalize_findings(core, "rec-1", at(100))
     b = rc.finalize_findings(core, "rec-2", at(200))
     assert len(a) == len(b) == 1

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.reconcile import findings as reconcile
-from app.reconcile.findings import (
+from app.reconcile import sink_offsets
+from app.reconcile.findings import one_per_finding_id, severity_at_least
+from app.reconcile.sink_offsets import (
     BUCKET_SIZE,
     BucketStat,
     PartitionRange,
@@ -19,10 +20,8 @@ from app.reconcile.findings import (
     expected_fingerprint,
     is_complete,
     missing_ranges,
-    one_per_finding_id,
     proven_complete,
     range_fingerprint,
-    severity_at_least,
 )
 
 pytestmark = pytest.mark.unit
@@ -122,7 +121,7 @@ def test_expected_fingerprint_is_the_same_whatever_the_batches(monkeypatch: pyte
     assert whole & mask == (expected_fingerprint(-5, 333) ^ expected_fingerprint(333, 1000)) & mask
     assert expected_fingerprint(7, 7) == 0
     assert -(1 << 63) <= whole < 1 << 63  # a signed long, as Spark's bit_xor returns
-    monkeypatch.setattr(reconcile, "FINGERPRINT_BATCH", 7)
+    monkeypatch.setattr(sink_offsets, "FINGERPRINT_BATCH", 7)
     assert expected_fingerprint(-5, 1000) == whole
 
 

@@ -1,0 +1,410 @@
+"""Which offsets the sink holds, computed at the cost of about one scan: per-partition fingerprints
+(XOR of Spark's xxhash64 of every offset), 64-offset presence words rolled up into 32768-offset
+buckets, and the driver-side arithmetic that turns them into missing ranges and duplicate runs."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import reduce
+from typing import Final
+
+import numpy as np
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from app.contracts.tables import require_columns
+
+# A partition's sink rows are first summarized by count, min, max and a fingerprint (the XOR of
+# xxhash64 of every offset), which proves the common case, a complete partition, at the cost of one
+# scan. Partitions that fail it are examined per bucket of 32768 offsets (count, distinct, min,
+# max per bucket), built from 64-offset presence words; a bucket's words decode to a 4 KiB bitmap.
+BUCKET_SHIFT: Final = 15
+
+
+BUCKET_SIZE: Final = 1 << BUCKET_SHIFT
+
+
+WORD_SHIFT: Final = 6
+
+
+WORD_BITS: Final = 1 << WORD_SHIFT
+
+
+SINK_COLUMNS: Final = ("topic", "partition", "offset", "writer_checkpoint_id", "writer_run_id")
+
+
+def offset_fingerprint(offset: Column) -> Column:
+    """The fingerprint term of one offset; XOR-aggregated over a partition's rows."""
+    return F.xxhash64(offset.cast("long"))
+
+
+def sink_fingerprints(sink: DataFrame, topics: Sequence[str]) -> DataFrame:
+    """rows, min, max and fingerprint (XOR of ``offset_fingerprint``) per (topic, partition).
+
+    Together they prove a partition complete without counting distinct offsets: when the rows in
+    [lo, hi) number hi - lo and their fingerprint equals that of the offsets lo..hi-1 each once,
+    every offset is there exactly once. (An offset held an even number of times, absent ones
+    included, leaves its hash out of the XOR, an odd number of times puts it in; with hi - lo rows
+    the two agree only if every offset is held once, or if the hashes of the offsets held an even
+    number of times XOR to exactly the same 64 bits: chance 2^-64.) Fixed-width aggregates over
+    a handful of groups, so it costs about what a bare count does. One topic at a time, for the
+    reasons ``sink_words`` gives.
+    """
+    require_columns(sink, ["topic", "partition", "offset"], "sink")
+    if not topics:
+        raise ValueError("sink_fingerprints needs the topics to aggregate")
+    offset = F.col("offset")
+    per_topic = [
+        sink.filter(F.col("topic") == F.lit(topic))
+        .groupBy("partition")
+        .agg(
+            F.count("*").alias("rows"),
+            F.min(offset).alias("min_offset"),
+            F.max(offset).alias("max_offset"),
+            F.bit_xor(offset_fingerprint(offset)).alias("fingerprint"),
+        )
+        .select(F.lit(topic).alias("topic"), "partition", "rows", "min_offset", "max_offset", "fingerprint")
+        for topic in dict.fromkeys(topics)
+    ]
+    return reduce(DataFrame.unionByName, per_topic)
+
+
+def elementary_segments(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The pieces [a, b) that the half-open ``ranges`` cut the number line into, inside some range.
+
+    Every range is a union of consecutive pieces, and partitions of a topic usually share their
+    offsets, so the expected fingerprints of all ranges need each offset hashed once, not once per
+    partition.
+    """
+    edges: dict[int, int] = defaultdict(int)
+    for lo, hi in ranges:
+        if hi > lo:
+            edges[lo] += 1
+            edges[hi] -= 1
+    out: list[tuple[int, int]] = []
+    active = 0
+    points = sorted(edges)
+    for a, b in itertools.pairwise(points):
+        active += edges[a]
+        if active > 0:
+            out.append((a, b))
+    return out
+
+
+_XXH_SEED: Final = 42
+
+
+# Offsets hashed per numpy batch: 4M offsets, 32 MiB per array.
+FINGERPRINT_BATCH: Final = 1 << 22
+
+
+# Spark's xxhash64 of a long (XXH64 of its 8 little-endian bytes, seed 42), vectorized so the
+# expected fingerprint of a range is computed on the driver: millions of offsets per second,
+# without a Spark job (one took 1-2 s whatever the size). Arithmetic is modulo 2^64, as in Java.
+_XXH_P1: Final = 0x9E3779B185EBCA87
+_XXH_P2: Final = 0xC2B2AE3D27D4EB4F
+_XXH_P3: Final = 0x165667B19E3779F9
+_XXH_P4: Final = 0x85EBCA77C2B2AE63
+_XXH_P5: Final = 0x27D4EB2F165667C5
+_MASK64: Final = (1 << 64) - 1
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+def xxhash64_longs(values: np.ndarray) -> np.ndarray:
+    """Spark's ``xxhash64(cast(v as long))`` of each value, as uint64 (the same 64 bits)."""
+    k1 = values.astype(np.int64).view(np.uint64) * np.uint64(_XXH_P2)
+    k1 = _rotl(k1, 31) * np.uint64(_XXH_P1)
+    h = np.uint64((_XXH_SEED + _XXH_P5 + 8) & _MASK64) ^ k1
+    h = _rotl(h, 27) * np.uint64(_XXH_P1) + np.uint64(_XXH_P4)
+    h ^= h >> np.uint64(33)
+    h *= np.uint64(_XXH_P2)
+    h ^= h >> np.uint64(29)
+    h *= np.uint64(_XXH_P3)
+    h ^= h >> np.uint64(32)
+    return h
+
+
+def expected_fingerprint(start: int, end: int) -> int:
+    """The fingerprint of a sink holding each offset of [start, end) once: the XOR of
+    ``offset_fingerprint`` over them, as the signed long Spark's ``bit_xor`` gives."""
+    acc = 0
+    for lo in range(start, end, FINGERPRINT_BATCH):
+        batch = np.arange(lo, min(lo + FINGERPRINT_BATCH, end), dtype=np.int64)
+        acc ^= int(np.bitwise_xor.reduce(xxhash64_longs(batch)))
+    return acc - (1 << 64) if acc >= 1 << 63 else acc
+
+
+def range_fingerprint(lo: int, hi: int, segments: Mapping[tuple[int, int], int]) -> int | None:
+    """The fingerprint of lo..hi-1 from the pieces ``elementary_segments`` cut it into; None when
+    a piece is missing (the range was not among those the segments were cut from)."""
+    out, pos = 0, lo
+    for a, b in sorted(k for k in segments if lo <= k[0] and k[1] <= hi):
+        if a != pos:
+            return None
+        out ^= segments[(a, b)]
+        pos = b
+    return out if pos == hi else None
+
+
+def proven_complete(
+    lo: int, hi: int, rows: int, min_offset: int, max_offset: int, fingerprint: int, expected: int | None
+) -> bool:
+    """Every offset of [lo, hi) is in the sink exactly once (see ``sink_fingerprints``)."""
+    return (
+        hi > lo
+        and expected is not None
+        and rows == hi - lo
+        and min_offset == lo
+        and max_offset == hi - 1
+        and fingerprint == expected
+    )
+
+
+def sink_words(sink: DataFrame, topics: Sequence[str]) -> DataFrame:
+    """rows and a 64-bit presence word per (topic, partition, word = offset // 64).
+
+    Only fixed-width aggregates (count, bit_or), so Spark hash-aggregates inside each task and a
+    clustered sink shrinks 64-fold before anything is shuffled. (Spark's own bitmap aggregate keeps
+    a binary buffer, which forces a sort of every row: several times the cost of the scan.) Each
+    topic is aggregated on its own and named afterwards: a string in the grouping key takes the
+    hash map off its fixed-width fast path, which nearly doubles the cost, and a filter on one
+    topic lets Delta skip the other topics' files (the Kafka source writes one file per
+    topic-partition and batch). Rows of topics not in ``topics`` are left out.
+    """
+    require_columns(sink, ["topic", "partition", "offset"], "sink")
+    if not topics:
+        raise ValueError("sink_words needs the topics to aggregate")
+    offset = F.col("offset")
+    word = F.shiftright(offset, WORD_SHIFT).cast("long").alias("word")
+    # shiftleft with a per-row shift: PySpark's F.shiftleft only takes a constant.
+    bit = F.call_function("shiftleft", F.lit(1).cast("long"), offset.bitwiseAND(WORD_BITS - 1).cast("int"))
+    per_topic = [
+        sink.filter(F.col("topic") == F.lit(topic))
+        .groupBy("partition", word)
+        .agg(F.count("*").alias("rows"), F.bit_or(bit).alias("bits"))
+        .select(F.lit(topic).alias("topic"), "partition", "word", "rows", "bits")
+        for topic in dict.fromkeys(topics)
+    ]
+    return reduce(DataFrame.unionByName, per_topic)
+
+
+def _lowest_bit(bits: Column) -> Column:
+    """Index of the lowest set bit: smear it into every higher position, then count the rest.
+    Shifts only: ANSI mode rejects the overflow of the usual x & -x at bit 63."""
+    smeared = bits
+    for shift in (1, 2, 4, 8, 16, 32):
+        smeared = smeared.bitwiseOR(F.shiftleft(smeared, shift))
+    return WORD_BITS - F.bit_count(smeared)
+
+
+def _highest_bit(bits: Column) -> Column:
+    """Index of the highest set bit: smear it into every lower position, then count."""
+    smeared = bits
+    for shift in (1, 2, 4, 8, 16, 32):
+        smeared = smeared.bitwiseOR(F.shiftrightunsigned(smeared, shift))
+    return F.bit_count(smeared) - 1
+
+
+def sink_bucket_stats(words: DataFrame) -> DataFrame:
+    """count, distinct, min and max per (topic, partition, 32768-offset bucket), from ``sink_words``.
+
+    Exact: a word's distinct offsets are its set bits, its extra copies are rows minus those.
+    Completeness of a bucket is then arithmetic; the words of the few incomplete buckets locate
+    the missing offsets (``bucket_bitmap``).
+    """
+    require_columns(words, ["topic", "partition", "word", "rows", "bits"], "sink words")
+    word, bits = F.col("word"), F.col("bits")
+    return words.groupBy(
+        "topic", "partition", F.shiftright(word, BUCKET_SHIFT - WORD_SHIFT).cast("long").alias("bucket")
+    ).agg(
+        F.sum("rows").cast("long").alias("rows"),
+        F.sum(F.bit_count(bits)).cast("long").alias("distinct"),
+        F.min(word * WORD_BITS + _lowest_bit(bits)).alias("min_offset"),
+        F.max(word * WORD_BITS + _highest_bit(bits)).alias("max_offset"),
+    )
+
+
+def bucket_bitmap(bucket: int, words: Iterable[tuple[int, int]]) -> bytes:
+    """The presence bitmap of one bucket (the layout ``bitmap_offsets`` reads) from its (word, bits)."""
+    out = bytearray(BUCKET_SIZE // 8)
+    first = bucket * (BUCKET_SIZE // WORD_BITS)
+    for word, bits in words:
+        index = word - first
+        if not 0 <= index < BUCKET_SIZE // WORD_BITS:
+            raise ValueError(f"word {word} is not in bucket {bucket}")
+        # Little-endian: offset bit i of the word lands in byte i // 8, bit i % 8.
+        struct.pack_into("<q", out, index * 8, bits)
+    return bytes(out)
+
+
+@dataclass(frozen=True)
+class BucketStat:
+    bucket: int
+    rows: int
+    distinct: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """What one partition of one job must hold in the sink: [lo, hi); lo None = unknown."""
+
+    job_name: str
+    group_id: str | None
+    topic: str
+    partition: int
+    lo: int | None
+    hi: int
+    lo_source: str
+    hi_checkpoint_id: int | None = None
+    hi_run_id: str | None = None
+    beyond_from: int | None = None
+    last_checkpoint_id: int | None = None
+    last_checkpoint_offset: int | None = None
+    last_completed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PartitionSink:
+    """Aggregates of one partition's sink rows inside [lo, hi)."""
+
+    rows: int = 0
+    distinct: int = 0
+    min_offset: int | None = None
+    max_offset: int | None = None
+    buckets: Mapping[int, BucketStat] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, buckets: Iterable[BucketStat]) -> PartitionSink:
+        by_id = {b.bucket: b for b in buckets}
+        if not by_id:
+            return cls()
+        values = list(by_id.values())
+        return cls(
+            rows=sum(b.rows for b in values),
+            distinct=sum(b.distinct for b in values),
+            min_offset=min(b.min_offset for b in values),
+            max_offset=max(b.max_offset for b in values),
+            buckets=by_id,
+        )
+
+
+def effective_lo(rng: PartitionRange, sink: PartitionSink) -> int:
+    """lo, or the sink's first offset when the ledger cannot say where the data starts."""
+    if rng.lo is not None:
+        return rng.lo
+    return sink.min_offset if sink.min_offset is not None else rng.hi
+
+
+def is_complete(lo: int, hi: int, sink: PartitionSink) -> bool:
+    """The cheap proof: as many distinct offsets in [lo, hi) as the range is long."""
+    return hi <= lo or sink.distinct == hi - lo
+
+
+def buckets_to_inspect(lo: int, hi: int, sink: PartitionSink) -> list[int]:
+    """Buckets overlapping [lo, hi) that hold some rows but not all offsets they should."""
+    out = []
+    for b in sorted(sink.buckets.values(), key=lambda s: s.bucket):
+        start, end = max(lo, b.bucket * BUCKET_SIZE), min(hi, (b.bucket + 1) * BUCKET_SIZE)
+        if end > start and b.distinct < end - start:
+            out.append(b.bucket)
+    return out
+
+
+def duplicate_buckets(sink: PartitionSink) -> list[int]:
+    return sorted(b.bucket for b in sink.buckets.values() if b.rows > b.distinct)
+
+
+def bitmap_offsets(bucket: int, bitmap: bytes) -> list[int]:
+    """The offsets a bucket bitmap marks present (bit i of byte i // 8, least significant first)."""
+    out = []
+    base = bucket * BUCKET_SIZE
+    for byte_index, byte in enumerate(bitmap):
+        if byte == 0:
+            continue
+        for bit in range(8):
+            if byte >> bit & 1:
+                out.append(base + byte_index * 8 + bit)
+    return out
+
+
+def missing_ranges(
+    lo: int, hi: int, sink: PartitionSink, bitmaps: Mapping[int, bytes]
+) -> list[tuple[int, int]]:
+    """Half-open ranges inside [lo, hi) absent from the sink.
+
+    Buckets with no rows are missing whole; buckets in ``bitmaps`` are decoded; other buckets are
+    complete (the caller fetched a bitmap for every bucket ``buckets_to_inspect`` named).
+    """
+    if hi <= lo:
+        return []
+    ranges: list[tuple[int, int]] = []
+
+    def add(start: int, end: int) -> None:
+        start, end = max(start, lo), min(end, hi)
+        if end <= start:
+            return
+        if ranges and ranges[-1][1] == start:
+            ranges[-1] = (ranges[-1][0], end)
+        else:
+            ranges.append((start, end))
+
+    first, last = lo // BUCKET_SIZE, (hi - 1) // BUCKET_SIZE
+    present = sorted(b for b in sink.buckets if first <= b <= last)
+    cursor = first
+    for b in [*present, last + 1]:
+        if b > cursor:
+            add(cursor * BUCKET_SIZE, b * BUCKET_SIZE)  # buckets without a single row
+        if b > last:
+            break
+        if b in bitmaps:
+            start, end = max(lo, b * BUCKET_SIZE), min(hi, (b + 1) * BUCKET_SIZE)
+            have = [o for o in bitmap_offsets(b, bitmaps[b]) if start <= o < end]
+            pos = start
+            for o in have:
+                if o > pos:
+                    add(pos, o)
+                pos = o + 1
+            if pos < end:
+                add(pos, end)
+        cursor = b + 1
+    return ranges
+
+
+def duplicate_runs(sink: DataFrame) -> DataFrame:
+    """Offsets present more than once, folded into runs of consecutive offsets with the same writers.
+
+    Returns topic, partition, offset_start, offset_end (exclusive), offsets, extra_copies, writers
+    (JSON: the (run, checkpoint) of every copy). Meant for a sink already narrowed to the buckets
+    that hold duplicates.
+    """
+    writers = F.array_sort(
+        F.collect_list(
+            F.struct(F.col("writer_run_id").alias("run"), F.col("writer_checkpoint_id").alias("cp"))
+        )
+    )
+    dups = (
+        sink.groupBy("topic", "partition", "offset")
+        .agg(F.count("*").alias("_copies"), writers.alias("_writers"))
+        .filter(F.col("_copies") > 1)
+        .withColumn("_signature", F.to_json(F.col("_writers")))
+    )
+    by_offset = Window.partitionBy("topic", "partition", "_signature").orderBy("offset")
+    islands = dups.withColumn("_island", F.col("offset") - F.row_number().over(by_offset))
+    return islands.groupBy("topic", "partition", "_signature", "_island").agg(
+        F.min("offset").alias("offset_start"),
+        (F.max("offset") + 1).alias("offset_end"),
+        F.count("*").alias("offsets"),
+        F.sum(F.col("_copies") - 1).alias("extra_copies"),
+        F.max("_copies").alias("max_copies"),
+        F.first("_signature").alias("writers"),
+    )
