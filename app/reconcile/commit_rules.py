@@ -7,7 +7,7 @@ Each rule is one DuckDB query over the views of ``app.reconcile.ledger_sql``, gi
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from app.contracts import vocabulary as vocab
 from app.contracts.vocabulary import (
@@ -18,9 +18,9 @@ from app.contracts.vocabulary import (
     EVENT_COMMIT_SKIPPED,
     EVENT_COMMIT_SUCCEEDED,
 )
+from app.reconcile.findings import Finding
 from app.reconcile.ledger_sql import (
     IDENTITY_SQL,
-    finding_core,
     pick,
     sql_detail,
     sql_in,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from app.reconcile.ledger_audit import LedgerAudit
 
 
-def commit_failures(audit: LedgerAudit) -> list[dict[str, Any]]:
+def commit_failures(audit: LedgerAudit) -> list[Finding]:
     """COMMIT_FAILED events grouped by run, partition, Kafka error and day (the nightly unit)."""
     grouped = audit.rows(
         f"""
@@ -56,7 +56,7 @@ def commit_failures(audit: LedgerAudit) -> list[dict[str, Any]]:
     # reported. Whether those offsets reached Kafka is judged by the skipped-commit check
     # against __consumer_offsets, so here it is only information.
     return [
-        finding_core(
+        Finding.of(
             vocab.COMMIT_FAILURE,
             vocab.INFO if r["error"] == ERROR_OUTCOME_UNKNOWN else vocab.WARN,
             vocab.OPEN,
@@ -78,7 +78,7 @@ def commit_failures(audit: LedgerAudit) -> list[dict[str, Any]]:
     ]
 
 
-def foreign_commits(audit: LedgerAudit) -> list[dict[str, Any]]:
+def foreign_commits(audit: LedgerAudit) -> list[Finding]:
     """Group commits that no ledger request explains (reset tool, another consumer on the group)."""
     audit.ensure_matched()
     foreign = audit.rows(
@@ -89,7 +89,7 @@ def foreign_commits(audit: LedgerAudit) -> list[dict[str, Any]]:
         """
     )
     return [
-        finding_core(
+        Finding.of(
             vocab.FOREIGN_COMMIT,
             vocab.ERROR,
             vocab.OPEN,
@@ -111,7 +111,7 @@ def foreign_commits(audit: LedgerAudit) -> list[dict[str, Any]]:
     ]
 
 
-def commit_mismatches(audit: LedgerAudit) -> list[dict[str, Any]]:
+def commit_mismatches(audit: LedgerAudit) -> list[Finding]:
     """A commit matched to a checkpoint whose normalized offset differs from the committed one.
 
     Either the committer sent the request's offset but that differs from the checkpoint's
@@ -128,7 +128,7 @@ def commit_mismatches(audit: LedgerAudit) -> list[dict[str, Any]]:
         """
     )
     return [
-        finding_core(
+        Finding.of(
             vocab.COMMIT_MISMATCH,
             vocab.ERROR,
             vocab.OPEN,
@@ -148,7 +148,7 @@ def commit_mismatches(audit: LedgerAudit) -> list[dict[str, Any]]:
     ]
 
 
-def commit_regressions(audit: LedgerAudit) -> list[dict[str, Any]]:
+def commit_regressions(audit: LedgerAudit) -> list[Finding]:
     """The committed offset of a group partition moving backwards, in __consumer_offsets order.
 
     A tombstone (offset deleted) resets the history: the next commit starts afresh.
@@ -171,7 +171,7 @@ def commit_regressions(audit: LedgerAudit) -> list[dict[str, Any]]:
         """
     )
     return [
-        finding_core(
+        Finding.of(
             vocab.COMMIT_REGRESSION,
             vocab.ERROR,
             vocab.OPEN,
@@ -191,7 +191,7 @@ def commit_regressions(audit: LedgerAudit) -> list[dict[str, Any]]:
     ]
 
 
-def skipped_commits(audit: LedgerAudit, horizon: datetime | None) -> list[dict[str, Any]]:
+def skipped_commits(audit: LedgerAudit, horizon: datetime | None) -> list[Finding]:
     """Completed checkpoints whose offsets never reached __consumer_offsets, with the reason.
 
     Reached means: a group commit of that very offset at or after the completion (minus clock
@@ -291,12 +291,12 @@ def skipped_commits(audit: LedgerAudit, horizon: datetime | None) -> list[dict[s
         FROM joined
         """
     )
-    out = []
+    out: list[Finding] = []
     for r in rows:
         benign = r["covered_at"] is not None
         superseded_by = to_int(r["superseded_by"])
         out.append(
-            finding_core(
+            Finding.of(
                 vocab.SKIPPED_COMMIT,
                 vocab.INFO if benign or r["reason"] == "commit_disabled" else vocab.WARN,
                 vocab.BENIGN if benign else vocab.OPEN,
@@ -319,7 +319,7 @@ def skipped_commits(audit: LedgerAudit, horizon: datetime | None) -> list[dict[s
     return out
 
 
-def committed_ahead(audit: LedgerAudit) -> list[dict[str, Any]]:
+def committed_ahead(audit: LedgerAudit) -> list[Finding]:
     """The group's latest committed offset beyond every checkpoint completed before ``until``."""
     until = sql_ts(audit.window.until)
     ahead = audit.rows(
@@ -339,7 +339,7 @@ def committed_ahead(audit: LedgerAudit) -> list[dict[str, Any]]:
         """
     )
     return [
-        finding_core(
+        Finding.of(
             vocab.COMMITTED_AHEAD,
             vocab.CRITICAL,
             vocab.OPEN,

@@ -6,9 +6,9 @@ without a JVM. Everything read from the ledger and the group's commits (ledger- 
 commit-derived findings, completed checkpoints, the ranges the sink must hold, restarts) lives in
 app/reconcile/ledger_audit.py: those inputs are small, so they are analysed on the driver.
 
-Every finding function returns the *core* columns (``FINDING_CORE``): the contract's columns minus
-the run id and detection time, plus ``identity``, a string that together with the coordinates makes
-the finding unique. ``finalize_findings`` turns those rows into the ``findings`` contract with
+Every rule returns typed ``Finding``s, built by ``Finding.of``: the contract's columns minus the run
+id and detection time, plus ``identity``, a string that together with the coordinates makes the
+finding unique. ``finalize_findings`` turns them into rows of the ``findings`` contract with
 ``finding_id = sha2(identity columns)`` -- never over run ids of the reconciliation or times of
 detection, so a re-run over the same inputs yields the same ids.
 
@@ -22,8 +22,8 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from pyspark.sql.types import (
@@ -70,6 +70,76 @@ IDENTITY_COLUMNS: Final = (
 )
 
 
+# Where a finding is: what the one builder (``Finding.of``) picks from a source row.
+COORDINATES: Final = ("job_name", "group_id", "topic", "partition", "run_id", "checkpoint_id")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One finding as the rules produce it: the findings contract minus what a run adds when it
+    stores it (the id, its run id and time), plus ``identity``, which with the coordinates makes
+    the finding unique. Evidence stays a mapping until it is stored."""
+
+    finding_type: str
+    severity: str
+    status: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    job_name: str | None = None
+    group_id: str | None = None
+    topic: str | None = None
+    partition: int | None = None
+    run_id: str | None = None
+    checkpoint_id: int | None = None
+    offset_start: int | None = None
+    offset_end: int | None = None
+    record_count: int | None = None
+    identity: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        finding_type: str,
+        severity: str,
+        status: str,
+        where: Mapping[str, Any],
+        evidence: Mapping[str, Any],
+        *,
+        identity: str = "",
+        cols: Sequence[str] = COORDINATES,
+        offset_start: int | None = None,
+        offset_end: int | None = None,
+        record_count: int | None = None,
+    ) -> Finding:
+        """The one builder: coordinates in ``cols`` are taken from ``where``, the others are null;
+        naive times in the evidence are UTC wall times (DuckDB's), stored as instants."""
+        coordinates = {c: where.get(c) if c in cols else None for c in COORDINATES}
+        return cls(
+            finding_type=finding_type,
+            severity=severity,
+            status=status,
+            evidence={k: _aware(v) for k, v in evidence.items()},
+            offset_start=offset_start,
+            offset_end=offset_end,
+            record_count=record_count,
+            identity=identity,
+            **coordinates,
+        )
+
+    def core_row(self) -> dict[str, Any]:
+        """The FINDING_CORE row: contract columns minus id, run and time, evidence as JSON."""
+        row = {name: getattr(self, name) for name in FINDING_CORE}
+        row["evidence"] = json.dumps(self.evidence, sort_keys=True, default=str)
+        return row
+
+    @property
+    def finding_id(self) -> str:
+        return finding_id(self.core_row())
+
+
+def _aware(value: Any) -> Any:
+    return value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
+
+
 @dataclass(frozen=True)
 class AuditWindow:
     """The ledger window a run judges: events in [since, until). ``since`` None means all history.
@@ -106,18 +176,20 @@ def finding_id(row: Mapping[str, Any]) -> str:
 
 
 def finalize_findings(
-    core: Iterable[Mapping[str, Any]], reconcile_run_id: str, detected_at: datetime
+    core: Iterable[Finding], reconcile_run_id: str, detected_at: datetime
 ) -> list[dict[str, Any]]:
-    """FINDING_CORE rows -> findings contract rows, one per finding id (``one_per_finding_id``)."""
-    rows = [
-        {
-            **{f.name: r.get(f.name) for f in FINDINGS_SCHEMA.fields},
-            "finding_id": finding_id(r),
-            "reconcile_run_id": reconcile_run_id,
-            "detected_at": detected_at,
-        }
-        for r in core
-    ]
+    """Findings -> findings contract rows, one per finding id (``one_per_finding_id``)."""
+    rows = []
+    for finding in core:
+        r = finding.core_row()
+        rows.append(
+            {
+                **{f.name: r.get(f.name) for f in FINDINGS_SCHEMA.fields},
+                "finding_id": finding_id(r),
+                "reconcile_run_id": reconcile_run_id,
+                "detected_at": detected_at,
+            }
+        )
     return one_per_finding_id(rows)
 
 
@@ -143,8 +215,8 @@ def gap_finding(
     start: int,
     end: int,
     verdict: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """One GAP in FINDING_CORE form. ``verdict`` is the source-topic confirmation or None (not run)."""
+) -> Finding:
+    """One GAP. ``verdict`` is the source-topic confirmation or None (not run)."""
     evidence: dict[str, Any]
     if verdict is None:
         status, evidence = OPEN, {"confirmation": "not run"}
@@ -161,26 +233,25 @@ def gap_finding(
         }
     )
     evidence["status"] = status
-    return _core_row(
+    return Finding.of(
         GAP,
         severity,
         status,
-        rng,
+        _range_where(rng, rng.hi_checkpoint_id),
+        evidence,
         offset_start=start,
         offset_end=end,
         record_count=end - start,
-        evidence=evidence,
-        checkpoint_id=rng.hi_checkpoint_id,
     )
 
 
 def gap_findings(
     gaps: Sequence[tuple[PartitionRange, int, int, Mapping[str, Any] | None]],
-) -> list[dict[str, Any]]:
-    """GAP rows in FINDING_CORE form: one per gap, except the benign ones (transaction markers,
+) -> list[Finding]:
+    """GAP findings: one per gap, except the benign ones (transaction markers,
     aborted or compacted records), which are one finding per partition and window with their
     count, so a transactional source does not yield one row per marker."""
-    out: list[dict[str, Any]] = []
+    out: list[Finding] = []
     benign: dict[tuple[str, str, int], list[tuple[PartitionRange, int, int, Mapping[str, Any]]]] = (
         defaultdict(list)
     )
@@ -198,7 +269,7 @@ def gap_findings(
 BENIGN_RANGES_SHOWN: Final = 20
 
 
-def benign_gaps_finding(gaps: Sequence[tuple[PartitionRange, int, int, Mapping[str, Any]]]) -> dict[str, Any]:
+def benign_gaps_finding(gaps: Sequence[tuple[PartitionRange, int, int, Mapping[str, Any]]]) -> Finding:
     """One partition's benign gaps as one GAP (info): the span they lie in, the offsets missing in
     all, counts by cause, the first ranges. Its identity is that of a gap over the span, so a
     lone benign gap keeps the id it has when a later run cannot confirm it."""
@@ -208,11 +279,11 @@ def benign_gaps_finding(gaps: Sequence[tuple[PartitionRange, int, int, Mapping[s
     for _, start, end, verdict in ordered:
         by_cause[str(verdict.get("cause") or "no_committed_data_records")] += end - start
     missing = sum(end - start for _, start, end, _ in ordered)
-    return _core_row(
+    return Finding.of(
         GAP,
         INFO,
         BENIGN,
-        rng,
+        _range_where(rng, rng.hi_checkpoint_id),
         offset_start=ordered[0][1],
         offset_end=max(end for _, _, end, _ in ordered),
         record_count=missing,
@@ -229,17 +300,16 @@ def benign_gaps_finding(gaps: Sequence[tuple[PartitionRange, int, int, Mapping[s
             "covered_by_run": rng.hi_run_id,
             "checkpoint_offset": rng.hi,
         },
-        checkpoint_id=rng.hi_checkpoint_id,
     )
 
 
-def duplicate_finding(rng: PartitionRange, run: Mapping[str, Any]) -> dict[str, Any]:
+def duplicate_finding(rng: PartitionRange, run: Mapping[str, Any]) -> Finding:
     writers = json.loads(str(run["writers"]))
-    return _core_row(
+    return Finding.of(
         DUPLICATE,
         ERROR,
         OPEN,
-        rng,
+        _range_where(rng),
         offset_start=int(run["offset_start"]),
         offset_end=int(run["offset_end"]),
         record_count=int(run["extra_copies"]),
@@ -252,13 +322,13 @@ def duplicate_finding(rng: PartitionRange, run: Mapping[str, Any]) -> dict[str, 
     )
 
 
-def beyond_finding(rng: PartitionRange, stats: Mapping[str, Any]) -> dict[str, Any]:
+def beyond_finding(rng: PartitionRange, stats: Mapping[str, Any]) -> Finding:
     start = int(rng.beyond_from if rng.beyond_from is not None else rng.hi)
-    return _core_row(
+    return Finding.of(
         SINK_BEYOND_CHECKPOINT,
         WARN,
         OPEN,
-        rng,
+        _range_where(rng),
         offset_start=start,
         offset_end=int(stats["max_offset"]) + 1,
         record_count=int(stats["rows"]),
@@ -272,35 +342,15 @@ def beyond_finding(rng: PartitionRange, stats: Mapping[str, Any]) -> dict[str, A
     )
 
 
-def _core_row(
-    finding_type: str,
-    severity: str,
-    status: str,
-    rng: PartitionRange,
-    *,
-    offset_start: int,
-    offset_end: int | None,
-    record_count: int,
-    evidence: Mapping[str, Any],
-    checkpoint_id: int | None = None,
-    run_id: str | None = None,
-    identity: str = "",
-) -> dict[str, Any]:
+def _range_where(rng: PartitionRange, checkpoint_id: int | None = None) -> dict[str, Any]:
+    """The coordinates of a sink-derived finding: the range's job and partition, and optionally
+    the checkpoint that covers it."""
     return {
-        "finding_type": finding_type,
-        "severity": severity,
-        "status": status,
         "job_name": rng.job_name,
         "group_id": rng.group_id,
         "topic": rng.topic,
         "partition": rng.partition,
         "checkpoint_id": checkpoint_id,
-        "run_id": run_id,
-        "offset_start": offset_start,
-        "offset_end": offset_end,
-        "record_count": record_count,
-        "evidence": json.dumps(evidence, sort_keys=True, default=str),
-        "identity": identity,
     }
 
 

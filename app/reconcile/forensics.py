@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from app.contracts.tables import RESTARTS_SCHEMA
 from app.contracts.vocabulary import CRITICAL, OPEN, RESTART_CLASSES, RESTART_REPLAY, RESTART_SKIP, WARN
+from app.reconcile.findings import Finding
 
 EXACT: Final = RESTART_CLASSES[0]
 REPLAY: Final = RESTART_CLASSES[1]
@@ -89,8 +90,8 @@ def restarts_table(
     return out
 
 
-def find_restart_anomalies(restarts: Iterable[Mapping[str, Any]], observed: Observed) -> list[dict[str, Any]]:
-    """RESTART_REPLAY (warn) and RESTART_SKIP (critical) findings in FINDING_CORE form.
+def find_restart_anomalies(restarts: Iterable[Mapping[str, Any]], observed: Observed) -> list[Finding]:
+    """RESTART_REPLAY (warn) and RESTART_SKIP (critical) findings.
 
     ``observed`` adds, per restart and partition, what the sink shows in the affected range:
     duplicates_observed and present_offsets.
@@ -109,22 +110,17 @@ def find_restart_anomalies(restarts: Iterable[Mapping[str, Any]], observed: Obse
             "offsets_present_in_sink": seen.get("present_offsets"),
         }
         out.append(
-            {
-                "finding_type": RESTART_REPLAY if replay else RESTART_SKIP,
-                "severity": WARN if replay else CRITICAL,
-                "status": OPEN,
-                "job_name": r["job_name"],
-                "group_id": r["group_id"],
-                "topic": r["topic"],
-                "partition": r["partition"],
-                "checkpoint_id": None,
-                "run_id": r["run_id"],
-                "offset_start": start,
-                "offset_end": end,
-                "record_count": end - start,
-                "evidence": json.dumps(evidence, sort_keys=True, default=str),
-                "identity": "",
-            }
+            Finding.of(
+                RESTART_REPLAY if replay else RESTART_SKIP,
+                WARN if replay else CRITICAL,
+                OPEN,
+                r,
+                evidence,
+                cols=("job_name", "group_id", "topic", "partition", "run_id"),
+                offset_start=start,
+                offset_end=end,
+                record_count=end - start,
+            )
         )
     return out
 

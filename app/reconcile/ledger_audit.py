@@ -11,7 +11,7 @@ null ordering (nulls first ascending, last descending), null-rejecting equi-join
 identities, so finding ids are unchanged.
 
 Findings (shared/DESIGN.md section 5): LEDGER_INCONSISTENT, COMMIT_FAILURE, FOREIGN_COMMIT,
-COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT, COMMITTED_AHEAD, as rows in FINDING_CORE form
+COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT, COMMITTED_AHEAD, as rows as typed ``Finding``s
 (plain dicts; ``app.reconcile.findings.finalize_findings`` adds the id, the run and the time of detection).
 Views for the sink phase and forensics: completed checkpoints, the ranges the sink must hold
 (``coverage``), the runs still active, the restart classification and the latest commits.
@@ -34,6 +34,7 @@ from app.contracts.vocabulary import (
 from app.reconcile import commit_rules, ledger_rules
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
+from app.reconcile.findings import Finding
 from app.reconcile.ledger_sql import VIEWS, aware, aware_rows, naive_utc, sql_detail, sql_in, sql_secs, sql_ts
 
 # Skip reasons of the committer, folded into the three classes DESIGN section 5 names.
@@ -102,8 +103,8 @@ class LedgerAudit:
         ingested = self.ingested_at - timedelta(seconds=self.rules.clock_skew_s)
         return ingested if newest is None else max(newest, ingested)
 
-    def all_findings(self) -> list[dict[str, Any]]:
-        """Every ledger- and commit-derived finding of the window, in FINDING_CORE form."""
+    def all_findings(self) -> list[Finding]:
+        """Every ledger- and commit-derived finding of the window, as typed ``Finding``s."""
         return [
             *ledger_rules.ledger_inconsistencies(self),
             *ledger_rules.unclean_stops(self),

@@ -3,7 +3,7 @@ contradicts itself) and UNCLEAN_STOP (a run that ended without RUN_STOPPED)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from app.contracts import vocabulary as vocab
 from app.contracts.vocabulary import (
@@ -11,9 +11,9 @@ from app.contracts.vocabulary import (
     EVENT_CHECKPOINT_SNAPSHOT,
 )
 from app.reconcile import forensics as fx
+from app.reconcile.findings import Finding
 from app.reconcile.ledger_sql import (
     aware,
-    finding_core,
     sql_secs,
 )
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from app.reconcile.ledger_audit import LedgerAudit
 
 
-def ledger_inconsistencies(audit: LedgerAudit) -> list[dict[str, Any]]:
+def ledger_inconsistencies(audit: LedgerAudit) -> list[Finding]:
     """Completed without a snapshot of the same checkpoint in any run of the job; snapshot
     offsets moving backwards in a run.
 
@@ -59,7 +59,7 @@ def ledger_inconsistencies(audit: LedgerAudit) -> list[dict[str, Any]]:
     )
     kind = "completed_without_snapshot"
     out = [
-        finding_core(
+        Finding.of(
             vocab.LEDGER_INCONSISTENT,
             vocab.WARN,
             vocab.OPEN,
@@ -72,7 +72,7 @@ def ledger_inconsistencies(audit: LedgerAudit) -> list[dict[str, Any]]:
     ]
     kind = "offsets_backwards_in_run"
     out += [
-        finding_core(
+        Finding.of(
             vocab.LEDGER_INCONSISTENT,
             vocab.WARN,
             vocab.OPEN,
@@ -94,7 +94,7 @@ def ledger_inconsistencies(audit: LedgerAudit) -> list[dict[str, Any]]:
     return out
 
 
-def unclean_stops(audit: LedgerAudit) -> list[dict[str, Any]]:
+def unclean_stops(audit: LedgerAudit) -> list[Finding]:
     """Runs that never wrote RUN_STOPPED: killed or crashed.
 
     Judged when the job's next run started inside the window, or, for a job's last run, when
@@ -117,12 +117,12 @@ def unclean_stops(audit: LedgerAudit) -> list[dict[str, Any]]:
     for restart in audit.restarts() if rows else []:
         key = (restart["job_name"], restart["run_id"])
         classes.setdefault(key, set()).add(restart["classification"])
-    out = []
+    out: list[Finding] = []
     for r in rows:
         resumed = classes.get((r["job_name"], r["next_run_id"]), set()) if r["next_run_id"] else set()
         exact = resumed == {fx.EXACT}
         out.append(
-            finding_core(
+            Finding.of(
                 vocab.UNCLEAN_STOP,
                 vocab.INFO if exact else vocab.WARN,
                 vocab.OPEN,

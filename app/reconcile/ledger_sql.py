@@ -4,7 +4,6 @@ commits, requests). DuckDB over the window's Arrow tables; Spark's null order.""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -162,9 +161,6 @@ IDENTITY_SQL: Final = (
 )
 
 
-COORDINATES: Final = ("job_name", "group_id", "topic", "partition", "run_id", "checkpoint_id")
-
-
 def aware(value: Any) -> Any:
     """UTC wall times from DuckDB back to instants."""
     return value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
@@ -183,30 +179,3 @@ def to_int(value: Any) -> int | None:
 
 def pick(row: Mapping[str, Any], *names: str) -> dict[str, Any]:
     return {n: row[n] for n in names}
-
-
-def finding_core(
-    finding_type: str,
-    severity: str,
-    status: str,
-    row: Mapping[str, Any],
-    evidence: Mapping[str, Any],
-    *,
-    identity: str = "",
-    cols: Sequence[str] = COORDINATES,
-    offset_start: int | None = None,
-    offset_end: int | None = None,
-    record_count: int | None = None,
-) -> dict[str, Any]:
-    """One finding in FINDING_CORE form; coordinates not in ``cols`` are null."""
-    return {
-        "finding_type": finding_type,
-        "severity": severity,
-        "status": status,
-        **{c: row.get(c) if c in cols else None for c in COORDINATES},
-        "offset_start": offset_start,
-        "offset_end": offset_end,
-        "record_count": record_count,
-        "evidence": json.dumps({k: aware(v) for k, v in evidence.items()}, sort_keys=True, default=str),
-        "identity": identity,
-    }

@@ -26,6 +26,7 @@ from app.kafka.gaps import GapConfirmer, SuspectedGap
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile import ledger_audit as la
+from app.reconcile.findings import Finding
 from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
 from app.reconcile.outputs import (
     drop_orphan_summaries,
@@ -228,7 +229,7 @@ def _sink_and_restart_findings(
     for rng in ranges:
         by_job[rng.job_name].append(rng)
     restart_rows = audit.restarts()
-    sink_rows: list[dict[str, Any]] = []
+    sink_rows: list[Finding] = []
     stats: dict[tuple[str, str, int], PartitionSink] = {}
     gaps: list[tuple[PartitionRange, int, int]] = []
     observed: dict[tuple[str, str, str, int], dict[str, Any]] = {}

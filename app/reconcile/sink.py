@@ -44,6 +44,7 @@ from app.errors import (
 )
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
+from app.reconcile.findings import Finding
 from app.reconcile.sink_offsets import (
     BUCKET_SIZE,
     SINK_COLUMNS,
@@ -214,7 +215,7 @@ def _rows_to_ranges(rows: Iterable[Any]) -> list[PartitionRange]:
 
 @dataclass
 class SinkOutcome:
-    rows: list[dict[str, Any]] = field(default_factory=list)  # FINDING_CORE dicts
+    rows: list[Finding] = field(default_factory=list)
     stats: dict[tuple[str, str, int], PartitionSink] = field(default_factory=dict)
     gaps: list[tuple[PartitionRange, int, int]] = field(default_factory=list)
 

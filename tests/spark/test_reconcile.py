@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +70,13 @@ WINDOW = rc.AuditWindow(until=at(10_000))
 RULES = rc.MatchRules(commit_match_window_s=60, clock_skew_s=1)
 
 
-def findings(found: DataFrame | Sequence[Mapping[str, Any]], finding_type: str) -> list[dict[str, Any]]:
-    all_rows = [r.asDict() for r in found.collect()] if isinstance(found, DataFrame) else found
-    rows = [
-        {**r, "evidence": json.loads(r["evidence"])} for r in all_rows if r["finding_type"] == finding_type
-    ]
+def findings(found: DataFrame | Sequence[rc.Finding], finding_type: str) -> list[dict[str, Any]]:
+    """Findings of one type as plain dicts with their evidence parsed, from a table or a rule."""
+    if isinstance(found, DataFrame):
+        all_rows = [{**r.asDict(), "evidence": json.loads(r["evidence"])} for r in found.collect()]
+    else:
+        all_rows = [dataclasses.asdict(f) for f in found]
+    rows = [r for r in all_rows if r["finding_type"] == finding_type]
     return sorted(rows, key=lambda r: (r["partition"] or 0, r["checkpoint_id"] or 0, r["offset_start"] or 0))
 
 
@@ -130,11 +132,11 @@ def test_sink_aggregates_prove_complete_partitions_and_locate_gaps_and_duplicate
         (3, 0, 5),
         (4, 32767, 32769),
     ]
-    dups = [r for r in out.rows if r["finding_type"] == vocab.DUPLICATE]
+    dups = findings(out.rows, vocab.DUPLICATE)
     assert [(d["partition"], d["offset_start"], d["offset_end"], d["record_count"]) for d in dups] == [
         (2, 10, 13, 3)
     ]
-    assert json.loads(dups[0]["evidence"])["writers"] == [
+    assert dups[0]["evidence"]["writers"] == [
         {"cp": 1, "run": "run-1"},
         {"cp": 7, "run": "run-2"},
     ]
@@ -232,7 +234,7 @@ def test_a_partition_with_as_many_rows_as_offsets_but_a_gap_and_a_duplicate_is_n
     out = examine(spark, ledger, sink)
 
     assert [(r.partition, s, e) for r, s, e in out.gaps] == [(1, 30, 31)]
-    dups = [r for r in out.rows if r["finding_type"] == vocab.DUPLICATE]
+    dups = findings(out.rows, vocab.DUPLICATE)
     assert [(d["partition"], d["offset_start"], d["offset_end"]) for d in dups] == [(1, 70, 71)]
     assert (out.stats[(JOB, TOPIC, 1)].rows, out.stats[(JOB, TOPIC, 1)].distinct) == (100, 99)
     assert (out.stats[(JOB, TOPIC, 0)].rows, out.stats[(JOB, TOPIC, 0)].distinct) == (100, 100)
@@ -249,17 +251,15 @@ def test_sink_beyond_last_completed_checkpoint_is_reported_unless_the_live_run_w
         ev("RUN_STOPPED", 30, run="run-1"),
     )
     sink = sink_df(spark, sink_rows(0, range(10)), sink_rows(0, range(10, 14), cp=2))
-    beyond = [
-        r for r in examine(spark, ledger, sink).rows if r["finding_type"] == vocab.SINK_BEYOND_CHECKPOINT
-    ]
+    beyond = findings(examine(spark, ledger, sink).rows, vocab.SINK_BEYOND_CHECKPOINT)
     assert [(b["offset_start"], b["offset_end"], b["record_count"], b["severity"]) for b in beyond] == [
         (10, 14, 4, "warn")
     ]
-    assert json.loads(beyond[0]["evidence"])["writer_checkpoints"] == [2]
+    assert beyond[0]["evidence"]["writer_checkpoints"] == [2]
 
     # The same rows while run-1 is still running are its in-flight batch, not an anomaly.
     live = examine(spark, ledger.filter(F.col("event_type") != "RUN_STOPPED"), sink, active="run-1")
-    assert [r for r in live.rows if r["finding_type"] == vocab.SINK_BEYOND_CHECKPOINT] == []
+    assert findings(live.rows, vocab.SINK_BEYOND_CHECKPOINT) == []
 
 
 def test_many_partitions_are_read_through_a_bounding_box_and_an_exact_join(spark: SparkSession) -> None:
@@ -287,14 +287,14 @@ def test_gap_statuses_follow_the_confirmation_verdict() -> None:
     }
     for verdict, expected in cases.items():
         row = rc.gap_finding(rng, 10, 20, None if verdict is None else {"status": verdict})
-        assert (row["status"], row["severity"]) == expected
-        assert (row["offset_start"], row["offset_end"], row["record_count"], row["checkpoint_id"]) == (
+        assert (row.status, row.severity) == expected
+        assert (row.offset_start, row.offset_end, row.record_count, row.checkpoint_id) == (
             10,
             20,
             10,
             3,
         )
-    assert json.loads(rc.gap_finding(rng, 10, 20, None)["evidence"])["confirmation"] == "not run"
+    assert rc.gap_finding(rng, 10, 20, None).evidence["confirmation"] == "not run"
 
 
 # --- commits -------------------------------------------------------------------------------------
@@ -568,7 +568,7 @@ def test_unclean_stops_are_info_after_an_exact_resume_and_warn_otherwise(spark: 
         rc.AuditWindow(until=at(43 + 3599)),
         rc.MatchRules(commit_match_window_s=60, clock_skew_s=1, run_silence_s=3600),
     )
-    assert [g["run_id"] for g in ledger_rules.unclean_stops(live)] == ["run-1", "run-2"]
+    assert [g.run_id for g in ledger_rules.unclean_stops(live)] == ["run-1", "run-2"]
 
 
 def test_checkpoint_offsets_fall_back_to_the_snapshot_for_a_bare_completion(spark: SparkSession) -> None:
@@ -597,7 +597,7 @@ def test_finding_ids_hash_identity_not_run_or_time(spark: SparkSession) -> None:
     # The id earlier versions computed in Spark, sha2 over the identity columns cast to strings
     # (nulls spelled out): findings already stored keep their ids, so re-runs update, not add.
     parts = [F.coalesce(F.col(c).cast("string"), F.lit("\u2400")) for c in rc.IDENTITY_COLUMNS]
-    spark_id = spark.createDataFrame(core, rc.FINDING_CORE_SCHEMA).select(
+    spark_id = spark.createDataFrame([f.core_row() for f in core], rc.FINDING_CORE_SCHEMA).select(
         F.sha2(F.concat_ws("\u241f", *parts), 256).alias("id")
     )
     assert [r.id for r in spark_id.collect()] == [a[0]["finding_id"]]
