@@ -6,8 +6,9 @@ offending rows:
 
 - ``checkpoint_completion``: one row per checkpoint snapshot that should have completed, with
   ``snapshot_without_completion`` naming it when no CHECKPOINT_COMPLETED followed;
-- ``commits_vs_checkpoints``: per group, topic and partition, the latest committed offset next to
-  the highest completed checkpoint offset of the jobs committing to that group;
+- ``commits_vs_checkpoints``: per audited partition, the group's latest committed offset next to the
+  latest completed checkpoint's offset, both as the latest reconcile run computed them
+  (``partition_summary``), so the check and the dashboard's commit lag share one definition;
 - ``confirmed_gaps``: the confirmed GAP findings of the latest reconcile run.
 
 Every check carries a severity from ``app.contracts.tables.SEVERITIES``; `offset-audit check --fail-on`

@@ -6,6 +6,8 @@ Neither fixture skips: a missing jar or JVM fails the session with the reason.
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,11 @@ from app.config import AppConfig, SparkConfig, load_config
 from app.demo.local_kafka import BrokerState, LocalKafka
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session
+
+# Every test states its instants in UTC and some render local times (the timeline, the dashboard):
+# pin the process's zone so a developer's TZ cannot change an expected string.
+os.environ["TZ"] = "UTC"
+time.tzset()
 
 
 @pytest.fixture(scope="session")

@@ -35,7 +35,6 @@ from pyspark.sql.types import BooleanType, StringType, StructField, StructType, 
 from app.config import AppConfig
 from app.contracts.tables import (
     FINDINGS_SCHEMA,
-    GROUP_COMMITS_SCHEMA,
     LEDGER_SCHEMA,
     PARTITION_SUMMARY_SCHEMA,
     require_columns,
@@ -186,46 +185,20 @@ def checkpoint_completion(ledger: DataFrame) -> DataFrame:
     )
 
 
-def latest_group_commits(group_commits: DataFrame) -> DataFrame:
-    """Per group, topic and partition, the newest commit record in log order (the broker's order)."""
-    require_columns(group_commits, GROUP_COMMITS_SCHEMA.fieldNames(), "group_commits")
-    order = Window.partitionBy("group_id", "topic", "partition").orderBy(
-        F.col("log_offset").desc_nulls_last(), F.col("commit_time").desc_nulls_last()
-    )
-    return (
-        group_commits.where(F.col("record_kind") == "commit")
-        .withColumn("_commit_rank", F.row_number().over(order))
-        .where(F.col("_commit_rank") == 1)
-        .select("group_id", "topic", "partition", "committed_offset", "commit_time")
-    )
-
-
-def commits_vs_checkpoints(group_commits: DataFrame, ledger: DataFrame) -> DataFrame:
-    """Latest committed offset next to the highest completed checkpoint offset, for every partition
-    of the groups the audited jobs commit to (groups unknown to the ledger are someone else's)."""
-    require_columns(ledger, ("group_id", "topic", "partition", "offset", "event_type"), "ledger")
-    part = ["group_id", "topic", "partition"]
-    completed = (
-        ledger.where(
-            (F.col("event_type") == EVENT_CHECKPOINT_COMPLETED)
-            & F.col("offset").isNotNull()
-            & F.col("group_id").isNotNull()
-        )
-        .groupBy(*part)
-        .agg(F.max("offset").alias("completed_offset"))
-    )
-    audited = ledger.where(F.col("group_id").isNotNull()).select("group_id")
-    return (
-        latest_group_commits(group_commits)
-        .join(audited, on="group_id", how="left_semi")
-        .join(completed, on=part, how="left")
+def commits_vs_checkpoints(summary: DataFrame) -> DataFrame:
+    """Per audited partition, the group's latest committed offset next to the latest completed
+    checkpoint's offset, as reconcile computed them for its findings and the dashboard's commit lag
+    (``partition_summary``): the check cannot disagree with them by defining either anew."""
+    require_columns(summary, PARTITION_SUMMARY_SCHEMA.fieldNames(), "partition_summary")
+    return summary.where(F.col("last_committed_offset").isNotNull()).select(
+        "job_name",
+        "group_id",
+        "topic",
+        "partition",
+        F.col("last_committed_offset").alias("committed_offset"),
+        F.col("last_commit_time").alias("commit_time"),
         # No completed checkpoint covers the partition yet: any positive commit is ahead of it.
-        .select(
-            *part,
-            "committed_offset",
-            "commit_time",
-            F.coalesce(F.col("completed_offset"), F.lit(0)).alias("completed_offset"),
-        )
+        F.coalesce(F.col("last_checkpoint_offset"), F.lit(0)).alias("completed_offset"),
     )
 
 
@@ -253,7 +226,7 @@ def build_frames(
         "checkpoint_completion": None if ledger is None else checkpoint_completion(ledger),
         "group_commits": commits,
         "commits_vs_checkpoints": (
-            None if ledger is None or commits is None else commits_vs_checkpoints(commits, ledger)
+            None if summary is None else commits_vs_checkpoints(of_run(summary, reconcile_run_id))
         ),
         "findings": findings,
         "confirmed_gaps": None if findings is None else confirmed_gaps(findings, reconcile_run_id),

@@ -1,6 +1,7 @@
 """check: the Great Expectations suites pass on clean audit tables and fail, expectation by
 expectation, on tables seeded with violations. The derived frames (snapshot completion, commits
-against checkpoints) are specified first on tiny frames of their own."""
+against checkpoints) are specified first on tiny frames of their own, or, for the commit check, on
+what a real reconcile computed."""
 
 from __future__ import annotations
 
@@ -16,10 +17,24 @@ from pyspark.sql.types import StructField, StructType
 from app.config import AppConfig, PathsConfig
 from app.contracts.tables import FINDINGS_SCHEMA, LEDGER_SCHEMA, PARTITION_SUMMARY_SCHEMA, RESTARTS_SCHEMA
 from app.quality import checks as q
+from app.reconcile.run import run_reconcile
 from app.report import gather as report_io
 from app.report import render as report
 from checks.suites import LEDGER_IDENTITY
-from tests.spark.tables import GROUP, JOB, TOPIC, at, checkpoint, commits_df, ev, gc, ledger_df, rows_of
+from tests.spark.tables import (
+    GROUP,
+    JOB,
+    TOPIC,
+    at,
+    checkpoint,
+    commits_df,
+    ev,
+    gc,
+    ledger_df,
+    rows_of,
+    sink_df,
+    sink_rows,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -85,24 +100,46 @@ def test_snapshot_without_completion_is_named_except_the_newest_of_each_run(spar
     }
 
 
-def test_latest_commit_is_compared_with_the_highest_completed_checkpoint(spark: SparkSession) -> None:
-    ledger = ledger_df(spark, checkpoint(1, 0, {0: 10, 1: 5}), checkpoint(2, 10, {0: 20, 1: 8}))
+def test_the_commit_check_compares_the_offsets_reconcile_computed(
+    spark: SparkSession, cfg: AppConfig
+) -> None:
+    save(
+        ledger_df(
+            spark,
+            ev("RUN_STARTED", 0),
+            ev("OFFSETS_RESTORED", 0, offsets={0: 0, 1: 0}, detail={"source": "earliest"}),
+            checkpoint(1, 1, {0: 10, 1: 5}),
+            checkpoint(2, 10, {0: 20, 1: 8}),
+            ev("RUN_STOPPED", 20),
+        ),
+        cfg,
+        "ledger",
+    )
     commits = commits_df(
         spark,
         gc(3, 0, 10),
-        gc(13, 0, 20),  # latest in log order for partition 0: at the checkpoint
+        gc(13, 0, 20),  # latest for partition 0: at the checkpoint
         gc(13, 1, 9),  # beyond partition 1's completed 8
-        gc(14, 2, 4),  # a partition no checkpoint covers: compared with 0
         gc(14, 0, 999, group="someone-elses-group"),  # not a group of an audited job
     )
+    save(commits, cfg, "group_commits")
+    save(sink_df(spark, sink_rows(0, range(20)), sink_rows(1, range(8))), cfg, "sink")
+    run_reconcile(spark, cfg, run_id="rec-1", now=at(1000), since=None, until=at(1000))
 
-    out = q.commits_vs_checkpoints(commits, ledger)
+    summary = spark.read.format("delta").load(cfg.paths.table("partition_summary"))
+    out = q.commits_vs_checkpoints(summary)
 
     assert rows_of(out, "group_id", "partition", "committed_offset", "completed_offset") == {
         (GROUP, 0, 20, 20),
         (GROUP, 1, 9, 8),
-        (GROUP, 2, 4, 0),
     }
+    # The check's offsets are the findings': the partition it sees ahead is the one reconcile
+    # reported COMMITTED_AHEAD, and the dashboard's commit lag there is the same difference.
+    ahead = (
+        spark.read.format("delta").load(cfg.paths.table("findings")).where("finding_type = 'COMMITTED_AHEAD'")
+    )
+    assert rows_of(ahead, "partition", "offset_start", "offset_end") == {(1, 8, 9)}
+    assert rows_of(summary, "partition", "commit_lag_offsets") == {(0, 0), (1, -1)}
 
 
 # --- whole suites over Delta tables --------------------------------------------------------------
@@ -210,8 +247,9 @@ def test_seeded_violations_fail_the_expectation_that_guards_them(spark: SparkSes
         cfg,
         "findings",
     )
-    save(frame(spark, [summary(commit_lag_offsets=50_000, sink_count=19)], PARTITION_SUMMARY_SCHEMA),
-         cfg, "partition_summary")  # fmt: skip
+    # A commit of 25 beyond the checkpoint's 20: the commit check reads it from the summary.
+    bad = summary(commit_lag_offsets=50_000, sink_count=19, last_committed_offset=25)
+    save(frame(spark, [bad], PARTITION_SUMMARY_SCHEMA), cfg, "partition_summary")
 
     result = q.run_checks(spark, cfg, "check-bad", now=at(200), options=q.CheckOptions(build_docs=False))
 

@@ -1,0 +1,376 @@
+"""The driver-side rules of reconcile (DuckDB over Arrow) on small hand-built Arrow tables, without a
+JVM: skipped, failed, foreign, mismatched, regressed and ahead commits; ledger inconsistencies and
+unclean stops. The Spark-side reads that feed them are tested in tests/spark/test_reconcile.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from app.contracts import vocabulary as vocab
+from app.reconcile import commit_rules, ledger_rules
+from app.reconcile import findings as rc
+from app.reconcile import ledger_audit as la
+from app.stream.committer import CommitResult, OffsetCommitter
+from tests.ledger_data import GROUP, JOB, TOPIC, at, checkpoint, commits_table, ev, gc, ledger_table
+
+pytestmark = pytest.mark.unit
+
+WINDOW = rc.AuditWindow(until=at(10_000))
+RULES = rc.MatchRules(commit_match_window_s=60, clock_skew_s=1)
+
+
+def findings(found: Sequence[rc.Finding], finding_type: str) -> list[dict[str, Any]]:
+    """Findings of one type as plain dicts, in partition, checkpoint and offset order."""
+    rows = [dataclasses.asdict(f) for f in found if f.finding_type == finding_type]
+    return sorted(rows, key=lambda r: (r["partition"] or 0, r["checkpoint_id"] or 0, r["offset_start"] or 0))
+
+
+def audit(
+    ledger: pa.Table, commits: pa.Table | None = None, window: rc.AuditWindow = WINDOW
+) -> la.LedgerAudit:
+    return la.LedgerAudit(ledger, commits if commits is not None else commits_table(), window, RULES)
+
+
+# --- commits -------------------------------------------------------------------------------------
+
+
+def test_skipped_commits_are_classified_superseded_failed_or_never_attempted() -> None:
+    ledger = ledger_table(
+        checkpoint(1, 0, {0: 10}),  # committed normally
+        checkpoint(2, 10, {0: 20}, commit=False),
+        ev("COMMIT_REQUESTED", 11, cp=2, offsets={0: 20}, detail={"attempt": 2}),
+        ev(
+            "COMMIT_SKIPPED",
+            12,
+            cp=2,
+            offsets={0: 20},
+            detail={"reason": "superseded_in_flight", "superseded_by": 3},
+        ),
+        checkpoint(3, 12, {0: 30}),  # covers checkpoint 2
+        checkpoint(4, 20, {0: 40}, commit=False),
+        ev("COMMIT_REQUESTED", 21, cp=4, offsets={0: 40}, detail={"attempt": 4}),
+        ev(
+            "COMMIT_FAILED",
+            22,
+            cp=4,
+            offsets={0: 40},
+            detail={"attempt": 4, "error": "NOT_COORDINATOR", "retriable": True},
+        ),
+        checkpoint(5, 30, {0: 50}, commit=False),  # the job died before committing
+    )
+    commits = commits_table(gc(2, 0, 10), gc(14, 0, 30))
+    ledger_audit = audit(ledger, commits)
+    got = [
+        (f["checkpoint_id"], f["evidence"]["reason"], f["severity"], f["status"])
+        for f in findings(commit_rules.skipped_commits(ledger_audit, horizon=at(5000)), vocab.SKIPPED_COMMIT)
+    ]
+    assert got == [
+        (2, "superseded", "info", "benign"),
+        (4, "failed", "warn", "open"),
+        (5, "never_attempted", "warn", "open"),
+    ]
+    # Checkpoints completed after the ingest horizon are not judged yet.
+    assert len(commit_rules.skipped_commits(ledger_audit, horizon=at(82))) == 2
+    assert commit_rules.skipped_commits(ledger_audit, horizon=None) == []
+    # Without an ingest time the horizon is the newest commit ingested (at 14 s: nothing judged) ...
+    assert ledger_audit.horizon() == at(14)
+    # ... with one, when the ingest read __consumer_offsets, minus the clock skew.
+    ingested = la.LedgerAudit(ledger, commits, WINDOW, RULES, ingested_at=at(3000))
+    assert ingested.horizon() == at(2999)
+
+
+def test_a_skip_later_covered_by_a_commit_of_the_job_is_benign_whatever_its_reason() -> None:
+    failure = {"attempt": 2, "error": "NOT_COORDINATOR", "retriable": True}
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0, run="run-1"),
+        checkpoint(1, 0, {0: 10}),
+        checkpoint(2, 10, {0: 20}, commit=False),
+        ev("COMMIT_REQUESTED", 11, cp=2, offsets={0: 20}, detail={"attempt": 2}),
+        ev("COMMIT_FAILED", 12, cp=2, offsets={0: 20}, detail=failure),
+        checkpoint(3, 20, {0: 30}, commit=False),  # completed just before the SIGKILL
+        ev("RUN_STARTED", 100, run="run-2"),
+        checkpoint(4, 200, {0: 40}, run="run-2"),  # its commit covers 2 and 3
+        ev("RUN_STOPPED", 210, run="run-2"),
+    )
+    commits = commits_table(gc(2, 0, 10), gc(202, 0, 40))
+    got = [
+        (
+            f["checkpoint_id"],
+            f["evidence"]["reason"],
+            f["severity"],
+            f["status"],
+            f["evidence"]["covered_by_offset"],
+        )
+        for f in findings(
+            commit_rules.skipped_commits(audit(ledger, commits), horizon=at(5000)), vocab.SKIPPED_COMMIT
+        )
+    ]
+    assert got == [(2, "failed", "info", "benign", 40), (3, "never_attempted", "info", "benign", 40)]
+    # A commit that no request of the job explains (a reset tool) covers nothing.
+    foreign = commits_table(gc(2, 0, 10), gc(202, 0, 40), gc(300, 0, 50))
+    reset = ledger_table(checkpoint(1, 0, {0: 10}), checkpoint(2, 250, {0: 45}, commit=False))
+    assert [
+        (f["checkpoint_id"], f["severity"])
+        for f in findings(
+            commit_rules.skipped_commits(audit(reset, foreign), horizon=at(5000)), vocab.SKIPPED_COMMIT
+        )
+    ] == [(2, "warn")]
+
+
+def test_the_last_checkpoints_of_a_stopped_job_are_judged_once_commits_are_ingested() -> None:
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0, run="run-1"),
+        checkpoint(1, 0, {0: 10}),
+        checkpoint(2, 10, {0: 20}, commit=False),
+        ev("COMMIT_SKIPPED", 11, cp=2, offsets={0: 20}, detail={"reason": "superseded_in_flight"}),
+        checkpoint(3, 12, {0: 30}, commit=False),  # the last one: never attempted
+        ev("RUN_STOPPED", 14),
+    )
+    commits = commits_table(gc(2, 0, 10))
+    # The group's newest commit is at 2 s: judged by it alone, nothing would ever be judged.
+    stopped = la.LedgerAudit(ledger, commits, WINDOW, RULES, ingested_at=at(20))
+    got = [
+        (f["checkpoint_id"], f["evidence"]["reason"], f["severity"])
+        for f in findings(stopped.all_findings(), vocab.SKIPPED_COMMIT)
+    ]
+    assert got == [(2, "superseded", "warn"), (3, "never_attempted", "warn")]
+    # Ingested before the job stopped (plus clock skew): its commits may still be in flight.
+    early = la.LedgerAudit(ledger, commits, WINDOW, RULES, ingested_at=at(14))
+    assert findings(early.all_findings(), vocab.SKIPPED_COMMIT) == []
+    # The next window judges what the previous one could not: it looks one match window back.
+    later = la.LedgerAudit(
+        ledger,
+        commits,
+        rc.AuditWindow(until=at(20_000), since=at(40)),
+        RULES,
+        ingested_at=at(20_000),
+    )
+    assert [f["checkpoint_id"] for f in findings(later.all_findings(), vocab.SKIPPED_COMMIT)] == [2, 3]
+
+
+def test_commit_failures_are_grouped_by_error() -> None:
+    fail = {"error": "REBALANCE_IN_PROGRESS", "retriable": True, "message": "rebalance"}
+    ledger = ledger_table(
+        ev("COMMIT_FAILED", 1, cp=1, offsets={0: 10}, detail={**fail, "attempt": 1}),
+        ev("COMMIT_FAILED", 5, cp=2, offsets={0: 20}, detail={**fail, "attempt": 2}),
+        ev("COMMIT_FAILED", 9, cp=3, offsets={0: 30}, detail={"error": "NOT_COORDINATOR", "attempt": 3}),
+    )
+    got = findings(commit_rules.commit_failures(audit(ledger)), vocab.COMMIT_FAILURE)
+    assert sorted(
+        (f["evidence"]["error"], f["record_count"], tuple(f["evidence"]["checkpoint_ids"])) for f in got
+    ) == [
+        ("NOT_COORDINATOR", 1, (3,)),
+        ("REBALANCE_IN_PROGRESS", 2, (1, 2)),
+    ]
+    assert {f["severity"] for f in got} == {"warn"}
+
+
+def test_foreign_commits_and_mismatches() -> None:
+    # A Flink legacy job: raw 9 means last processed 9, normalized and committed as 10.
+    ledger = ledger_table(
+        checkpoint(1, 0, {0: 9, 1: 9}, engine="flink-legacy"),
+    )
+    commits = commits_table(
+        gc(2, 0, 10),  # explained exactly
+        gc(2, 1, 9),  # committed raw, +1 forgotten: a mismatch
+        gc(500, 0, 0),  # a reset tool, long after any request: foreign
+        gc(None, 1, 77, kind="snapshot"),  # an Admin API snapshot nobody requested: foreign
+    )
+    mismatch = findings(commit_rules.commit_mismatches(audit(ledger, commits)), vocab.COMMIT_MISMATCH)
+    assert [
+        (
+            m["partition"],
+            m["checkpoint_id"],
+            m["evidence"]["committed_offset"],
+            m["evidence"]["checkpoint_offset"],
+        )
+        for m in mismatch
+    ] == [(1, 1, 9, 10)]
+    foreign_window = rc.AuditWindow(until=at(10_000), since=None)
+    foreign = findings(
+        commit_rules.foreign_commits(audit(ledger, commits, foreign_window)),
+        vocab.FOREIGN_COMMIT,
+    )
+    # The snapshot has no commit time, so the window cannot place it: only the timed commit counts.
+    assert [(f["partition"], f["offset_start"], f["job_name"], f["severity"]) for f in foreign] == [
+        (0, 0, JOB, "error")
+    ]
+
+
+def test_commit_regression_and_a_tombstone_resets_history() -> None:
+    ledger = ledger_table(checkpoint(1, 0, {0: 10}))
+    commits = commits_table(
+        gc(1, 0, 50),
+        gc(2, 0, 30),  # backwards: regression
+        gc(3, 0, None, kind="tombstone"),
+        gc(4, 0, 5),  # after a deletion: a fresh start, not a regression
+    )
+    got = findings(commit_rules.commit_regressions(audit(ledger, commits)), vocab.COMMIT_REGRESSION)
+    assert [(g["offset_start"], g["offset_end"], g["record_count"], g["job_name"]) for g in got] == [
+        (30, 50, 20, JOB)
+    ]
+
+
+def test_committed_ahead_of_the_latest_completed_checkpoint() -> None:
+    ledger = ledger_table(checkpoint(1, 0, {0: 10, 1: 10}))
+    commits = commits_table(gc(2, 0, 10), gc(2, 1, 10), gc(50, 1, 25))
+    got = findings(
+        commit_rules.committed_ahead(audit(ledger, commits, rc.AuditWindow(until=at(100)))),
+        vocab.COMMITTED_AHEAD,
+    )
+    assert [
+        (g["partition"], g["offset_start"], g["offset_end"], g["record_count"], g["severity"]) for g in got
+    ] == [(1, 10, 25, 15, "critical")]
+
+
+# --- ledger --------------------------------------------------------------------------------------
+
+
+def test_ledger_inconsistencies() -> None:
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0, run="run-1"),
+        checkpoint(1, 1, {0: 10}),
+        checkpoint(2, 3, {0: 8}),  # backwards inside run-1
+        ev("CHECKPOINT_COMPLETED", 6, cp=3),  # completed, never snapshotted
+        ev("RUN_STARTED", 9, run="run-2"),  # run-1 never stopped: an UNCLEAN_STOP, not this
+    )
+    got = findings(ledger_rules.ledger_inconsistencies(audit(ledger)), vocab.LEDGER_INCONSISTENT)
+    assert sorted((g["evidence"]["kind"], g["run_id"], g["checkpoint_id"]) for g in got) == [
+        ("completed_without_snapshot", "run-1", 3),
+        ("offsets_backwards_in_run", "run-1", 2),
+    ]
+
+
+def test_a_batch_planned_by_a_killed_run_and_completed_by_its_successor_is_consistent() -> None:
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0, run="run-1"),
+        checkpoint(1, 1, {0: 10}, run="run-1"),
+        ev("CHECKPOINT_SNAPSHOT", 3, run="run-1", cp=2, offsets={0: 20}),  # then SIGKILL
+        ev("RUN_STARTED", 9, run="run-2"),
+        # run-2 re-runs batch 2; its own snapshot was dropped by the idempotent ledger append.
+        ev("CHECKPOINT_COMPLETED", 10, run="run-2", cp=2, offsets={0: 20}),
+        ev("RUN_STOPPED", 11, run="run-2"),
+    )
+    assert ledger_rules.ledger_inconsistencies(audit(ledger)) == []
+
+
+def test_unclean_stops_are_info_after_an_exact_resume_and_warn_otherwise() -> None:
+    restored = {"source": "checkpoint"}
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0, run="run-1"),
+        ev("OFFSETS_RESTORED", 0, run="run-1", offsets={0: 0}, detail={"source": "earliest"}),
+        checkpoint(1, 1, {0: 10}, run="run-1"),  # then killed
+        ev("RUN_STARTED", 9, run="run-2"),
+        ev("OFFSETS_RESTORED", 9, run="run-2", offsets={0: 10}, detail=restored),  # exact
+        checkpoint(2, 10, {0: 20}, run="run-2"),  # then killed
+        ev("RUN_STARTED", 20, run="run-3"),
+        ev("OFFSETS_RESTORED", 20, run="run-3", offsets={0: 25}, detail={"source": "latest"}),  # skip
+        checkpoint(3, 21, {0: 30}, run="run-3"),
+        ev("RUN_STOPPED", 30, run="run-3"),  # a clean stop: no finding
+        ev("RUN_STARTED", 40, run="run-4"),
+        ev("OFFSETS_RESTORED", 40, run="run-4", offsets={0: 30}, detail=restored),
+        checkpoint(4, 41, {0: 40}, run="run-4"),  # died, never came back
+    )
+    got = findings(ledger_rules.unclean_stops(audit(ledger)), vocab.UNCLEAN_STOP)
+    assert [(g["run_id"], g["severity"], g["evidence"]["next_run_id"]) for g in got] == [
+        ("run-1", "info", "run-2"),
+        ("run-2", "warn", "run-3"),
+        ("run-4", "warn", None),
+    ]
+    assert got[1]["evidence"]["next_run_resumed"] == ["skip"]
+    assert got[2]["evidence"]["silent_for_s"] == 10_000 - 43
+    # A last run silent for less than run_silence_s may be a live job with no new data.
+    live = la.LedgerAudit(
+        ledger,
+        commits_table(),
+        rc.AuditWindow(until=at(43 + 3599)),
+        rc.MatchRules(commit_match_window_s=60, clock_skew_s=1, run_silence_s=3600),
+    )
+    assert [g.run_id for g in ledger_rules.unclean_stops(live)] == ["run-1", "run-2"]
+
+
+def test_checkpoint_offsets_fall_back_to_the_snapshot_for_a_bare_completion() -> None:
+    ledger = ledger_table(
+        ev("CHECKPOINT_SNAPSHOT", 0, cp=4, offsets={0: 10, 1: 12}),
+        ev("CHECKPOINT_COMPLETED", 1, cp=4),
+        ev("COMMIT_SKIPPED", 1, cp=4, detail={"reason": "unknown_checkpoint"}),
+    )
+    assert {(r["checkpoint_id"], r["partition"], r["offset"]) for r in audit(ledger).checkpoints()} == {
+        (4, 0, 10),
+        (4, 1, 12),
+    }
+
+
+# --- the committer's own events -------------------------------------------------------------------
+
+
+def test_the_committers_drained_events_audit_to_one_benign_skip() -> None:
+    """Events as the streaming job's committer writes them, not a hand-made ledger: checkpoint 2
+    completes while 3 is already complete, so Flink's rule drops its commit; the group's commit of
+    3 covers it, so the audit reports one benign SKIPPED_COMMIT and nothing else."""
+    ticks = iter(range(1, 100))
+    sent: list[dict[tuple[str, int], int]] = []
+
+    def commit_fn(offsets: Mapping[tuple[str, int], int]) -> CommitResult:
+        sent.append(dict(offsets))
+        return CommitResult.ok(offsets)
+
+    committer = OffsetCommitter(
+        job_name=JOB,
+        run_id="run-1",
+        engine="spark",
+        group_id=GROUP,
+        commit_fn=commit_fn,
+        clock=lambda: at(next(ticks)),
+        autostart=False,
+    )
+    for checkpoint_id, offset in ((1, 10), (2, 20), (3, 30)):
+        committer.snapshot(checkpoint_id, {(TOPIC, 0): offset})
+        committer.notify_checkpoint_complete(checkpoint_id)
+        if checkpoint_id != 2:  # 2 waits in the slot until 3 replaces it
+            committer.run_once()
+    events = committer.drain()
+    assert sent == [{(TOPIC, 0): 10}, {(TOPIC, 0): 30}]
+    acked = [e.event_time for e in events if e.event_type == vocab.EVENT_COMMIT_SUCCEEDED]
+    ledger = ledger_table(ev("RUN_STARTED", 0), events, ev("RUN_STOPPED", 90))
+    # The group's log holds what the broker acknowledged, a moment after each acknowledgement.
+    commits = commits_table(
+        gc((acked[0] - at(0)).total_seconds(), 0, 10), gc((acked[1] - at(0)).total_seconds(), 0, 30)
+    )
+
+    found = la.LedgerAudit(ledger, commits, WINDOW, RULES, ingested_at=at(1000)).all_findings()
+
+    assert [dataclasses.asdict(f) for f in found] == [
+        {
+            "finding_type": vocab.SKIPPED_COMMIT,
+            "severity": vocab.INFO,
+            "status": vocab.BENIGN,
+            "evidence": {
+                "reason": vocab.SKIPPED_SUPERSEDED,
+                "skip_reason": vocab.SKIP_SUPERSEDED_IN_FLIGHT,
+                "superseded_by": 3,
+                "error": None,
+                "requested": True,  # handed to the commit slot, never sent
+                "acknowledged": False,
+                "completed_at": at(5),
+                "covered_by_offset": 30,
+                "covered_by_checkpoint": 3,
+                "covered_at": at(8),
+            },
+            "job_name": JOB,
+            "group_id": GROUP,
+            "topic": TOPIC,
+            "partition": 0,
+            "run_id": "run-1",
+            "checkpoint_id": 2,
+            "offset_start": 20,
+            "offset_end": None,
+            "record_count": None,
+            "identity": "",
+        }
+    ]
