@@ -61,7 +61,6 @@ SINK_SCHEMA = StructType(
         StructField("value", BinaryType(), True),
     ]
 )
-SINK_COORDINATE_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset")
 
 GROUP_COMMITS_SCHEMA = StructType(
     [

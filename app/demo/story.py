@@ -39,6 +39,7 @@ from app.nightly.run import Nightly, NightlyResult
 from app.runtime import jvm
 from app.stream.committer import CommitFn, CommitResult
 from app.stream.job import StopWhen, StreamJob, StreamResult
+from app.stream.startup import batch_ids
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +338,7 @@ class Demo:
         with (self.data_dir / "killed-run.log").open("wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             deadline = time.monotonic() + 300
-            while len([n for n in os.listdir(commits) if n.isdigit()] if commits.exists() else []) < 2:
+            while len(batch_ids(os.listdir(commits)) if commits.exists() else []) < 2:
                 if proc.poll() is not None:
                     raise InfrastructureError(f"the job exited early; see {self.data_dir / 'killed-run.log'}")
                 if time.monotonic() > deadline:

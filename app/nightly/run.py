@@ -84,14 +84,6 @@ def save_state(spark: SparkSession, cfg: AppConfig, state: Mapping[str, Any]) ->
     )
 
 
-def count_by_severity(counts: Mapping[tuple[str, str], int]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for (_, severity), n in counts.items():
-        if severity in SEVERITIES:
-            out[severity] = out.get(severity, 0) + n
-    return out
-
-
 class Nightly:
     """Runs the steps in order; each step function returns a JSON-able summary of what it did."""
 

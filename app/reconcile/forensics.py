@@ -29,7 +29,6 @@ UNKNOWN: Final = RESTART_CLASSES[3]
 if (EXACT, REPLAY, SKIP, UNKNOWN) != ("exact", "replay", "skip", "unknown"):
     raise AssertionError(f"restart classes changed: {RESTART_CLASSES}")
 
-_TP: Final = ("topic", "partition")
 
 # A restart per run start and partition, as app.reconcile.ledger_audit classifies it: the restarts contract
 # minus what the sink and the forensics run add (duplicates_observed, forensics_run_id), plus the
