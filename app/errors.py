@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from app.contracts.vocabulary import ENGINES
 
 if TYPE_CHECKING:  # the committer imports this module
-    from app.stream.committer import CommitError
+    from app.stream.commit_outcome import CommitError
 
 
 class OffsetAuditError(Exception):

@@ -37,7 +37,7 @@ from app.errors import InfrastructureError, KafkaUnavailableError
 from app.kafka.clients import kafka_error, plain_conf, retry_kafka
 from app.nightly.run import Nightly, NightlyResult
 from app.runtime import jvm
-from app.stream.committer import CommitFn, CommitResult
+from app.stream.commit_outcome import CommitFn, CommitResult
 from app.stream.job import StopWhen, StreamJob, StreamResult
 from app.stream.startup import batch_ids
 

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from app.contracts.offsets import TopicPartitionKey
 from app.errors import KafkaUnavailableError
 from app.kafka.clients import is_retriable, raise_partition_errors, retry_kafka
-from app.stream.committer import CommitError, CommitFn, CommitResult, commit_error_from_kafka
+from app.stream.commit_outcome import CommitError, CommitFn, CommitResult, commit_error_from_kafka
 
 log = logging.getLogger(__name__)
 

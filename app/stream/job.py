@@ -56,7 +56,8 @@ from app.kafka.commit import (
     watermarks,
 )
 from app.storage.files import list_names, modification_time_ms, read_text
-from app.stream.committer import CommitFn, OffsetCommitter
+from app.stream.commit_outcome import CommitFn
+from app.stream.committer import OffsetCommitter
 from app.stream.ledger import (
     append_batch_events,
     append_new_events,

@@ -41,14 +41,8 @@ from app.contracts.vocabulary import (
 )
 from app.errors import CommitFailedError, CommitterStateError, ConfigError, UnknownEngineError
 from app.kafka.commit import make_commit_fn
-from app.stream.committer import (
-    MAX_NUM_PENDING_CHECKPOINTS,
-    SUPERSEDED_WARNING,
-    CommitError,
-    CommitResult,
-    OffsetCommitter,
-    commit_error_from_kafka,
-)
+from app.stream.commit_outcome import CommitError, CommitResult, commit_error_from_kafka
+from app.stream.committer import MAX_NUM_PENDING_CHECKPOINTS, SUPERSEDED_WARNING, OffsetCommitter
 
 pytestmark = pytest.mark.unit
 

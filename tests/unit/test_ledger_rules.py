@@ -15,7 +15,8 @@ from app.contracts import vocabulary as vocab
 from app.reconcile import commit_rules, ledger_rules
 from app.reconcile import findings as rc
 from app.reconcile import ledger_audit as la
-from app.stream.committer import CommitResult, OffsetCommitter
+from app.stream.commit_outcome import CommitResult
+from app.stream.committer import OffsetCommitter
 from tests.ledger_data import GROUP, JOB, TOPIC, at, checkpoint, commits_table, ev, gc, ledger_table
 
 pytestmark = pytest.mark.unit
