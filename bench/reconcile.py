@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 
 from app.config import PathsConfig, ReconcileConfig, load_config
 from app.contracts.tables import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA
-from app.reconcile.run import run_reconcile
+from app.reconcile.run import AuditRun, run_reconcile
 from app.runtime.session import spark_session
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -165,7 +165,9 @@ def main() -> None:
     base = baseline(spark, sink)
     now = datetime.now(UTC)
     started = time.monotonic()
-    result = run_reconcile(spark, cfg, run_id="bench", now=now, since=None, until=now, confirmer=None)
+    result = run_reconcile(
+        spark, cfg, AuditRun(run_id="bench", now=now, since=None, until=now), confirmer=None
+    )
     took = time.monotonic() - started
     # The same reconciliation again in the same session, over the same window (the run record is
     # dropped so the window is not resumed from it) and into the tables the first run created:
@@ -175,7 +177,9 @@ def main() -> None:
     findings_before = spark.read.format("delta").load(findings_table).count()
     shutil.rmtree(root / "tables" / "audit_runs", ignore_errors=True)
     started = time.monotonic()
-    again = run_reconcile(spark, cfg, run_id="bench-again", now=now, since=None, until=now, confirmer=None)
+    again = run_reconcile(
+        spark, cfg, AuditRun(run_id="bench-again", now=now, since=None, until=now), confirmer=None
+    )
     took_again = time.monotonic() - started
     findings_after = spark.read.format("delta").load(findings_table).count()
     base_after = baseline(spark, sink)

@@ -13,6 +13,7 @@ from app.commands.reconcile import add_window_arguments, parse_time
 from app.config import AppConfig
 from app.errors import UsageError
 from app.reconcile.forensics_run import run_forensics, timeline
+from app.reconcile.run import AuditRun
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -61,12 +62,14 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     result = run_forensics(
         spark,
         cfg,
-        run_id=args.run_id or f"forensics-{uuid.uuid4().hex[:12]}",
-        now=datetime.now(UTC),
-        since=args.since,
-        until=args.until,
-        jobs=args.jobs,
-        sink_override=args.sink,
+        AuditRun(
+            run_id=args.run_id or f"forensics-{uuid.uuid4().hex[:12]}",
+            now=datetime.now(UTC),
+            since=args.since,
+            until=args.until,
+            jobs=args.jobs,
+            sink_override=args.sink,
+        ),
     )
     severity = {"replay": "warn", "skip": "critical"}
     failing = sum(

@@ -14,7 +14,7 @@ from app.config import AppConfig
 from app.contracts.vocabulary import SEVERITIES
 from app.errors import KafkaUnavailableError, UsageError
 from app.kafka.gaps import kafka_gap_confirmer, unavailable_confirmer
-from app.reconcile.run import run_reconcile
+from app.reconcile.run import AuditRun, run_reconcile
 
 
 def parse_time(value: str) -> datetime:
@@ -141,12 +141,14 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     result = run_reconcile(
         spark,
         cfg,
-        run_id=args.run_id or f"reconcile-{uuid.uuid4().hex[:12]}",
-        now=now,
-        since=args.since,
-        until=args.until,
-        jobs=args.jobs,
-        sink_override=args.sink,
+        AuditRun(
+            run_id=args.run_id or f"reconcile-{uuid.uuid4().hex[:12]}",
+            now=now,
+            since=args.since,
+            until=args.until,
+            jobs=args.jobs,
+            sink_override=args.sink,
+        ),
         confirmer=confirmer,
     )
     failing = sum(n for (_, sev), n in result.counts.items() if severity_at_least(sev, args.fail_on))

@@ -25,7 +25,7 @@ from app.errors import describe_error, error_kind
 from app.kafka.gaps import kafka_gap_confirmer
 from app.reconcile.forensics_run import run_forensics
 from app.reconcile.outputs import confirm_runs
-from app.reconcile.run import run_reconcile
+from app.reconcile.run import AuditRun, run_reconcile
 from app.storage.files import read_text, write_text
 from app.storage.tables import tables_from_config
 
@@ -256,12 +256,8 @@ class Nightly:
         outcome = run_reconcile(
             self.spark,
             self.cfg,
-            run_id=self.run_id,
-            now=self.now,
-            since=None,
-            until=self.now,
+            AuditRun(run_id=self.run_id, now=self.now, since=None, until=self.now, status=RUN_PENDING),
             confirmer=confirmer,
-            status=RUN_PENDING,
         )
         return {
             "partitions": outcome.partitions,
@@ -276,11 +272,7 @@ class Nightly:
         outcome = run_forensics(
             self.spark,
             self.cfg,
-            run_id=self.run_id,
-            now=self.now,
-            since=None,
-            until=self.now,
-            status=RUN_PENDING,
+            AuditRun(run_id=self.run_id, now=self.now, since=None, until=self.now, status=RUN_PENDING),
         )
         classes: dict[str, int] = {}
         for row in outcome.restarts:

@@ -3,7 +3,6 @@ around a moment."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,11 +11,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.config import AppConfig
-from app.contracts.vocabulary import RUN_SUCCEEDED, SEVERITIES
+from app.contracts.vocabulary import SEVERITIES
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
-from app.reconcile.outputs import last_window_end, merge_restarts, read_incidents, record_run
-from app.reconcile.run import _ledger_audit, match_rules
+from app.reconcile.outputs import merge_restarts, read_incidents, record_run
+from app.reconcile.run import AuditRun, _ledger_audit, match_rules, resolve_scope
 from app.reconcile.sink import SinkReader, observed_in_restart_ranges, sink_columns
 from app.storage.tables import read_delta, tables_from_config
 
@@ -30,28 +29,14 @@ class ForensicsResult:
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-def run_forensics(
-    spark: SparkSession,
-    cfg: AppConfig,
-    *,
-    run_id: str,
-    now: datetime,
-    since: datetime | None,
-    until: datetime | None,
-    jobs: Sequence[str] = (),
-    sink_override: str | None = None,
-    status: str = RUN_SUCCEEDED,
-) -> ForensicsResult:
+def run_forensics(spark: SparkSession, cfg: AppConfig, run: AuditRun) -> ForensicsResult:
     """Classify every run start in the window and MERGE them into ``restarts``.
 
     The RESTART_* findings of these restarts belong to ``reconcile`` alone (one owner per finding
     type), which judges the same restarts with the same functions."""
     r = cfg.reconcile
-    tables = tables_from_config(cfg, sink_override)
-    job_list = sorted(set(jobs) or set(r.jobs))
-    if since is None:
-        since = last_window_end(spark, tables.runs, "forensics", job_list)
-    window = rc.AuditWindow(until=until or now, since=since)
+    scope = resolve_scope(spark, cfg, run, "forensics")
+    tables, job_list, window, now, run_id = scope.tables, scope.jobs, scope.window, run.now, run.run_id
     rules = match_rules(r)
     result = ForensicsResult(run_id=run_id, window=window, jobs=job_list)
     audit = _ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
@@ -81,7 +66,7 @@ def run_forensics(
         window=window,
         started_at=now,
         finished_at=now,
-        status=status,
+        status=run.status,
     )
     return result
 

@@ -118,35 +118,48 @@ def _ledger_audit(
     return la.LedgerAudit(ledger, commits, window, rules, last_ingest_time(spark, tables.ingest_positions))
 
 
+@dataclass(frozen=True)
+class AuditRun:
+    """One run of ``reconcile`` or ``forensics``: its id and clock, the window and the jobs it judges."""
+
+    run_id: str
+    now: datetime
+    since: datetime | None = None  # None: where the last successful run over the same jobs stopped
+    until: datetime | None = None  # None: now
+    jobs: Sequence[str] = ()  # empty: reconcile.jobs of the config
+    sink_override: str | None = None
+    status: str = RUN_SUCCEEDED  # what a finished run is recorded as (a nightly: pending)
+
+
+@dataclass(frozen=True)
+class AuditScope:
+    """An AuditRun resolved against the config and the previous runs."""
+
+    tables: Tables
+    jobs: list[str]
+    window: rc.AuditWindow
+
+
+def resolve_scope(spark: SparkSession, cfg: AppConfig, run: AuditRun, command: str) -> AuditScope:
+    tables = tables_from_config(cfg, run.sink_override)
+    jobs = sorted(set(run.jobs) or set(cfg.reconcile.jobs))
+    since = run.since if run.since is not None else last_window_end(spark, tables.runs, command, jobs)
+    return AuditScope(tables, jobs, rc.AuditWindow(until=run.until or run.now, since=since))
+
+
 def run_reconcile(
-    spark: SparkSession,
-    cfg: AppConfig,
-    *,
-    run_id: str,
-    now: datetime,
-    since: datetime | None,
-    until: datetime | None,
-    jobs: Sequence[str] = (),
-    sink_override: str | None = None,
-    confirmer: GapConfirmer | None = None,
-    status: str = RUN_SUCCEEDED,
+    spark: SparkSession, cfg: AppConfig, run: AuditRun, confirmer: GapConfirmer | None = None
 ) -> ReconcileResult:
     """The whole reconciliation: read, detect, confirm gaps, MERGE findings, write partition_summary.
 
-    ``since`` None means: where the last successful run over the same jobs stopped (or all history).
     ``confirmer`` None leaves gaps 'open' and says so in their evidence. An audit that cannot see
     (a missing sink table: ConfigError; Kafka unreachable for confirmation, storage, Spark:
     InfrastructureError) raises before it writes any finding, and its run never moves the window.
-    ``status`` is what a run that finished is recorded as (a nightly records ``pending`` until its
-    last step is done).
     """
     started = time.monotonic()
     r = cfg.reconcile
-    tables = tables_from_config(cfg, sink_override)
-    job_list = sorted(set(jobs) or set(r.jobs))
-    if since is None:
-        since = last_window_end(spark, tables.runs, "reconcile", job_list)
-    window = rc.AuditWindow(until=until or now, since=since)
+    scope = resolve_scope(spark, cfg, run, "reconcile")
+    tables, job_list, window, now, run_id = scope.tables, scope.jobs, scope.window, run.now, run.run_id
     rules = match_rules(r)
     result = ReconcileResult(run_id=run_id, window=window, jobs=job_list)
     try:
@@ -168,7 +181,7 @@ def run_reconcile(
         window=window,
         started_at=now,
         finished_at=now + timedelta(seconds=time.monotonic() - started),
-        status=status,
+        status=run.status,
     )
     result.seconds = time.monotonic() - started
     return result

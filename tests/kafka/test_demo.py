@@ -16,7 +16,7 @@ from app.incidents import repair
 from app.kafka.gaps import kafka_gap_confirmer
 from app.nightly.run import Nightly
 from app.reconcile.outputs import mark_resolved, read_incidents
-from app.reconcile.run import run_reconcile
+from app.reconcile.run import AuditRun, run_reconcile
 from app.storage.tables import tables_from_config
 from app.stream.job import StopWhen, StreamJob
 from tests.kafka.streaming import create_topic, produce
@@ -82,7 +82,10 @@ def test_shortened_demo_finds_exactly_the_injected_incidents(spark: SparkSession
         whole_history = datetime(2000, 1, 1, tzinfo=UTC)
         now = datetime.now(UTC)
         after = run_reconcile(
-            spark, demo.cfg, run_id="after-repair", now=now, since=whole_history, until=now, confirmer=confirm
+            spark,
+            demo.cfg,
+            AuditRun(run_id="after-repair", now=now, since=whole_history, until=now),
+            confirmer=confirm,
         )
     finally:
         demo.broker.stop()

@@ -15,7 +15,7 @@ from app.contracts.vocabulary import RUN_PENDING
 from app.errors import ConfigError, KafkaUnavailableError
 from app.kafka.gaps import kafka_gap_confirmer
 from app.reconcile.outputs import confirm_runs, last_window_end
-from app.reconcile.run import run_reconcile
+from app.reconcile.run import AuditRun, run_reconcile
 from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
@@ -102,7 +102,9 @@ def test_a_nightly_step_moves_the_window_only_once_its_night_has_finished(
     a_job_with_a_gap(spark, cfg)
     runs = cfg.paths.table("audit_runs")
     run_reconcile(
-        spark, cfg, run_id="night-1", now=at(20_000), since=None, until=at(10_000), status=RUN_PENDING
+        spark,
+        cfg,
+        AuditRun(run_id="night-1", now=at(20_000), since=None, until=at(10_000), status=RUN_PENDING),
     )
     assert last_window_end(spark, runs, "reconcile", []) is None
     assert confirm_runs(spark, runs, "night-1") == 1

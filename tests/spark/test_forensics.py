@@ -16,7 +16,7 @@ from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile import ledger_audit as la
 from app.reconcile.forensics_run import run_forensics, timeline
-from app.reconcile.run import run_reconcile
+from app.reconcile.run import AuditRun, run_reconcile
 from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 
 pytestmark = pytest.mark.spark
@@ -53,7 +53,7 @@ def test_restarts_are_classified_counted_and_linked_to_the_sink(
         sink_rows(2, range(100)),
     ).write.format("delta").save(cfg.paths.table("sink"))
 
-    result = run_forensics(spark, cfg, run_id="fx-1", now=at(1000), since=None, until=at(1000))
+    result = run_forensics(spark, cfg, AuditRun(run_id="fx-1", now=at(1000), since=None, until=at(1000)))
     got = {
         r["partition"]: (
             r["classification"],
@@ -74,10 +74,10 @@ def test_restarts_are_classified_counted_and_linked_to_the_sink(
     # Forensics stores restarts only: RESTART_* findings are reconcile's.
     assert not (Path(cfg.paths.table("findings")) / "_delta_log").exists()
     # Re-running upserts: no duplicate rows in restarts.
-    run_forensics(spark, cfg, run_id="fx-2", now=at(1000), since=at(0), until=at(1000))
+    run_forensics(spark, cfg, AuditRun(run_id="fx-2", now=at(1000), since=at(0), until=at(1000)))
     assert spark.read.format("delta").load(cfg.paths.table("restarts")).count() == 3
 
-    run_reconcile(spark, cfg, run_id="rec-1", now=at(1000), since=None, until=at(1000))
+    run_reconcile(spark, cfg, AuditRun(run_id="rec-1", now=at(1000), since=None, until=at(1000)))
     findings = spark.read.format("delta").load(cfg.paths.table("findings"))
     assert {
         (r.finding_type, r.severity, r.partition, r.offset_start, r.offset_end)

@@ -17,7 +17,7 @@ from pyspark.sql.types import StructField, StructType
 from app.config import AppConfig, PathsConfig
 from app.contracts.tables import FINDINGS_SCHEMA, LEDGER_SCHEMA, PARTITION_SUMMARY_SCHEMA, RESTARTS_SCHEMA
 from app.quality import checks as q
-from app.reconcile.run import run_reconcile
+from app.reconcile.run import AuditRun, run_reconcile
 from app.report import gather as report_io
 from app.report import render as report
 from checks.suites import LEDGER_IDENTITY
@@ -124,7 +124,7 @@ def test_the_commit_check_compares_the_offsets_reconcile_computed(
     )
     save(commits, cfg, "group_commits")
     save(sink_df(spark, sink_rows(0, range(20)), sink_rows(1, range(8))), cfg, "sink")
-    run_reconcile(spark, cfg, run_id="rec-1", now=at(1000), since=None, until=at(1000))
+    run_reconcile(spark, cfg, AuditRun(run_id="rec-1", now=at(1000), since=None, until=at(1000)))
 
     summary = spark.read.format("delta").load(cfg.paths.table("partition_summary"))
     out = q.commits_vs_checkpoints(summary)

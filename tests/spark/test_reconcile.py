@@ -24,7 +24,7 @@ from app.reconcile import findings as rc
 from app.reconcile import ledger_audit as la
 from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
 from app.reconcile.outputs import last_window_end
-from app.reconcile.run import ReconcileResult, run_reconcile
+from app.reconcile.run import AuditRun, ReconcileResult, run_reconcile
 from app.reconcile.sink import (
     EXACT_FILTER_MAX_RANGES,
     SinkColumns,
@@ -347,7 +347,10 @@ def reconcile(
     until: Any = None,
 ) -> ReconcileResult:
     return run_reconcile(
-        spark, cfg, run_id=run_id, now=at(20_000), since=since, until=until or at(10_000), confirmer=confirmer
+        spark,
+        cfg,
+        AuditRun(run_id=run_id, now=at(20_000), since=since, until=until or at(10_000)),
+        confirmer=confirmer,
     )
 
 
