@@ -1,6 +1,6 @@
 """Restart forensics: where each run resumed compared to where the previous one got, and the
 incident timeline around a moment. Pure transforms and formatting; reading and writing live in
-app/reconcile/io.py.
+app/reconcile/forensics_run.py.
 
 A restart is judged per partition against the last checkpoint completed before the run started
 (normally the previous run's last one): resumed at it -> exact, below it -> replay (the records in
@@ -19,16 +19,16 @@ from datetime import datetime
 from typing import Any, Final
 
 from app.contracts.tables import RESTARTS_SCHEMA
-from app.contracts.vocabulary import CRITICAL, OPEN, RESTART_CLASSES, RESTART_REPLAY, RESTART_SKIP, WARN
+from app.contracts.vocabulary import (
+    CRITICAL,
+    OPEN,
+    RESTART_REPLAY,
+    RESTART_REPLAYED,
+    RESTART_SKIP,
+    RESTART_SKIPPED,
+    WARN,
+)
 from app.reconcile.findings import Finding
-
-EXACT: Final = RESTART_CLASSES[0]
-REPLAY: Final = RESTART_CLASSES[1]
-SKIP: Final = RESTART_CLASSES[2]
-UNKNOWN: Final = RESTART_CLASSES[3]
-if (EXACT, REPLAY, SKIP, UNKNOWN) != ("exact", "replay", "skip", "unknown"):
-    raise AssertionError(f"restart classes changed: {RESTART_CLASSES}")
-
 
 # A restart per run start and partition, as app.reconcile.ledger_audit classifies it: the restarts contract
 # minus what the sink and the forensics run add (duplicates_observed, forensics_run_id), plus the
@@ -72,7 +72,7 @@ def restart_ranges(restarts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]
             "range_end": max(r["resumed_offset"], r["previous_checkpoint_offset"]),
         }
         for r in restarts
-        if r["classification"] in (REPLAY, SKIP)
+        if r["classification"] in (RESTART_REPLAYED, RESTART_SKIPPED)
     ]
 
 
@@ -97,9 +97,9 @@ def find_restart_anomalies(restarts: Iterable[Mapping[str, Any]], observed: Obse
     """
     out = []
     for r in restarts:
-        if r["classification"] not in (REPLAY, SKIP):
+        if r["classification"] not in (RESTART_REPLAYED, RESTART_SKIPPED):
             continue
-        replay = r["classification"] == REPLAY
+        replay = r["classification"] == RESTART_REPLAYED
         start = min(r["resumed_offset"], r["previous_checkpoint_offset"])
         end = max(r["resumed_offset"], r["previous_checkpoint_offset"])
         seen = observed.get(_key(r), {})
@@ -124,15 +124,12 @@ def find_restart_anomalies(restarts: Iterable[Mapping[str, Any]], observed: Obse
     return out
 
 
-_EVIDENCE: Final = (
-    "previous_run_id",
-    "started_at",
-    "resumed_offset",
-    "resume_source",
-    "previous_checkpoint_offset",
-    "previous_checkpoint_id",
-    "previous_checkpoint_run",
-    "group_committed_offset",
+# A restart finding's evidence: its restart row minus the finding's own columns.
+_EVIDENCE: Final = tuple(
+    c
+    for c in RESTART_COLUMNS
+    if c not in ("job_name", "run_id", "group_id", "topic", "partition", "classification")
+    and not c.startswith("records_")
 )
 
 

@@ -286,10 +286,11 @@ class LedgerAudit:
                 ) = 1
             )
             SELECT *,
-                   CASE WHEN resumed_offset IS NULL OR previous_checkpoint_offset IS NULL THEN '{fx.UNKNOWN}'
-                        WHEN resumed_offset = previous_checkpoint_offset THEN '{fx.EXACT}'
-                        WHEN resumed_offset < previous_checkpoint_offset THEN '{fx.REPLAY}'
-                        ELSE '{fx.SKIP}' END AS classification,
+                   CASE WHEN resumed_offset IS NULL OR previous_checkpoint_offset IS NULL
+                             THEN '{vocab.RESTART_UNKNOWN}'
+                        WHEN resumed_offset = previous_checkpoint_offset THEN '{vocab.RESTART_EXACT}'
+                        WHEN resumed_offset < previous_checkpoint_offset THEN '{vocab.RESTART_REPLAYED}'
+                        ELSE '{vocab.RESTART_SKIPPED}' END AS classification,
                    CASE WHEN resumed_offset < previous_checkpoint_offset
                         THEN previous_checkpoint_offset - resumed_offset ELSE 0 END AS records_replayed,
                    CASE WHEN resumed_offset > previous_checkpoint_offset

@@ -10,7 +10,6 @@ from app.contracts.vocabulary import (
     EVENT_CHECKPOINT_COMPLETED,
     EVENT_CHECKPOINT_SNAPSHOT,
 )
-from app.reconcile import forensics as fx
 from app.reconcile.findings import Finding
 from app.reconcile.ledger_sql import (
     aware,
@@ -120,7 +119,7 @@ def unclean_stops(audit: LedgerAudit) -> list[Finding]:
     out: list[Finding] = []
     for r in rows:
         resumed = classes.get((r["job_name"], r["next_run_id"]), set()) if r["next_run_id"] else set()
-        exact = resumed == {fx.EXACT}
+        exact = resumed == {vocab.RESTART_EXACT}
         out.append(
             Finding.of(
                 vocab.UNCLEAN_STOP,
