@@ -17,6 +17,7 @@ from typing import Any
 
 from app import __version__
 from app.config import AppConfig, load_config
+from app.contracts.vocabulary import SEVERITIES
 from app.errors import (
     ConfigError,
     InfrastructureError,
@@ -60,6 +61,16 @@ def emit(args: argparse.Namespace, summary: dict[str, Any], text: str) -> None:
 
 
 # --- handlers ------------------------------------------------------------------------------------
+
+
+def add_fail_on(parser: argparse.ArgumentParser, when: str) -> None:
+    """The --fail-on option of the commands whose exit code 1 a scheduler acts on."""
+    parser.add_argument(
+        "--fail-on",
+        choices=SEVERITIES,
+        default="error",
+        help=f"exit 1 when {when} (default: error)",
+    )
 
 
 def cmd_config_show(args: argparse.Namespace, cfg: AppConfig) -> int:

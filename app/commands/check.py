@@ -7,18 +7,13 @@ import argparse
 import uuid
 from typing import Any
 
-from app.cli import EXIT_FINDINGS, EXIT_OK, emit
+from app.cli import EXIT_FINDINGS, EXIT_OK, add_fail_on, emit
 from app.config import AppConfig
 from app.contracts.vocabulary import SEVERITIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--fail-on",
-        choices=SEVERITIES,
-        default="error",
-        help="exit 1 when an expectation of this severity or above fails (default: error)",
-    )
+    add_fail_on(parser, "an expectation of this severity or above fails")
     parser.add_argument(
         "--reconcile-run",
         default=None,

@@ -7,10 +7,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.cli import EXIT_FINDINGS, EXIT_OK, emit
+from app.cli import EXIT_FINDINGS, EXIT_OK, add_fail_on, emit
 from app.commands.reconcile import incident_summary, parse_time
 from app.config import AppConfig
-from app.contracts.vocabulary import SEVERITIES
 from app.reconcile.outputs import read_incidents
 
 
@@ -19,12 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only this job's incidents (repeatable)")  # fmt: skip
     parser.add_argument("--since", type=parse_time, default=None,
                         help="only incidents with evidence at or after this time")  # fmt: skip
-    parser.add_argument(
-        "--fail-on",
-        choices=SEVERITIES,
-        default="error",
-        help="exit 1 when an open incident at or above this severity is listed (default: error)",
-    )
+    add_fail_on(parser, "an open incident at or above this severity is listed")
 
 
 def impact_text(row: Mapping[str, Any]) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from app.cli import add_fail_on
 from app.config import AppConfig
-from app.contracts.vocabulary import SEVERITIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,12 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="run id; give a failed night's id to finish it (done steps are skipped)",
     )
-    parser.add_argument(
-        "--fail-on",
-        choices=SEVERITIES,
-        default="error",
-        help="exit 1 when findings or failed expectations reach this severity",
-    )
+    add_fail_on(parser, "findings or failed expectations reach this severity")
     parser.add_argument("--screenshot", action="store_true", help="also render the dashboard to a PNG")
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from app.cli import EXIT_FINDINGS, EXIT_OK, emit
+from app.cli import EXIT_FINDINGS, EXIT_OK, add_fail_on, emit
 from app.config import AppConfig
 from app.contracts.vocabulary import SEVERITIES
 from app.errors import KafkaUnavailableError, UsageError
@@ -43,12 +43,7 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--until", type=parse_time, default=None, help="ledger window end (default: now)")
     parser.add_argument("--sink", default=None, help="sink table path (overrides reconcile.sink_table[s])")
-    parser.add_argument(
-        "--fail-on",
-        choices=SEVERITIES,
-        default="error",
-        help="exit 1 when a finding at or above this severity is found (default: error)",
-    )
+    add_fail_on(parser, "a finding at or above this severity is found")
     parser.add_argument("--run-id", default=None, help=argparse.SUPPRESS)  # tests pin it
 
 
