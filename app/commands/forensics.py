@@ -13,7 +13,7 @@ from app.commands.reconcile import add_window_arguments, parse_time
 from app.config import AppConfig
 from app.errors import UsageError
 from app.reconcile.forensics_run import run_forensics, timeline
-from app.reconcile.run import AuditRun
+from app.reconcile.outputs import AuditRun
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 

@@ -14,7 +14,8 @@ from app.config import AppConfig
 from app.contracts.vocabulary import SEVERITIES
 from app.errors import KafkaUnavailableError, UsageError
 from app.kafka.gaps import kafka_gap_confirmer, unavailable_confirmer
-from app.reconcile.run import AuditRun, run_reconcile
+from app.reconcile.outputs import AuditRun
+from app.reconcile.run import run_reconcile
 
 
 def parse_time(value: str) -> datetime:

@@ -24,8 +24,8 @@ from app.contracts.vocabulary import RUN_PENDING, RUN_SUCCEEDED, SEVERITIES
 from app.errors import describe_error, error_kind
 from app.kafka.gaps import kafka_gap_confirmer
 from app.reconcile.forensics_run import run_forensics
-from app.reconcile.outputs import confirm_runs
-from app.reconcile.run import AuditRun, run_reconcile
+from app.reconcile.outputs import AuditRun, confirm_runs
+from app.reconcile.run import run_reconcile
 from app.storage.files import read_text, write_text
 from app.storage.tables import tables_from_config
 

@@ -14,8 +14,8 @@ from app.config import AppConfig
 from app.contracts.vocabulary import SEVERITIES
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
-from app.reconcile.outputs import merge_restarts, read_incidents, record_run
-from app.reconcile.run import AuditRun, _ledger_audit, match_rules, resolve_scope
+from app.reconcile.outputs import AuditRun, merge_restarts, read_incidents, record_run, resolve_scope
+from app.reconcile.run import match_rules, open_ledger_audit
 from app.reconcile.sink import SinkReader, observed_in_restart_ranges, sink_columns
 from app.storage.tables import read_delta, tables_from_config
 
@@ -39,7 +39,7 @@ def run_forensics(spark: SparkSession, cfg: AppConfig, run: AuditRun) -> Forensi
     tables, job_list, window, now, run_id = scope.tables, scope.jobs, scope.window, run.now, run.run_id
     rules = match_rules(r)
     result = ForensicsResult(run_id=run_id, window=window, jobs=job_list)
-    audit = _ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
+    audit = open_ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
     try:
         restart_rows = audit.restarts()
     finally:
@@ -57,17 +57,7 @@ def run_forensics(spark: SparkSession, cfg: AppConfig, run: AuditRun) -> Forensi
     for row in result.restarts:
         key = (row["classification"], "")
         result.counts[key] = result.counts.get(key, 0) + 1
-    record_run(
-        spark,
-        tables.runs,
-        run_id=run_id,
-        command="forensics",
-        jobs=job_list,
-        window=window,
-        started_at=now,
-        finished_at=now,
-        status=run.status,
-    )
+    record_run(spark, scope, run, "forensics", now)
     return result
 
 

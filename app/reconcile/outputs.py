@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -73,6 +74,35 @@ def merge_restarts(spark: SparkSession, path: str, rows: Sequence[Mapping[str, A
     delta_rows.merge_rows(spark, path, RESTARTS_SCHEMA, rows, RESTARTS_KEY)
 
 
+@dataclass(frozen=True)
+class AuditRun:
+    """One run of ``reconcile`` or ``forensics``: its id and clock, the window and the jobs it judges."""
+
+    run_id: str
+    now: datetime
+    since: datetime | None = None  # None: where the last successful run over the same jobs stopped
+    until: datetime | None = None  # None: now
+    jobs: Sequence[str] = ()  # empty: reconcile.jobs of the config
+    sink_override: str | None = None
+    status: str = RUN_SUCCEEDED  # what a finished run is recorded as (a nightly: pending)
+
+
+@dataclass(frozen=True)
+class AuditScope:
+    """An AuditRun resolved against the config and the previous runs."""
+
+    tables: Tables
+    jobs: list[str]
+    window: rc.AuditWindow
+
+
+def resolve_scope(spark: SparkSession, cfg: AppConfig, run: AuditRun, command: str) -> AuditScope:
+    tables = tables_from_config(cfg, run.sink_override)
+    jobs = sorted(set(run.jobs) or set(cfg.reconcile.jobs))
+    since = run.since if run.since is not None else last_window_end(spark, tables.runs, command, jobs)
+    return AuditScope(tables, jobs, rc.AuditWindow(until=run.until or run.now, since=since))
+
+
 def last_window_end(spark: SparkSession, path: str, command: str, jobs: Sequence[str]) -> datetime | None:
     """Where the previous successful run of ``command`` over the same jobs stopped."""
     runs = delta_rows.read_columns(spark, path, ["command", "status", "jobs", "window_end"]) or []
@@ -86,33 +116,30 @@ def last_window_end(spark: SparkSession, path: str, command: str, jobs: Sequence
 
 def record_run(
     spark: SparkSession,
-    path: str,
-    *,
-    run_id: str,
+    scope: AuditScope,
+    run: AuditRun,
     command: str,
-    jobs: Sequence[str],
-    window: rc.AuditWindow,
-    started_at: datetime,
     finished_at: datetime,
-    status: str = RUN_SUCCEEDED,
+    status: str | None = None,
 ) -> None:
     """One row per run and command, upserted: only a ``succeeded`` row moves the next default
     window; ``failed`` and ``pending`` (a nightly step whose night has not finished) do not."""
+    status = status or run.status
     if status not in RUN_STATUSES:
         raise ValueError(f"run status {status!r} is not one of {RUN_STATUSES}")
     row = (
-        run_id,
+        run.run_id,
         command,
-        json.dumps(sorted(jobs)),
-        window.since,
-        window.until,
-        started_at,
+        json.dumps(sorted(scope.jobs)),
+        scope.window.since,
+        scope.window.until,
+        run.now,
         finished_at,
         status,
     )
     delta_rows.merge_rows(
         spark,
-        path,
+        scope.tables.runs,
         AUDIT_RUNS_SCHEMA,
         [dict(zip(AUDIT_RUNS_SCHEMA.fieldNames(), row, strict=True))],
         ("run_id", "command"),
@@ -131,30 +158,12 @@ def confirm_runs(spark: SparkSession, path: str, run_id: str) -> int:
     return len(pending)
 
 
-def record_failed_run(
-    spark: SparkSession,
-    path: str,
-    run_id: str,
-    command: str,
-    jobs: Sequence[str],
-    window: rc.AuditWindow,
-    started_at: datetime,
-) -> None:
+def record_failed_run(spark: SparkSession, scope: AuditScope, run: AuditRun, command: str) -> None:
     """Best effort: the run failed, and the storage that failed it may fail this write too."""
     try:
-        record_run(
-            spark,
-            path,
-            run_id=run_id,
-            command=command,
-            jobs=jobs,
-            window=window,
-            started_at=started_at,
-            finished_at=datetime.now(UTC),
-            status=RUN_FAILED,
-        )
+        record_run(spark, scope, run, command, datetime.now(UTC), RUN_FAILED)
     except Exception:  # broad on purpose: the original failure is what the caller reports
-        log.warning("could not record the failed %s run %s", command, run_id, exc_info=True)
+        log.warning("could not record the failed %s run %s", command, run.run_id, exc_info=True)
 
 
 def drop_orphan_summaries(spark: SparkSession, tables: Tables) -> None:

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from app.config import AppConfig, ReconcileConfig
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
-from app.contracts.vocabulary import RUN_SUCCEEDED, SEVERITIES
+from app.contracts.vocabulary import SEVERITIES
 from app.errors import (
     ConfigError,
     error_kind,
@@ -29,12 +29,13 @@ from app.reconcile import ledger_audit as la
 from app.reconcile.findings import Finding
 from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
 from app.reconcile.outputs import (
+    AuditRun,
     drop_orphan_summaries,
-    last_window_end,
     merge_findings,
     merge_incidents,
     record_failed_run,
     record_run,
+    resolve_scope,
     resolved_incidents,
 )
 from app.reconcile.sink import (
@@ -46,7 +47,7 @@ from app.reconcile.sink import (
 )
 from app.reconcile.sink_offsets import PartitionRange, PartitionSink
 from app.storage import delta_rows
-from app.storage.tables import Tables, read_delta, tables_from_config
+from app.storage.tables import Tables, read_delta
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def last_ingest_time(spark: SparkSession, path: str) -> datetime | None:
     return max(times, default=None)
 
 
-def _ledger_audit(
+def open_ledger_audit(
     spark: SparkSession,
     tables: Tables,
     window: rc.AuditWindow,
@@ -118,35 +119,6 @@ def _ledger_audit(
     return la.LedgerAudit(ledger, commits, window, rules, last_ingest_time(spark, tables.ingest_positions))
 
 
-@dataclass(frozen=True)
-class AuditRun:
-    """One run of ``reconcile`` or ``forensics``: its id and clock, the window and the jobs it judges."""
-
-    run_id: str
-    now: datetime
-    since: datetime | None = None  # None: where the last successful run over the same jobs stopped
-    until: datetime | None = None  # None: now
-    jobs: Sequence[str] = ()  # empty: reconcile.jobs of the config
-    sink_override: str | None = None
-    status: str = RUN_SUCCEEDED  # what a finished run is recorded as (a nightly: pending)
-
-
-@dataclass(frozen=True)
-class AuditScope:
-    """An AuditRun resolved against the config and the previous runs."""
-
-    tables: Tables
-    jobs: list[str]
-    window: rc.AuditWindow
-
-
-def resolve_scope(spark: SparkSession, cfg: AppConfig, run: AuditRun, command: str) -> AuditScope:
-    tables = tables_from_config(cfg, run.sink_override)
-    jobs = sorted(set(run.jobs) or set(cfg.reconcile.jobs))
-    since = run.since if run.since is not None else last_window_end(spark, tables.runs, command, jobs)
-    return AuditScope(tables, jobs, rc.AuditWindow(until=run.until or run.now, since=since))
-
-
 def run_reconcile(
     spark: SparkSession, cfg: AppConfig, run: AuditRun, confirmer: GapConfirmer | None = None
 ) -> ReconcileResult:
@@ -163,26 +135,16 @@ def run_reconcile(
     rules = match_rules(r)
     result = ReconcileResult(run_id=run_id, window=window, jobs=job_list)
     try:
-        audit = _ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
+        audit = open_ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
         try:
             _reconcile_inputs(spark, cfg, tables, audit, result, now, confirmer)
         finally:
             audit.close()
     except Exception as exc:  # broad on purpose: a run that could not see is recorded, then re-raised
         if error_kind(exc) != "usage":  # a usage error (a missing sink) writes nothing at all
-            record_failed_run(spark, tables.runs, run_id, "reconcile", job_list, window, now)
+            record_failed_run(spark, scope, run, "reconcile")
         raise
-    record_run(
-        spark,
-        tables.runs,
-        run_id=run_id,
-        command="reconcile",
-        jobs=job_list,
-        window=window,
-        started_at=now,
-        finished_at=now + timedelta(seconds=time.monotonic() - started),
-        status=run.status,
-    )
+    record_run(spark, scope, run, "reconcile", now + timedelta(seconds=time.monotonic() - started))
     result.seconds = time.monotonic() - started
     return result
 
