@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from app.contracts.offsets import LedgerEvent
+from app.contracts.offsets import EventSource, LedgerEvent
 from app.contracts.tables import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -48,8 +48,9 @@ def ev(
     )
     if offsets is None:
         return [LedgerEvent(**common, detail=detail or {})]
-    return LedgerEvent.for_partitions(
-        **common, offsets={(TOPIC, p): o for p, o in offsets.items()}, detail=detail or {}
+    writer = EventSource(job, run, engine, group)
+    return writer.partition_events(
+        event_type, at(t), cp, {(TOPIC, p): o for p, o in offsets.items()}, detail or {}
     )
 
 

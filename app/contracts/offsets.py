@@ -182,43 +182,6 @@ class LedgerEvent:
         except (TypeError, ValueError) as exc:
             raise InvalidLedgerEventError(f"detail is not JSON-serializable: {exc}") from exc
 
-    @classmethod
-    def for_partitions(
-        cls,
-        *,
-        job_name: str,
-        run_id: str,
-        engine: str,
-        checkpoint_id: int | None,
-        event_type: str,
-        event_time: datetime,
-        group_id: str | None,
-        offsets: Mapping[TopicPartitionKey, int | None],
-        detail: Mapping[str, object] | None = None,
-    ) -> list[LedgerEvent]:
-        """One event per partition, ``raw_offset`` as given and ``offset`` normalized.
-
-        Sorted by (topic, partition) so that the same input always yields the same rows in the
-        same order, whatever the mapping's insertion order was.
-        """
-        return [
-            cls(
-                job_name=job_name,
-                run_id=run_id,
-                engine=engine,
-                checkpoint_id=checkpoint_id,
-                event_type=event_type,
-                event_time=event_time,
-                group_id=group_id,
-                topic=topic,
-                partition=partition,
-                offset=normalize_offset(raw, engine),
-                raw_offset=raw,
-                detail=detail or {},
-            )
-            for (topic, partition), raw in sorted(offsets.items())
-        ]
-
     @property
     def event_date(self) -> date:
         return self.event_time.date()
@@ -276,3 +239,69 @@ class LedgerEvent:
             "event_date": self.event_date,
         }
         return {name: values[name] for name in LEDGER_SCHEMA.fieldNames()}
+
+
+@dataclass(frozen=True)
+class EventSource:
+    """Who writes ledger events: one run of a job, its engine and the group it commits to. Every
+    writer (the committer, the job's start and stop, crash recovery) stamps its events with it."""
+
+    job_name: str
+    run_id: str
+    engine: str
+    group_id: str | None
+
+    def event(
+        self,
+        event_type: str,
+        event_time: datetime,
+        checkpoint_id: int | None,
+        detail: Mapping[str, object],
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+        raw_offset: int | None = None,
+    ) -> LedgerEvent:
+        """One event; a checkpoint- or run-level one unless a partition is given."""
+        return LedgerEvent(
+            job_name=self.job_name,
+            run_id=self.run_id,
+            engine=self.engine,
+            checkpoint_id=checkpoint_id,
+            event_type=event_type,
+            event_time=event_time,
+            group_id=self.group_id,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            raw_offset=raw_offset,
+            detail=detail,
+        )
+
+    def partition_events(
+        self,
+        event_type: str,
+        event_time: datetime,
+        checkpoint_id: int | None,
+        offsets: Mapping[TopicPartitionKey, int | None],
+        detail: Mapping[str, object],
+    ) -> list[LedgerEvent]:
+        """One event per partition, ``raw_offset`` as given and ``offset`` normalized.
+
+        Sorted by (topic, partition) so that the same input always yields the same rows in the
+        same order, whatever the mapping's insertion order was.
+        """
+        return [
+            self.event(
+                event_type,
+                event_time,
+                checkpoint_id,
+                detail,
+                topic=topic,
+                partition=partition,
+                offset=normalize_offset(raw, self.engine),
+                raw_offset=raw,
+            )
+            for (topic, partition), raw in sorted(offsets.items())
+        ]

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from app.contracts.offsets import (
+    EventSource,
     LedgerEvent,
     TopicPartitionKey,
     commit_offset_for,
@@ -102,6 +103,7 @@ class OffsetCommitter:
         self._run_id = run_id
         self._engine = engine
         self._group_id = group_id
+        self._source = EventSource(job_name, run_id, engine, group_id)
         self._commit_fn = commit_fn
         self._max_pending = max_pending
         self._clock = clock
@@ -476,16 +478,7 @@ class OffsetCommitter:
         self, event_type: str, checkpoint_id: int, now: datetime, detail: Mapping[str, object]
     ) -> LedgerEvent:
         """A checkpoint-level event: no partition is known or concerned."""
-        return LedgerEvent(
-            job_name=self._job_name,
-            run_id=self._run_id,
-            engine=self._engine,
-            checkpoint_id=checkpoint_id,
-            event_type=event_type,
-            event_time=now,
-            group_id=self._group_id,
-            detail=detail,
-        )
+        return self._source.event(event_type, now, checkpoint_id, detail)
 
     def _partition_events(
         self,
@@ -499,17 +492,7 @@ class OffsetCommitter:
             # A checkpoint of no partitions still happened; one row keeps it visible (otherwise
             # a later completion would look like "completed without snapshot").
             return [self._event(event_type, checkpoint_id, now, detail)]
-        return LedgerEvent.for_partitions(
-            job_name=self._job_name,
-            run_id=self._run_id,
-            engine=self._engine,
-            checkpoint_id=checkpoint_id,
-            event_type=event_type,
-            event_time=now,
-            group_id=self._group_id,
-            offsets=offsets,
-            detail=detail,
-        )
+        return self._source.partition_events(event_type, now, checkpoint_id, offsets, detail)
 
     def _tp_event(
         self,
@@ -522,19 +505,15 @@ class OffsetCommitter:
     ) -> LedgerEvent:
         """A commit outcome row: ``offset`` is what Kafka holds or was asked to hold."""
         topic, partition = tp
-        return LedgerEvent(
-            job_name=self._job_name,
-            run_id=self._run_id,
-            engine=self._engine,
-            checkpoint_id=request.checkpoint_id,
-            event_type=event_type,
-            event_time=now,
-            group_id=self._group_id,
+        return self._source.event(
+            event_type,
+            now,
+            request.checkpoint_id,
+            detail,
             topic=topic,
             partition=partition,
             offset=offset,
             raw_offset=request.raw_offsets[tp],
-            detail=detail,
         )
 
     def _request_failed_events(

@@ -33,7 +33,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from app import __version__
 from app.config import AppConfig
-from app.contracts.offsets import LedgerEvent, TopicPartitionKey
+from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.contracts.vocabulary import (
     EVENT_CHECKPOINT_COMPLETED,
     EVENT_CHECKPOINT_SNAPSHOT,
@@ -153,6 +153,7 @@ class StreamJob:
         self.scfg = cfg.stream
         self.bootstrap = bootstrap
         self.run_id = run_id or f"run-{utc_now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+        self._events = EventSource(self.scfg.job_name, self.run_id, ENGINE, self.scfg.group_id)
         self.clock = clock
         self.sink_path = cfg.paths.table(self.scfg.sink_table)
         self.ledger_path = cfg.paths.table(self.scfg.ledger_table)
@@ -444,15 +445,11 @@ class StreamJob:
                 now,
                 written_at,
             )
-        started = LedgerEvent(
-            job_name=self.scfg.job_name,
-            run_id=self.run_id,
-            engine=ENGINE,
-            checkpoint_id=plan.restored_checkpoint_id,
-            event_type=EVENT_RUN_STARTED,
-            event_time=now,
-            group_id=self.scfg.group_id,
-            detail={
+        started = self._events.event(
+            EVENT_RUN_STARTED,
+            now,
+            plan.restored_checkpoint_id,
+            {
                 "startup_mode": plan.mode,
                 "restored_checkpoint_id": plan.restored_checkpoint_id,
                 "app_version": __version__,
@@ -548,15 +545,11 @@ class StreamJob:
         if not committer.close(timeout=self.scfg.commit_close_timeout_s):
             log.warning("the last offset commit did not finish in %.0fs", self.scfg.commit_close_timeout_s)
             committer.abandon_in_flight()
-        stopped = LedgerEvent(
-            job_name=self.scfg.job_name,
-            run_id=self.run_id,
-            engine=ENGINE,
-            checkpoint_id=self._last_batch_id,
-            event_type=EVENT_RUN_STOPPED,
-            event_time=self.clock(),
-            group_id=self.scfg.group_id,
-            detail={
+        stopped = self._events.event(
+            EVENT_RUN_STOPPED,
+            self.clock(),
+            self._last_batch_id,
+            {
                 "reason": result.stop_reason,
                 "batches": self._batches,
                 "successful_commits": committer.successful_commits,

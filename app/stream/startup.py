@@ -15,9 +15,15 @@ from datetime import datetime
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from app.contracts.offsets import LedgerEvent, TopicPartitionKey
+from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.contracts.tables import SINK_SCHEMA
 from app.contracts.vocabulary import (
+    DETAIL_ATTEMPT,
+    DETAIL_ERROR,
+    DETAIL_MESSAGE,
+    DETAIL_RECOVERED,
+    DETAIL_RETRIABLE,
+    DETAIL_SOURCE,
     ERROR_OUTCOME_UNKNOWN,
     EVENT_CHECKPOINT_COMPLETED,
     EVENT_CHECKPOINT_SNAPSHOT,
@@ -191,19 +197,13 @@ def plan_checkpoint_resume(
 def restored_events(
     plan: StartupPlan, job_name: str, run_id: str, group_id: str, now: datetime
 ) -> list[LedgerEvent]:
+    writer = EventSource(job_name, run_id, ENGINE, group_id)
     events: list[LedgerEvent] = []
     for source in sorted({s.source for s in plan.starts.values()}):
         offsets = {tp: s.offset for tp, s in plan.starts.items() if s.source == source}
-        events += LedgerEvent.for_partitions(
-            job_name=job_name,
-            run_id=run_id,
-            engine=ENGINE,
-            checkpoint_id=plan.restored_checkpoint_id,
-            event_type=EVENT_OFFSETS_RESTORED,
-            event_time=now,
-            group_id=group_id,
-            offsets=offsets,
-            detail={"source": source, "mode": plan.mode},
+        detail = {DETAIL_SOURCE: source, "mode": plan.mode}
+        events += writer.partition_events(
+            EVENT_OFFSETS_RESTORED, now, plan.restored_checkpoint_id, offsets, detail
         )
     return events
 
@@ -240,55 +240,31 @@ def recovery_events(
     settles what really happened from __consumer_offsets.
     """
     times = written_at or {}
-    owner = facts.last_run_id or new_run_id
-    detail = {"recovered": True, "recovered_by": new_run_id}
+    owner = EventSource(job_name, facts.last_run_id or new_run_id, ENGINE, group_id)
+    detail = {DETAIL_RECOVERED: True, "recovered_by": new_run_id}
     events: list[LedgerEvent] = []
     for batch in sorted(offset_log):
         if batch not in facts.snapshot_ids:
-            events += LedgerEvent.for_partitions(
-                job_name=job_name,
-                run_id=owner,
-                engine=ENGINE,
-                checkpoint_id=batch,
-                event_type=EVENT_CHECKPOINT_SNAPSHOT,
-                event_time=times.get(("offsets", batch), now),
-                group_id=group_id,
-                offsets=dict(offset_log[batch]),
-                detail=detail,
+            when = times.get(("offsets", batch), now)
+            events += owner.partition_events(
+                EVENT_CHECKPOINT_SNAPSHOT, when, batch, dict(offset_log[batch]), detail
             )
     for batch in sorted(set(committed_batches)):
         if batch in offset_log and batch not in facts.completed_ids:
-            events += LedgerEvent.for_partitions(
-                job_name=job_name,
-                run_id=owner,
-                engine=ENGINE,
-                checkpoint_id=batch,
-                event_type=EVENT_CHECKPOINT_COMPLETED,
-                event_time=times.get(("commits", batch), now),
-                group_id=group_id,
-                offsets=dict(offset_log[batch]),
-                detail=detail,
+            when = times.get(("commits", batch), now)
+            events += owner.partition_events(
+                EVENT_CHECKPOINT_COMPLETED, when, batch, dict(offset_log[batch]), detail
             )
     for (run_id, attempt), checkpoint_id in sorted(facts.open_commit_attempts.items()):
         unknown = {
             **detail,
-            "attempt": attempt,
-            "error": ERROR_OUTCOME_UNKNOWN,
-            "retriable": True,
-            "message": "the process stopped before the commit was acknowledged",
+            DETAIL_ATTEMPT: attempt,
+            DETAIL_ERROR: ERROR_OUTCOME_UNKNOWN,
+            DETAIL_RETRIABLE: True,
+            DETAIL_MESSAGE: "the process stopped before the commit was acknowledged",
         }
-        events.append(
-            LedgerEvent(
-                job_name=job_name,
-                run_id=run_id,
-                engine=ENGINE,
-                checkpoint_id=checkpoint_id,
-                event_type=EVENT_COMMIT_FAILED,
-                event_time=now,
-                group_id=group_id,
-                detail=unknown,
-            )
-        )
+        attempt_writer = EventSource(job_name, run_id, ENGINE, group_id)
+        events.append(attempt_writer.event(EVENT_COMMIT_FAILED, now, checkpoint_id, unknown))
     return events
 
 

@@ -15,8 +15,8 @@ from app.demo.story import WARN_OR_ABOVE, Demo, DemoScale
 from app.incidents import repair
 from app.kafka.gaps import kafka_gap_confirmer
 from app.nightly.run import Nightly
-from app.reconcile.outputs import mark_resolved, read_incidents
-from app.reconcile.run import AuditRun, run_reconcile
+from app.reconcile.outputs import AuditRun, mark_resolved, read_incidents
+from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
 from app.stream.job import StopWhen, StreamJob
 from tests.kafka.streaming import create_topic, produce

@@ -14,8 +14,8 @@ from app.config import AppConfig, KafkaConfig
 from app.contracts.vocabulary import RUN_PENDING
 from app.errors import ConfigError, KafkaUnavailableError
 from app.kafka.gaps import kafka_gap_confirmer
-from app.reconcile.outputs import confirm_runs, last_window_end
-from app.reconcile.run import AuditRun, run_reconcile
+from app.reconcile.outputs import AuditRun, confirm_runs, last_window_end
+from app.reconcile.run import run_reconcile
 from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 

@@ -16,7 +16,8 @@ from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile import ledger_audit as la
 from app.reconcile.forensics_run import run_forensics, timeline
-from app.reconcile.run import AuditRun, run_reconcile
+from app.reconcile.outputs import AuditRun
+from app.reconcile.run import run_reconcile
 from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 
 pytestmark = pytest.mark.spark

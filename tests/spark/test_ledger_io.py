@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.contracts.offsets import LedgerEvent
+from app.contracts.offsets import EventSource, LedgerEvent
 from app.contracts.tables import LEDGER_SCHEMA
 from app.contracts.vocabulary import ENGINE_SPARK, EVENT_CHECKPOINT_SNAPSHOT
 from app.storage import backend
@@ -21,17 +21,8 @@ T0 = datetime(2026, 3, 1, 23, 59, 59, 123456, tzinfo=UTC)
 
 
 def _snapshot(checkpoint_id: int, offsets: dict[tuple[str, int], int], when: datetime) -> list[LedgerEvent]:
-    return LedgerEvent.for_partitions(
-        job_name="orders-job",
-        run_id="run-1",
-        engine=ENGINE_SPARK,
-        checkpoint_id=checkpoint_id,
-        event_type=EVENT_CHECKPOINT_SNAPSHOT,
-        event_time=when,
-        group_id="orders-group",
-        offsets=offsets,
-        detail={"attempt": 1},
-    )
+    writer = EventSource("orders-job", "run-1", ENGINE_SPARK, "orders-group")
+    return writer.partition_events(EVENT_CHECKPOINT_SNAPSHOT, when, checkpoint_id, offsets, {"attempt": 1})
 
 
 def _history(spark: SparkSession, path: str) -> list[str]:

@@ -17,7 +17,8 @@ from pyspark.sql.types import StructField, StructType
 from app.config import AppConfig, PathsConfig
 from app.contracts.tables import FINDINGS_SCHEMA, LEDGER_SCHEMA, PARTITION_SUMMARY_SCHEMA, RESTARTS_SCHEMA
 from app.quality import checks as q
-from app.reconcile.run import AuditRun, run_reconcile
+from app.reconcile.outputs import AuditRun
+from app.reconcile.run import run_reconcile
 from app.report import gather as report_io
 from app.report import render as report
 from checks.suites import LEDGER_IDENTITY

@@ -23,8 +23,8 @@ from app.reconcile import commit_rules, sink_offsets
 from app.reconcile import findings as rc
 from app.reconcile import ledger_audit as la
 from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
-from app.reconcile.outputs import last_window_end
-from app.reconcile.run import AuditRun, ReconcileResult, run_reconcile
+from app.reconcile.outputs import AuditRun, last_window_end
+from app.reconcile.run import ReconcileResult, run_reconcile
 from app.reconcile.sink import (
     EXACT_FILTER_MAX_RANGES,
     SinkColumns,

@@ -13,6 +13,7 @@ from app.contracts.offsets import (
     LATEST_OFFSET,
     OFFSET_NOT_SET,
     TIMESTAMP,
+    EventSource,
     LedgerEvent,
     commit_offset_for,
     is_sentinel,
@@ -155,16 +156,10 @@ def _event(**overrides: object) -> LedgerEvent:
     return LedgerEvent(**values)  # type: ignore[arg-type]
 
 
-def test_for_partitions_keeps_raw_offset_normalizes_offset_and_sorts_partitions() -> None:
-    events = LedgerEvent.for_partitions(
-        job_name="orders",
-        run_id="run-1",
-        engine=ENGINE_FLINK_LEGACY,
-        checkpoint_id=3,
-        event_type=EVENT_CHECKPOINT_SNAPSHOT,
-        event_time=T0,
-        group_id="g",
-        offsets={("t", 1): 41, ("a", 0): GROUP_OFFSET, ("t", 0): -1},
+def test_partition_events_keep_raw_offset_normalize_offset_and_sort_partitions() -> None:
+    writer = EventSource("orders", "run-1", ENGINE_FLINK_LEGACY, "g")
+    events = writer.partition_events(
+        EVENT_CHECKPOINT_SNAPSHOT, T0, 3, {("t", 1): 41, ("a", 0): GROUP_OFFSET, ("t", 0): -1}, {}
     )
     assert [(e.topic, e.partition, e.raw_offset, e.offset) for e in events] == [
         ("a", 0, GROUP_OFFSET, None),
