@@ -96,8 +96,9 @@ def spark_submit(
     args: Sequence[str],
     work_dir: Path,
     extra_env: Mapping[str, str] | None = None,
-) -> Submitted:
-    """`spark-submit --master spark://... jobs/<job>.py --env s3 ...` with an event log of its own."""
+) -> Running:
+    """Starts `spark-submit --master spark://... jobs/<job>.py --env s3 ...` with an event log of its
+    own; the caller may do other work before ``finish``."""
     event_log_dir = work_dir / f"events-{job}-{len(list(work_dir.glob(f'events-{job}-*')))}"
     event_log_dir.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SPARK_", "PYSPARK_"))}
@@ -133,30 +134,52 @@ def spark_submit(
         "--env", "s3", "--conf-dir", str(conf_dir_with_s3_env(work_dir)),
         *args,
     ]  # fmt: skip
-    return run_logged(cmd, env, work_dir, event_log_dir, f"{job}-cluster")
-
-
-def run_logged(
-    cmd: Sequence[str], env: Mapping[str, str], work_dir: Path, event_log_dir: Path, name: str
-) -> Submitted:
-    """Run to the end with stdout and stderr in files under ``work_dir`` (kept for a failure's
-    post-mortem); past the deadline the whole process group is killed and the test fails."""
+    name = f"{job}-cluster"
     out, err = work_dir / f"{name}.stdout", work_dir / f"{name}.stderr"
     with out.open("wb") as stdout, err.open("wb") as stderr:
         process = subprocess.Popen(
-            list(cmd), env=dict(env), cwd=work_dir, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+            cmd, env=env, cwd=work_dir, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
             start_new_session=True, preexec_fn=parent_death_preexec(),
         )  # fmt: skip
+    return Running(process, name, out, err, event_log_dir)
+
+
+@dataclass
+class Running:
+    """A started spark-submit, its output going to files kept for a failure's post-mortem. As a context
+    manager it kills the whole process group on the way out if the run is still going."""
+
+    process: subprocess.Popen[bytes]
+    name: str
+    out: Path
+    err: Path
+    event_log_dir: Path
+
+    def finish(self) -> Submitted:
+        """Wait for the end; past the deadline the process group is killed and the test fails."""
         try:
-            returncode = process.wait(timeout=SUBMIT_TIMEOUT_S)
+            returncode = self.process.wait(timeout=SUBMIT_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            tail = "\n".join(err.read_text(errors="replace").splitlines()[-60:])
-            raise AssertionError(f"{name} did not finish in {SUBMIT_TIMEOUT_S:.0f}s:\n{tail}") from None
-    return Submitted(
-        returncode, out.read_text(errors="replace"), err.read_text(errors="replace"), event_log_dir
-    )
+            self.kill()
+            tail = "\n".join(self.err.read_text(errors="replace").splitlines()[-60:])
+            raise AssertionError(f"{self.name} did not finish in {SUBMIT_TIMEOUT_S:.0f}s:\n{tail}") from None
+        return Submitted(
+            returncode,
+            self.out.read_text(errors="replace"),
+            self.err.read_text(errors="replace"),
+            self.event_log_dir,
+        )
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def __enter__(self) -> Running:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
 
 
 # --- where tasks ran: Spark's event log ----------------------------------------------------------

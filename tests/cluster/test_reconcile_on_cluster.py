@@ -53,14 +53,15 @@ def test_reconcile_on_the_cluster_over_s3a_finds_what_it_finds_locally_with_task
     s3_data = f"s3a://{s3_server.bucket}/reconcile"
     args = ["--until", scenario.UNTIL.isoformat(), "--no-confirm", "--run-id", "cluster-reconcile", "--json"]
 
-    on_cluster = spark_submit(
+    with spark_submit(
         spark_cluster, s3_server, cluster_jars, "reconcile",
         [*args, "--set", f"paths.data_dir={s3_data}"], tmp_path,
-    )  # fmt: skip
-    # The same entry point on local disk, in this process's local session (the one of tests/conftest.py).
-    capsys.readouterr()
-    local_code = main(["reconcile", *args, "--set", f"paths.data_dir={local_data}"])
-    local_summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    ) as running:  # fmt: skip
+        # Meanwhile, the same entry point on local disk in this process's local session (tests/conftest.py).
+        capsys.readouterr()
+        local_code = main(["reconcile", *args, "--set", f"paths.data_dir={local_data}"])
+        local_summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        on_cluster = running.finish()
 
     assert on_cluster.returncode in (0, 1), on_cluster.stderr[-6000:]
     assert on_cluster.returncode == local_code
