@@ -12,8 +12,8 @@ from pyspark.sql import SparkSession
 
 from app.cli import main
 from tests.cluster import scenario
-from tests.cluster.conftest import S3Server, SparkCluster
-from tests.cluster.submit import executors_added, read_table, spark_submit, tasks_scanning
+from tests.cluster.conftest import S3_SECRET_KEY, S3Server, SparkCluster
+from tests.cluster.submit import event_log, executors_added, read_table, spark_submit, tasks_scanning
 
 pytestmark = pytest.mark.cluster
 
@@ -78,6 +78,10 @@ def test_reconcile_on_the_cluster_over_s3a_finds_what_it_finds_locally_with_task
     assert rows(read_table(f"{s3_data}/tables/partition_summary", s3_server), SUMMARY_COLUMNS) == rows(
         read_table(str(local_data / "tables" / "partition_summary")), SUMMARY_COLUMNS
     )
+
+    # The credentials reached the executors through config alone, and were never written out.
+    written = on_cluster.stdout + on_cluster.stderr + json.dumps(event_log(on_cluster.event_log_dir))
+    assert S3_SECRET_KEY not in written
 
     executors = executors_added(on_cluster.event_log_dir)
     scans = tasks_scanning(on_cluster.event_log_dir, f"{s3_data}/tables/sink")
