@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps python-deps jvm-deps demo test test-unit test-spark test-kafka lint format bench clean
+.PHONY: setup system-deps python-deps jvm-deps demo test test-unit test-spark test-kafka test-cluster lint format bench clean
 
 setup: system-deps python-deps jvm-deps
 
@@ -32,7 +32,8 @@ $(STAMPS)/python-deps: pyproject.toml
 
 python-deps: $(STAMPS)/python-deps
 
-# Delta, the Kafka connector and the Kafka broker from Maven Central into the local Maven repository.
+# Delta, the Kafka connector, the s3a connector and the Kafka broker from Maven Central into the local
+# Maven repository.
 jvm-deps: python-deps
 	$(VENV)/bin/offset-audit setup-jvm
 
@@ -50,6 +51,10 @@ test-spark: setup
 
 test-kafka: setup
 	$(PY) -m pytest -m kafka $(PYTEST_ARGS)
+
+# A Spark standalone master and two workers, and an S3 API server (moto), on loopback; `make test` runs it too.
+test-cluster: setup
+	$(PY) -m pytest -m cluster $(PYTEST_ARGS)
 
 lint: python-deps
 	$(VENV)/bin/ruff check .

@@ -27,7 +27,9 @@ DEFAULT_CONF_DIR = REPO_ROOT / "conf"
 LOCAL_BOOTSTRAP = "local"  # sentinel: the embedded broker managed by `offset-audit kafka-local`
 
 _SECRET_KEY = re.compile(
-    r"(password|secret|token|jaas|credential|api[._-]?key|private|key\.pem|keystore|webhook)", re.I
+    r"(password|secret|token|jaas|credential|api[._-]?key|access[._-]?key|account\.key|private|key\.pem"
+    r"|keystore|webhook)",
+    re.I,
 )
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 REDACTED = "***"
@@ -89,6 +91,23 @@ class KafkaConfig:
 
     def __repr__(self) -> str:
         return f"KafkaConfig({redact(dataclasses.asdict(self))})"
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Object storage under the tables (s3a://, ...): Hadoop filesystem properties, given to Spark's
+    Hadoop configuration on the driver, from where Spark ships them to the executors' tasks. Credentials
+    come as ${ENV}; every key that looks like a secret is redacted wherever config is printed."""
+
+    options: dict[str, str] = field(default_factory=dict, repr=False)  # e.g. fs.s3a.endpoint: https://...
+
+    def __post_init__(self) -> None:
+        for key in self.options:
+            if not key.startswith("fs."):
+                raise ConfigError(f"storage.options.{key}", "expected a Hadoop filesystem property (fs.*)")
+
+    def __repr__(self) -> str:
+        return f"StorageConfig({redact(dataclasses.asdict(self))})"
 
 
 @dataclass(frozen=True)
@@ -320,6 +339,7 @@ class AlertsConfig:
 class AppConfig:
     env: str
     paths: PathsConfig = field(default_factory=PathsConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     local_kafka: LocalKafkaConfig = field(default_factory=LocalKafkaConfig)
@@ -383,6 +403,16 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+# Property maps whose keys are passed through as they are, dots included.
+_PASS_THROUGH_MAPS = {
+    ("kafka", "client"),
+    ("kafka", "java"),
+    ("kafka", "librdkafka"),
+    ("spark", "conf"),
+    ("storage", "options"),
+}
+
+
 def parse_override(item: str) -> dict[str, Any]:
     """'kafka.request_timeout_s=5' -> {'kafka': {'request_timeout_s': 5}} (value parsed as YAML).
 
@@ -395,11 +425,7 @@ def parse_override(item: str) -> dict[str, Any]:
     parts = key.strip().split(".")
     if not all(parts):
         raise ConfigError(key, "empty segment in override key")
-    if (
-        len(parts) > 2
-        and parts[0] in ("kafka", "spark")
-        and parts[1] in ("client", "java", "librdkafka", "conf")
-    ):
+    if len(parts) > 2 and (parts[0], parts[1]) in _PASS_THROUGH_MAPS:
         parts = [parts[0], parts[1], ".".join(parts[2:])]
         value: Any = raw  # pass-through properties stay strings, exactly as typed
     else:

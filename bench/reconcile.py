@@ -33,7 +33,8 @@ from pyspark.sql import functions as F
 
 from app.config import PathsConfig, ReconcileConfig, load_config
 from app.contracts.tables import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA
-from app.reconcile.run import AuditRun, run_reconcile
+from app.reconcile.outputs import AuditRun
+from app.reconcile.run import run_reconcile
 from app.runtime.session import spark_session
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

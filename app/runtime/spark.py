@@ -74,6 +74,7 @@ def build_spark_session(
     jars: Sequence[Path] = (),
     warehouse_dir: str = "data/warehouse",
     environ: Mapping[str, str] | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> SparkSession:
     on_cluster = cfg.mode == "cluster" or (cfg.mode == "auto" and running_under_spark_submit(environ))
     if on_cluster:
@@ -83,6 +84,7 @@ def build_spark_session(
             if key.startswith("spark.sql."):
                 spark.conf.set(key, value)
         _require_delta(spark)
+        apply_storage_options(spark, storage_options or {})
         return spark
     # Local Python workers (mapInArrow, UDFs) must run this interpreter, not whatever 'python3' is on
     # PATH, to see the same packages (pyarrow, app). SparkContext reads only the environment for this.
@@ -94,6 +96,7 @@ def build_spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()  # takes the context started above, if any
     spark.sparkContext.setLogLevel("WARN")
+    apply_storage_options(spark, storage_options or {})
     log.info("local SparkSession %s (%s), %d extra jars", spark.version, cfg.master, len(jars))
     return spark
 
@@ -140,6 +143,23 @@ def start_driver_dying_with_us(conf: Mapping[str, str], environ: Mapping[str, st
     gateway = _launch_gateway(spark_conf, popen_kwargs=DriverPopenKwargs(preexec))
     SparkContext(conf=spark_conf, gateway=gateway)
     return True
+
+
+def apply_storage_options(spark: SparkSession, options: Mapping[str, str]) -> None:
+    """Object-storage properties (config section `storage.options`) into the driver's Hadoop
+    configuration, before any table is touched.
+
+    Not as `spark.hadoop.*` Spark settings: those are fixed when the context starts (under
+    spark-submit, before this code runs) and show up in the UI and event log. Every file scan and
+    write copies this configuration into its tasks, so executors reach the storage with it too.
+    """
+    if not options:
+        return
+    # pyspark exposes the Hadoop configuration only through the Java context.
+    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in options.items():
+        hadoop_conf.set(key, value)
+    log.info("storage options set: %s", ", ".join(sorted(options)))  # names only, never values
 
 
 def _require_delta(spark: SparkSession) -> None:
