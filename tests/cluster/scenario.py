@@ -18,7 +18,7 @@ from deltalake import write_deltalake
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from app.contracts.offsets import LedgerEvent
+from app.contracts.offsets import EventSource, LedgerEvent
 from app.contracts.tables import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA, SINK_SCHEMA
 
 JOB = "orders-audit"
@@ -39,13 +39,12 @@ def ledger_events() -> list[LedgerEvent]:
     def events(
         event_type: str, t: float, cp: int | None, offset: int | None, **detail: Any
     ) -> list[LedgerEvent]:
-        common: dict[str, Any] = dict(
-            job_name=JOB, run_id=RUN, engine="spark", checkpoint_id=cp, event_type=event_type,
-            event_time=at(t), group_id=GROUP, detail=detail,
-        )  # fmt: skip
+        writer = EventSource(JOB, RUN, "spark", GROUP)
         if offset is None:
-            return [LedgerEvent(**common)]
-        return LedgerEvent.for_partitions(**common, offsets={(TOPIC, p): offset for p in PARTITIONS})
+            return [writer.event(event_type, at(t), cp, detail)]
+        return writer.partition_events(
+            event_type, at(t), cp, {(TOPIC, p): offset for p in PARTITIONS}, detail
+        )
 
     out = events("RUN_STARTED", 0, None, None, startup_mode="earliest")
     out += events("OFFSETS_RESTORED", 0, None, 0, source="earliest")
