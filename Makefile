@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps python-deps jvm-deps demo test test-unit test-spark test-kafka lint format bench clean
+.PHONY: setup system-deps python-deps jvm-deps demo test test-unit test-spark test-kafka lint format bench bench-confirm clean
 
 setup: system-deps python-deps jvm-deps
 
@@ -62,6 +62,9 @@ format: python-deps
 
 bench: setup
 	$(PY) -m bench.stream
+
+bench-confirm: setup
+	$(PY) -m bench.confirm --gaps 1000
 
 clean:
 	rm -rf data build .pytest_cache .mypy_cache .ruff_cache $(STAMPS)
