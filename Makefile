@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps python-deps jvm-deps demo test test-unit test-spark test-kafka lint format bench bench-confirm clean
+.PHONY: setup system-deps python-deps jvm-deps demo test test-unit test-spark test-kafka lint format bench clean
 
 setup: system-deps python-deps jvm-deps
 
@@ -63,6 +63,7 @@ format: python-deps
 bench: setup
 	$(PY) -m bench.stream
 
+.PHONY: bench-confirm
 bench-confirm: setup
 	$(PY) -m bench.confirm --gaps 1000
 
