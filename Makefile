@@ -68,5 +68,9 @@ format: python-deps
 bench: setup
 	$(PY) -m bench.stream
 
+.PHONY: bench-confirm
+bench-confirm: setup
+	$(PY) -m bench.confirm --gaps 1000
+
 clean:
 	rm -rf data build .pytest_cache .mypy_cache .ruff_cache $(STAMPS)
