@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import multiprocessing
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -101,13 +103,26 @@ def formatter_seconds(bootstrap: str, per_partition: dict[int, int]) -> tuple[fl
     return time.perf_counter() - t0, printed
 
 
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def spread(label: str, values: list[float], unit: str) -> str:
+    return (f"  {label:58s} median {median(values):>10,.2f}{unit}  min {min(values):>10,.2f}{unit}  "
+            f"max {max(values):>10,.2f}{unit}")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=3_000_000, help="offset commit records to produce")
     ap.add_argument("--offsets-partitions", type=int, default=10)
     ap.add_argument("--topic-partitions", type=int, default=500, help="records per commit request")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs over the same records (0: produce only)")
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--work-dir", type=Path, default=None)
+    ap.add_argument(
+        "--work-dir", type=Path, default=None,
+        help="keep the broker's data here; a later call with the same directory reuses the records",
+    )  # fmt: skip
     args = ap.parse_args(argv)
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="bench-ingest-"))
@@ -120,19 +135,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         topic = "bench-wide"
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(topic, args.topic_partitions, 1)])[topic].result(120)
         groups = groups_one_per_partition(args.offsets_partitions)
-        t0 = time.perf_counter()
-        produced = produce_commits(
-            bootstrap, groups, topic, args.topic_partitions, args.records // len(groups)
-        )
-        produce_s = time.perf_counter() - t0
         all_parts = list(range(args.offsets_partitions))
-        start, end = log_bounds(admin, bootstrap, OFFSETS_TOPIC, all_parts, 60)
-        in_log = sum(end[p] - start[p] for p in all_parts)
-        print(f"produced {produced:,} offset commits with {len(groups)} groups in {produce_s:.1f}s "
-              f"({produced / produce_s:,.0f}/s); __consumer_offsets holds {in_log:,} offsets "
-              f"in {args.offsets_partitions} partitions")  # fmt: skip
+        in_log = 0
+        if OFFSETS_TOPIC in admin.list_topics(timeout=60).topics:  # created by the first commit
+            start, end = log_bounds(admin, bootstrap, OFFSETS_TOPIC, all_parts, 60)
+            in_log = sum(end[p] - start[p] for p in all_parts)
+        if in_log < args.records:
+            if topic not in admin.list_topics(timeout=60).topics:
+                admin.create_topics([NewTopic(topic, args.topic_partitions, 1)])[topic].result(120)
+            t0 = time.perf_counter()
+            produced = produce_commits(
+                bootstrap, groups, topic, args.topic_partitions, (args.records - in_log) // len(groups)
+            )
+            produce_s = time.perf_counter() - t0
+            print(f"produced {produced:,} offset commits with {len(groups)} groups in {produce_s:.1f}s "
+                  f"({produced / produce_s:,.0f}/s)")  # fmt: skip
+            start, end = log_bounds(admin, bootstrap, OFFSETS_TOPIC, all_parts, 60)
+            in_log = sum(end[p] - start[p] for p in all_parts)
+        print(f"__consumer_offsets holds {in_log:,} offsets in {args.offsets_partitions} partitions")
+        if args.runs <= 0:
+            return 0
 
         spark = build_spark_session(
             SparkConfig(mode="local", master=args.master, shuffle_partitions=2, driver_memory="3g"),
@@ -143,57 +166,78 @@ def main(argv: list[str] | None = None) -> int:
         def cfg_for(name: str, groups_: list[str]) -> AppConfig:
             return dataclasses.replace(
                 base,
-                paths=PathsConfig(data_dir=str(work / name), cache_dir=base.paths.cache_dir),
+                paths=PathsConfig(data_dir=str(work / "runs" / name), cache_dir=base.paths.cache_dir),
                 kafka=KafkaConfig(bootstrap_servers=bootstrap),
                 ingest=IngestConfig(groups=groups_),
             )
 
-        # Warm-up: JVM, Python workers and the Kafka connector's classes, on a tiny range.
-        warm = [PartitionRange(0, start[0], min(end[0], start[0] + 1000), None)]
-        spark.conf.set("spark.sql.streaming.kafka.useDeprecatedOffsetFetching", "true")
-        decode(read_offsets_topic(spark, cfg_for("warm", []), bootstrap, warm)).write.format("noop").mode(
-            "overwrite"
-        ).save()
+        def decode_to_noop(ranges: list[PartitionRange]) -> None:
+            spark.conf.set("spark.sql.streaming.kafka.useDeprecatedOffsetFetching", "true")
+            try:
+                kafka_df = read_offsets_topic(spark, cfg_for("noop", []), bootstrap, ranges)
+                decode(kafka_df).write.format("noop").mode("overwrite").save()
+            finally:
+                spark.conf.unset("spark.sql.streaming.kafka.useDeprecatedOffsetFetching")
+
+        # Warm-up: JVM, the Kafka connector's classes and a Delta write, on a tiny range.
+        decode_to_noop([PartitionRange(0, start[0], min(end[0], start[0] + 1000), None)])
+        ingest_offsets(spark, cfg_for("warm", groups[:1]), bootstrap, groups[:1], run_id="bench-warm")
 
         ranges = [PartitionRange(p, start[p], end[p], None) for p in all_parts]
-        t0 = time.perf_counter()
-        decode(read_offsets_topic(spark, cfg_for("noop", []), bootstrap, ranges)).write.format("noop").mode(
-            "overwrite"
-        ).save()
-        decode_s = time.perf_counter() - t0
-        spark.conf.unset("spark.sql.streaming.kafka.useDeprecatedOffsetFetching")
-
-        t0 = time.perf_counter()
-        full = ingest_offsets(spark, cfg_for("full", []), bootstrap, run_id="bench-full")
-        full_s = time.perf_counter() - t0
-        records = full.total["read"]
-
-        kafka_s, printed = formatter_seconds(bootstrap, {p["partition"]: p["read"] for p in full.partitions})
-
-        selective = []
-        for k in (1, max(1, args.offsets_partitions // 2)):
+        half = max(1, args.offsets_partitions // 2)
+        runs: list[dict[str, float]] = []
+        for i in range(args.runs):
+            shutil.rmtree(work / "runs", ignore_errors=True)
             t0 = time.perf_counter()
-            res = ingest_offsets(
-                spark, cfg_for(f"sel{k}", groups[:k]), bootstrap, groups[:k], run_id=f"bench-{k}"
+            decode_to_noop(ranges)
+            decode_s = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            full = ingest_offsets(spark, cfg_for("full", []), bootstrap, run_id=f"bench-full-{i}")
+            full_s = time.perf_counter() - t0
+            records = full.total["read"]
+
+            kafka_s, printed = formatter_seconds(
+                bootstrap, {p["partition"]: p["read"] for p in full.partitions}
             )
-            selective.append((k, time.perf_counter() - t0, res.total["read"]))
+            run = {
+                "records": records,
+                "decode_rate": records / decode_s,
+                "full_s": full_s,
+                "full_rate": records / full_s,
+                "formatter_rate": printed / kafka_s,
+                "ratio": (records / full_s) / (printed / kafka_s),
+                "decode_ratio": (records / decode_s) / (printed / kafka_s),
+            }
+            for k in (1, half):
+                t0 = time.perf_counter()
+                res = ingest_offsets(
+                    spark, cfg_for(f"sel{k}", groups[:k]), bootstrap, groups[:k], run_id=f"bench-{k}-{i}"
+                )
+                run[f"sel{k}_time_share"] = (time.perf_counter() - t0) / full_s
+                run[f"sel{k}_record_share"] = res.total["read"] / records
+            runs.append(run)
+            print(f"run {i + 1}: {records:,} records; ingest {full_s:.1f}s = {run['full_rate']:,.0f} rec/s; "
+                  f"formatter {kafka_s:.1f}s for {printed:,} = {run['formatter_rate']:,.0f} rec/s; "
+                  f"ratio {run['ratio']:.2f}x; decode only {run['decode_rate']:,.0f} rec/s")  # fmt: skip
 
         print()
-        print(f"input: {records:,} offset commit records in {args.offsets_partitions} __consumer_offsets "
-              f"partitions; Spark {args.master}, 2 cores shared with the broker")  # fmt: skip
-        rows = [
-            ("spark decode only (mapInArrow -> noop)", decode_s, records),
-            ("ingest-offsets full (decode + Delta MERGE + positions)", full_s, records),
-            ("kafka OffsetsMessageFormatter (1 JVM per partition)", kafka_s, printed),
-        ]
-        for name, secs, n in rows:
-            print(f"  {name:58s} {secs:8.1f}s  {n:>11,} rec  {n / secs:>10,.0f} rec/s")
-        print(f"  ratio decode-only / formatter: {(records / decode_s) / (printed / kafka_s):.2f}x;"
-              f" full ingest / formatter: {(records / full_s) / (printed / kafka_s):.2f}x")  # fmt: skip
-        print("selective ingest (only the audited groups' partitions):")
-        for k, secs, n in selective:
-            print(f"  {k:2d} of {args.offsets_partitions} partitions: {secs:7.1f}s  {n:>11,} rec "
-                  f"({secs / full_s:.0%} of the full time, {n / records:.0%} of the records)")  # fmt: skip
+        print(f"input: {in_log:,} offset commit records in {args.offsets_partitions} __consumer_offsets "
+              f"partitions; Spark {args.master}, 2 shared cores; {len(runs)} runs")  # fmt: skip
+
+        def col(name: str) -> list[float]:
+            return [r[name] for r in runs]
+
+        print(spread("spark decode only (-> noop), rec/s", col("decode_rate"), ""))
+        print(spread("ingest-offsets full (decode + Delta + positions), rec/s", col("full_rate"), ""))
+        print(spread("kafka OffsetsMessageFormatter (1 JVM per partition), rec/s", col("formatter_rate"), ""))
+        print(spread("ratio full ingest / formatter (same run)", col("ratio"), "x"))
+        print(spread("ratio decode only / formatter (same run)", col("decode_ratio"), "x"))
+        print("selective ingest (only the audited groups' partitions), share of the full time:")
+        for k in (1, half):
+            share = median(col(f"sel{k}_record_share"))
+            print(spread(f"{k} of {args.offsets_partitions} partitions ({share:.0%} of the records)",
+                         [100 * x for x in col(f"sel{k}_time_share")], "%"))  # fmt: skip
         spark.stop()
     finally:
         broker.stop()

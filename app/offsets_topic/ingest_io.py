@@ -1,14 +1,18 @@
 """I/O of `ingest-offsets`: Kafka (Admin API and Spark's Kafka source) in, Delta tables out.
 
-Atomicity of data and positions. Delta has no multi-table transactions, so the run is made idempotent
-instead: group_commits, group_events and decode_errors are written with an insert-only MERGE on
-`(log_partition, log_offset)`, the record's unique coordinates in `__consumer_offsets`, and
-ingest_positions is written last, in one Delta commit for all partitions. A crash anywhere before that last
-commit leaves the old positions, so the next run reads the same range again (and possibly more) and the
-MERGE inserts only the rows that are not there yet: nothing is lost, nothing is counted twice. A crash
-after it has nothing left to do. (Delta's txnAppId/txnVersion idempotent appends were not used: a re-run
-after a crash may read a longer range than the crashed one, and a version-keyed skip would drop the new
-tail.)
+Atomicity of data and positions. Delta has no multi-table transactions, so a run is made idempotent and
+recoverable instead. Every run has a sequence number (`IngestPlan.seq`, increasing from run to run).
+group_commits, group_events and decode_errors are plain appends under Delta's idempotent transaction ids
+(`txnAppId` = INGEST_TXN_APP_ID, `txnVersion` = seq): Delta skips an append whose version the table has
+already committed, so writing a run's data twice never counts it twice. Each data commit records the
+run's plan (run id, seq, ranges) in its `userMetadata`. ingest_positions is written last, in one Delta
+commit for all partitions, which records the seq it completes.
+
+A crash anywhere before that last commit leaves the old positions, and the data commits of a seq that
+no positions commit completed. The next run first finishes that pending run, exactly as planned: it
+appends to the data tables that lack the pending seq (re-reading the same fixed offset ranges) and stores
+its positions. Only then does it plan its own, possibly longer, range from those positions: nothing is
+lost, nothing is counted twice, and a longer re-read can never be dropped by a version-keyed skip.
 
 Transactions. The topic is read with `isolation.level=read_committed` up to the last stable offset, so
 aborted transactional offset commits are never seen and a run never ends inside an open transaction.
@@ -19,11 +23,12 @@ transactional is unknown: group_commits.transactional is null (see app/offsets_t
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
 import typing
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,32 +176,65 @@ def read_positions(spark: SparkSession, path: str) -> dict[int, int]:
     return {int(r.log_partition): int(r.next_offset) for r in rows}
 
 
-def insert_new_records(
-    spark: SparkSession, path: str, schema: StructType, rows: DataFrame, ranges: Sequence[PartitionRange]
-) -> int:
-    """Insert-only MERGE on (log_partition, log_offset): rows already present (a re-read after a crash)
-    are left alone. The range predicate lets Delta skip files outside this run's partitions/offsets."""
-    target = ensure_table(spark, path, schema)
-    partitions = ",".join(str(r.partition) for r in ranges)
-    low = min(r.start for r in ranges)
-    condition = (
-        "t.log_partition = s.log_partition AND t.log_offset = s.log_offset"
-        f" AND t.log_partition IN ({partitions}) AND t.log_offset >= {low}"
-    )
-    metrics = target.alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
-    first = metrics.first() if metrics is not None else None
-    return int(first["num_inserted_rows"]) if first is not None else -1
+# Delta's idempotent-append id for every data table of `ingest-offsets`; txnVersion is the run's seq.
+INGEST_TXN_APP_ID = "offset-audit.ingest-offsets"
+_COMMIT_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+_HISTORY_DEPTH = 25  # recent commits searched for the last run's marker; ingest writes one per run
 
 
-def upsert_positions(spark: SparkSession, path: str, rows: DataFrame) -> None:
-    target = ensure_table(spark, path, INGEST_POSITIONS_SCHEMA)
+def append_run(
+    spark: SparkSession, path: str, schema: StructType, rows: DataFrame, seq: int, marker: str
+) -> None:
+    """Append a run's rows under (INGEST_TXN_APP_ID, seq): Delta skips it if `seq` is already committed."""
+    ensure_table(spark, path, schema)
     (
-        target.alias("t")
-        .merge(rows.alias("s"), "t.log_partition = s.log_partition")
-        .whenMatchedUpdateAll()
-        .whenNotMatchedInsertAll()
-        .execute()
+        rows.write.format("delta")
+        .mode("append")
+        .option("txnAppId", INGEST_TXN_APP_ID)
+        .option("txnVersion", str(seq))
+        .option("userMetadata", marker)
+        .save(path)
     )
+
+
+def run_markers(spark: SparkSession, path: str) -> list[dict[str, Any]]:
+    """The run markers ({"ingest_seq", "ingest_run_id", ...}) of a table's recent commits, newest first."""
+    if not DeltaTable.isDeltaTable(spark, path):
+        return []
+    history = DeltaTable.forPath(spark, path).history(_HISTORY_DEPTH).select("version", "userMetadata")
+    out = []
+    for row in sorted(history.collect(), key=lambda r: -int(r.version)):
+        try:
+            marker = json.loads(row.userMetadata or "")
+        except ValueError:
+            continue  # a commit by someone else (OPTIMIZE, a repair, snapshot mode)
+        if isinstance(marker, dict) and "ingest_seq" in marker:
+            out.append(marker)
+    return out
+
+
+def last_seq(markers: Sequence[dict[str, Any]]) -> int:
+    return max((int(m["ingest_seq"]) for m in markers), default=-1)
+
+
+def upsert_positions(spark: SparkSession, path: str, rows: DataFrame, marker: str) -> None:
+    target = ensure_table(spark, path, INGEST_POSITIONS_SCHEMA)
+    # A MERGE takes no userMetadata option; the session setting applies to this one commit only.
+    previous = spark.conf.get(_COMMIT_USER_METADATA, None)
+    spark.conf.set(_COMMIT_USER_METADATA, marker)
+    try:
+        (
+            target.alias("t")
+            .merge(rows.alias("s"), "t.log_partition = s.log_partition")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+    finally:
+        if previous is None:
+            spark.conf.unset(_COMMIT_USER_METADATA)
+        else:
+            spark.conf.set(_COMMIT_USER_METADATA, previous)
 
 
 # --- the run -------------------------------------------------------------------------------------
@@ -210,10 +248,40 @@ class IngestPlan:
     groups: tuple[str, ...]
     stored: Mapping[int, int]
     ranges: tuple[PartitionRange, ...]
+    seq: int = 0  # the run's Delta txnVersion: larger than every seq committed before
 
     @property
     def to_read(self) -> tuple[PartitionRange, ...]:
         return tuple(r for r in self.ranges if r.size > 0)
+
+    def marker(self) -> str:
+        """What the run's commits record: enough to finish the run if it dies before its positions."""
+        return json.dumps(
+            {
+                "ingest_seq": self.seq,
+                "ingest_run_id": self.run_id,
+                "topic": self.topic,
+                "partition_count": self.partition_count,
+                "groups": list(self.groups),
+                "ranges": [[r.partition, r.start, r.end] for r in self.to_read],
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_marker(cls, marker: Mapping[str, Any], stored: Mapping[int, int]) -> IngestPlan:
+        ranges = tuple(
+            PartitionRange(int(p), int(lo), int(hi), stored.get(int(p))) for p, lo, hi in marker["ranges"]
+        )
+        return cls(
+            run_id=str(marker["ingest_run_id"]),
+            topic=str(marker["topic"]),
+            partition_count=int(marker["partition_count"]),
+            groups=tuple(marker["groups"]),
+            stored=stored,
+            ranges=ranges,
+            seq=int(marker["ingest_seq"]),
+        )
 
 
 @dataclass
@@ -239,9 +307,24 @@ class IngestResult:
         }
 
 
+DATA_TABLES = (GROUP_COMMITS, GROUP_EVENTS, DECODE_ERRORS)
+
+
+def next_seq(spark: SparkSession, cfg: AppConfig, clock: Clock) -> int:
+    """A seq above every one committed: the clock, or one more than the last seq if the clock lags."""
+    seen = max(last_seq(run_markers(spark, cfg.paths.table(t))) for t in (*DATA_TABLES, INGEST_POSITIONS))
+    return max(clock(), seen + 1)
+
+
 def plan_ingest(
-    spark: SparkSession, cfg: AppConfig, bootstrap: str, run_id: str, groups: Sequence[str]
+    spark: SparkSession,
+    cfg: AppConfig,
+    bootstrap: str,
+    run_id: str,
+    groups: Sequence[str],
+    clock: Clock = wall_clock_ms,
 ) -> IngestPlan:
+    seq = next_seq(spark, cfg, clock)
     admin = admin_client(cfg.kafka, bootstrap)
     timeout = cfg.kafka.request_timeout_s
     topic = cfg.ingest.offsets_topic
@@ -249,17 +332,22 @@ def plan_ingest(
     stored = read_positions(spark, cfg.paths.table(INGEST_POSITIONS))
     if count == 0:
         log.warning("%s does not exist yet (no group has committed): nothing to ingest", topic)
-        return IngestPlan(run_id, topic, 0, tuple(groups), stored, ())
+        return IngestPlan(run_id, topic, 0, tuple(groups), stored, (), seq)
     partitions = select_partitions(groups, count)
     start, end = log_bounds(admin, bootstrap, topic, partitions, timeout)
     ranges = plan_ranges(partitions, stored, start, end, cfg.ingest.max_records_per_partition)
-    return IngestPlan(run_id, topic, count, tuple(groups), stored, tuple(ranges))
+    return IngestPlan(run_id, topic, count, tuple(groups), stored, tuple(ranges), seq)
 
 
 def write_decoded(
-    spark: SparkSession, cfg: AppConfig, bootstrap: str, plan: IngestPlan
+    spark: SparkSession,
+    cfg: AppConfig,
+    bootstrap: str,
+    plan: IngestPlan,
+    tables: Collection[str] = DATA_TABLES,
 ) -> tuple[list[PartitionProgress], dict[str, int]]:
-    """Read, decode and MERGE the plan's ranges into the three data tables. Positions are not touched."""
+    """Read and decode the plan's ranges; append them to `tables` under the plan's seq.
+    Positions are not touched."""
     todo = plan.to_read
     if not todo:
         return [], {GROUP_COMMITS: 0, GROUP_EVENTS: 0, DECODE_ERRORS: 0}
@@ -284,17 +372,17 @@ def write_decoded(
             (DECODE_ERRORS, DECODE_ERRORS_SCHEMA, to_decode_errors, (KIND_ERROR,)),
         ]
         inserted = {}
+        marker = plan.marker()
         for name, schema, transform, wanted in targets:
             path = cfg.paths.table(name)
-            if kinds.isdisjoint(wanted):
-                # A MERGE costs seconds even when empty; decode_errors and, for offset-only committers,
-                # group_events are usually empty. The table is still created for its readers.
+            if name not in tables or kinds.isdisjoint(wanted):
+                # decode_errors and, for offset-only committers, group_events are usually empty: no
+                # commit for them. The table is still created for its readers.
                 ensure_table(spark, path, schema)
                 inserted[name] = 0
-            else:
-                inserted[name] = insert_new_records(
-                    spark, path, schema, transform(decoded, plan.run_id), todo
-                )
+                continue
+            append_run(spark, path, schema, transform(decoded, plan.run_id), plan.seq, marker)
+            inserted[name] = sum(n for _, kind, _, n in counts if kind in wanted)
     except InfrastructureError:
         raise
     except Exception as exc:
@@ -317,9 +405,8 @@ def store_positions(spark: SparkSession, cfg: AppConfig, plan: IngestPlan, clock
     rows = positions_rows(positions, moved, plan.run_id, clock())
     if rows:
         schema = "log_partition int, next_offset long, ingest_run_id string, updated_at_ms long"
-        upsert_positions(
-            spark, cfg.paths.table(INGEST_POSITIONS), positions_frame(spark.createDataFrame(rows, schema))
-        )
+        frame = positions_frame(spark.createDataFrame(rows, schema))
+        upsert_positions(spark, cfg.paths.table(INGEST_POSITIONS), frame, plan.marker())
     return positions
 
 
@@ -356,6 +443,31 @@ def range_warnings(plan: IngestPlan) -> list[str]:
     return out
 
 
+def finish_pending_run(spark: SparkSession, cfg: AppConfig, bootstrap: str, clock: Clock) -> list[str]:
+    """Complete a run that committed data but died before its positions; a warning per finished run.
+
+    The pending run is the newest seq in the data tables' markers above the positions' newest seq. Its
+    plan comes from its marker: the tables that lack its seq get its rows (the same fixed ranges read
+    again), then its positions are stored, so the run ends exactly as it would have.
+    """
+    markers = {name: run_markers(spark, cfg.paths.table(name)) for name in DATA_TABLES}
+    done = last_seq(run_markers(spark, cfg.paths.table(INGEST_POSITIONS)))
+    newest = max((m for ms in markers.values() for m in ms), key=lambda m: int(m["ingest_seq"]), default=None)
+    if newest is None or int(newest["ingest_seq"]) <= done:
+        return []
+    plan = IngestPlan.from_marker(newest, read_positions(spark, cfg.paths.table(INGEST_POSITIONS)))
+    missing = [n for n in DATA_TABLES if plan.seq not in {int(m["ingest_seq"]) for m in markers[n]}]
+    if missing:
+        write_decoded(spark, cfg, bootstrap, plan, missing)
+    store_positions(spark, cfg, plan, clock)
+    warning = (
+        f"run {plan.run_id} stopped after writing data and before storing positions; finished it "
+        f"(tables written now: {', '.join(missing) or 'none'}; positions stored)"
+    )
+    log.warning("%s", warning)
+    return [warning]
+
+
 def ingest_offsets(
     spark: SparkSession,
     cfg: AppConfig,
@@ -364,10 +476,11 @@ def ingest_offsets(
     run_id: str | None = None,
     clock: Clock = wall_clock_ms,
 ) -> IngestResult:
-    """One topic-mode run: plan, write data (idempotent), then positions (last)."""
+    """One topic-mode run: finish a crashed run, plan, write data (idempotent), then positions (last)."""
     rid = run_id or new_run_id()
-    plan = plan_ingest(spark, cfg, bootstrap, rid, groups)
-    result = IngestResult(rid, "topic", tuple(groups), warnings=range_warnings(plan))
+    finished = finish_pending_run(spark, cfg, bootstrap, clock)
+    plan = plan_ingest(spark, cfg, bootstrap, rid, groups, clock)
+    result = IngestResult(rid, "topic", tuple(groups), warnings=[*finished, *range_warnings(plan)])
     for w in result.warnings:
         log.warning("%s", w)
     log.info(

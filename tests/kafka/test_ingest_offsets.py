@@ -389,7 +389,7 @@ def test_crash_between_data_and_positions_neither_loses_nor_duplicates(
 def test_undecodable_record_is_quarantined_with_bytes_and_reason(spark: SparkSession) -> None:
     kafka_like = spark.createDataFrame(
         [(2, 41, None, bytes([0, 1, 0]), b"\x00\x03")],
-        "partition int, offset long, timestamp timestamp, key binary, value binary",
+        "partition int not null, offset long not null, timestamp timestamp, key binary, value binary",
     )
     decoded = decode(kafka_like)
     assert decoded.schema == DECODED_SCHEMA

@@ -1,0 +1,107 @@
+"""The two decoders of `ingest-offsets` agree: every record kind decoded in the JVM (Spark SQL over the
+binary key and value) gives the row the complete Python decoder gives, and what the JVM path does not
+take is routed to Python, so the combined decode keeps exactly one row per record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from app.offsets_topic.ingest import (
+    DECODED_SCHEMA,
+    KIND_COMMIT,
+    KIND_OTHER_GROUP,
+    KIND_SKIPPED,
+    KIND_TOMBSTONE,
+    decode,
+    decode_in_jvm,
+    decode_in_python,
+)
+from tests.unit.kafka_bytes import (
+    Member,
+    group_metadata_key,
+    group_metadata_value,
+    int16,
+    offset_commit_key,
+    offset_commit_value,
+    string,
+)
+
+pytestmark = pytest.mark.spark
+
+KEY = offset_commit_key("grüppe", "orders.v1", 2**31 - 1, record_type=0)
+# Records the JVM path must decode itself: every commit key and value version, edge values, tombstones,
+# record types the audit skips.
+COMMON = [
+    (
+        offset_commit_key("g", "t", p, record_type=v % 2),
+        offset_commit_value(v, off, md, ts, leader_epoch=e, expire_ts=x),
+    )
+    for v in (0, 1, 2, 3, 4, 5)
+    for p, off, md, ts, e, x in [
+        (0, 0, "", 0, -1, -1),
+        (-1, 2**62, "checkpoint=17;ü", 1_700_000_000_123, 7, 1_800_000_000_000),
+        (2**31 - 1, -1, "x" * 125, -5, 0, 0),
+        (3, -(2**63), "m", 2**63 - 1, -(2**31), -(2**63)),
+    ]
+] + [
+    (KEY, None),
+    (offset_commit_key("g", "", 0, record_type=1), None),
+    (int16(4) + string("g"), b"\x00\x00"),
+    (int16(-1), b""),
+]  # fmt: skip
+# Records the JVM path must leave to Python: group metadata, long metadata, tagged fields, malformed bytes.
+MEMBER = Member("m-1", client_id="svc-a", client_host="/10.0.0.7", group_instance_id=None)
+ROUTED = [
+    (group_metadata_key("g"), group_metadata_value(3, "consumer", 7, "range", "m-1", [MEMBER], state_ts=9)),
+    (group_metadata_key("g"), None),
+    (KEY, offset_commit_value(4, 5, "y" * 200, 1)),  # two-byte compact length
+    (KEY, offset_commit_value(4, 3, "m", 9, tags=[(0, bytes(16))])),  # topic id tag
+    (KEY, offset_commit_value(3, 1)[:-1]),  # truncated value
+    (KEY, offset_commit_value(3, 1) + b"\x00"),  # trailing byte
+    (KEY, int16(-2) + bytes(30)),  # negative version
+    (KEY[:-1], offset_commit_value(3, 1)),  # truncated key
+    (KEY + b"\x00", None),  # trailing byte in a tombstone key
+    (int16(1) + int16(2) + b"\xff\xfe" + string("t") + bytes(4), offset_commit_value(3, 1)),  # bad UTF-8
+    (int16(1) + int16(3) + b"\xed\xa0\x80" + string("t") + bytes(4), None),  # a surrogate
+    (int16(1) + int16(2) + b"\xc0\x80" + string("t") + bytes(4), None),  # overlong encoding
+    (KEY, int16(3) + bytes(12) + int16(1) + b"\xf4\x90" + bytes(8)),  # beyond U+10FFFF (truncated)
+    (b"\x00", b""),
+    (None, b"v"),
+]
+
+
+def frame(spark: SparkSession, records: list[tuple[bytes | None, bytes | None]]) -> Any:
+    rows = [(7, i, None, k, v) for i, (k, v) in enumerate(records)]
+    schema = "partition int not null, offset long not null, timestamp timestamp, key binary, value binary"
+    return spark.createDataFrame(rows, schema)
+
+
+def by_offset(df: Any) -> dict[int, Any]:
+    return {r.log_offset: r.asDict() for r in df.collect()}
+
+
+@pytest.mark.parametrize("groups", [(), ("g", "grüppe")], ids=["all-groups", "audited-groups"])
+def test_jvm_and_python_decoders_give_identical_rows(spark: SparkSession, groups: tuple[str, ...]) -> None:
+    others = [(offset_commit_key("other", "t", 0), b"garbage"), (group_metadata_key("other"), None)]
+    records = COMMON + ROUTED + others
+    df = frame(spark, records)
+    python = by_offset(decode_in_python(df, groups))
+    jvm = by_offset(decode_in_jvm(df, groups))
+    assert len(python) == len(records)
+    for offset, row in jvm.items():
+        assert row == python[offset], f"record {offset}: {records[offset]!r}"
+    common = set(range(len(COMMON)))
+    assert common <= set(jvm), "every common record is decoded in the JVM"
+    routed = set(range(len(COMMON), len(COMMON) + len(ROUTED)))
+    # With audited groups, a record of another group is marked as such in the JVM, whatever its bytes.
+    assert {o for o in set(jvm) & routed if jvm[o]["kind"] != KIND_OTHER_GROUP} == set(), "the rest: Python"
+    assert {jvm[o]["kind"] for o in common} == {KIND_COMMIT, KIND_TOMBSTONE, KIND_SKIPPED}
+    if groups:
+        other_offsets = set(range(len(COMMON) + len(ROUTED), len(records)))
+        assert {jvm[o]["kind"] for o in other_offsets} == {KIND_OTHER_GROUP}
+    combined = decode(df, groups)
+    assert combined.schema == DECODED_SCHEMA
+    assert by_offset(combined) == python, "one row per record, each equal to the Python decoder's"
