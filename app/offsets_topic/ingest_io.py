@@ -62,7 +62,6 @@ from app.offsets_topic.ingest import (
     KIND_TOMBSTONE,
     PartitionProgress,
     PartitionRange,
-    decode,
     kafka_read_options,
     merge_positions,
     plan_ranges,
@@ -77,6 +76,7 @@ from app.offsets_topic.ingest import (
     to_group_events,
     total_progress,
 )
+from app.offsets_topic.jvm_decode import decode
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from app.config import AppConfig, IngestConfig, KafkaConfig, PathsConfig
 from app.demo.local_kafka import free_port
 from app.kafka.clients import plain_conf, retry_kafka
 from app.offsets_topic.decoder import partition_for_group
-from app.offsets_topic.ingest import DECODED_SCHEMA, decode, to_decode_errors
+from app.offsets_topic.ingest import DECODED_SCHEMA, to_decode_errors
 from app.offsets_topic.ingest_io import (
     DECODE_ERRORS,
     GROUP_COMMITS,
@@ -41,6 +41,7 @@ from app.offsets_topic.ingest_io import (
     snapshot_offsets,
     write_decoded,
 )
+from app.offsets_topic.jvm_decode import decode
 from app.runtime import jvm
 from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic
 

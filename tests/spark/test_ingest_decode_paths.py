@@ -15,10 +15,9 @@ from app.offsets_topic.ingest import (
     KIND_OTHER_GROUP,
     KIND_SKIPPED,
     KIND_TOMBSTONE,
-    decode,
-    decode_in_jvm,
     decode_in_python,
 )
+from app.offsets_topic.jvm_decode import decode, decode_in_jvm
 from tests.unit.kafka_bytes import (
     Member,
     group_metadata_key,
