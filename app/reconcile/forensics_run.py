@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from app.config import AppConfig
@@ -79,39 +79,23 @@ def timeline(
     ledger_rows = [r.asDict() for r in events.orderBy("event_time").limit(5000).collect()]
     groups = sorted({r["group_id"] for r in ledger_rows if r.get("group_id")})
     runs = sorted({r["run_id"] for r in ledger_rows})
-    commit_rows: list[dict[str, Any]] = []
-    gc = read_delta(spark, tables.group_commits)
-    if gc is not None and groups:
-        commit_rows = [
-            r.asDict()
-            for r in gc.filter(
-                F.col("group_id").isin(groups)
-                & F.coalesce("commit_time", "log_time").between(F.lit(lo), F.lit(hi))
-            )
-            .limit(5000)
-            .collect()
-        ]
-    restart_rows: list[dict[str, Any]] = []
-    rs = read_delta(spark, tables.restarts)
-    if rs is not None:
-        restart_rows = [
-            r.asDict()
-            for r in rs.filter(
-                (F.col("job_name") == job) & F.col("started_at").between(F.lit(lo), F.lit(hi))
-            ).collect()
-        ]
-    finding_rows: list[dict[str, Any]] = []
-    fs = read_delta(spark, tables.findings)
-    if fs is not None and runs:
-        finding_rows = [
-            r.asDict()
-            for r in fs.filter(
-                (F.col("job_name") == job) & (F.col("run_id").isin(runs) | F.col("run_id").isNull())
-            )
-            .orderBy(F.array_position(F.array(*[F.lit(s) for s in SEVERITIES]), F.col("severity")))
-            .limit(50)
-            .collect()
-        ]
+    commit_rows = _rows(
+        spark,
+        tables.group_commits,
+        F.col("group_id").isin(groups) & F.coalesce("commit_time", "log_time").between(F.lit(lo), F.lit(hi)),
+        limit=5000 if groups else 0,
+    )
+    restart_rows = _rows(
+        spark, tables.restarts, (F.col("job_name") == job) & F.col("started_at").between(F.lit(lo), F.lit(hi))
+    )
+    most_severe_first = F.array_position(F.array(*[F.lit(s) for s in SEVERITIES]), F.col("severity"))
+    finding_rows = _rows(
+        spark,
+        tables.findings,
+        (F.col("job_name") == job) & (F.col("run_id").isin(runs) | F.col("run_id").isNull()),
+        order=most_severe_first,
+        limit=50 if runs else 0,
+    )
     incident_rows = [
         i
         for i in read_incidents(spark, cfg, jobs=[job])
@@ -119,3 +103,18 @@ def timeline(
         or (i["last_evidence_at"] is not None and lo <= i["last_evidence_at"] <= hi)
     ]
     return fx.timeline_entries(ledger_rows, commit_rows, restart_rows, finding_rows, incident_rows)
+
+
+def _rows(
+    spark: SparkSession, path: str, where: Column, order: Column | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """The rows of a table matching ``where`` (none when the table does not exist or ``limit`` is 0)."""
+    df = read_delta(spark, path)
+    if df is None or limit == 0:
+        return []
+    df = df.filter(where)
+    if order is not None:
+        df = df.orderBy(order)
+    if limit is not None:
+        df = df.limit(limit)
+    return [r.asDict() for r in df.collect()]

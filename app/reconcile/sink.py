@@ -27,6 +27,7 @@ Rows past the last completed checkpoint are counted by a tail-only read.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -193,24 +194,9 @@ class SinkReader:
 
 
 def _rows_to_ranges(rows: Iterable[Any]) -> list[PartitionRange]:
-    return [
-        PartitionRange(
-            job_name=r["job_name"],
-            group_id=r["group_id"],
-            topic=r["topic"],
-            partition=r["partition"],
-            lo=r["lo"],
-            hi=r["hi"],
-            lo_source=r["lo_source"],
-            hi_checkpoint_id=r["hi_checkpoint_id"],
-            hi_run_id=r["hi_run_id"],
-            beyond_from=r["beyond_from"],
-            last_checkpoint_id=r["last_checkpoint_id"],
-            last_checkpoint_offset=r["last_checkpoint_offset"],
-            last_completed_at=r["last_completed_at"],
-        )
-        for r in rows
-    ]
+    """The coverage rows of the ledger audit as ranges (the rows carry every field of the range)."""
+    names = [f.name for f in dataclasses.fields(PartitionRange)]
+    return [PartitionRange(**{n: r[n] for n in names}) for r in rows]
 
 
 @dataclass
