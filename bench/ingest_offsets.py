@@ -31,8 +31,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from app.config import AppConfig, IngestConfig, KafkaConfig, PathsConfig, SparkConfig, load_config
 from app.demo.local_kafka import LocalKafka
 from app.offsets_topic.decoder import partition_for_group
-from app.offsets_topic.ingest import PartitionRange, decode
+from app.offsets_topic.ingest import PartitionRange
 from app.offsets_topic.ingest_io import ingest_offsets, log_bounds, read_offsets_topic
+from app.offsets_topic.jvm_decode import decode
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import uuid
 from datetime import UTC, datetime, timedelta
 
 from app.cli import EXIT_FINDINGS, EXIT_OK, emit
-from app.commands.reconcile import add_window_arguments, parse_time
+from app.commands.reconcile import add_window_arguments, audit_run, parse_time
 from app.config import AppConfig
 from app.errors import UsageError
-from app.reconcile.forensics_run import run_forensics, timeline
-from app.reconcile.outputs import AuditRun
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -45,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.reconcile import forensics
     from app.reconcile.findings import severity_at_least
+    from app.reconcile.forensics_run import run_forensics, timeline
     from app.runtime.session import spark_session
 
     if args.at is not None:
@@ -62,14 +60,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     result = run_forensics(
         spark,
         cfg,
-        AuditRun(
-            run_id=args.run_id or f"forensics-{uuid.uuid4().hex[:12]}",
-            now=datetime.now(UTC),
-            since=args.since,
-            until=args.until,
-            jobs=args.jobs,
-            sink_override=args.sink,
-        ),
+        audit_run(args, "forensics", datetime.now(UTC)),
     )
     severity = {"replay": "warn", "skip": "critical"}
     failing = sum(

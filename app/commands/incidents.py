@@ -10,7 +10,6 @@ from typing import Any
 from app.cli import EXIT_FINDINGS, EXIT_OK, add_fail_on, emit
 from app.commands.reconcile import incident_summary, parse_time
 from app.config import AppConfig
-from app.reconcile.outputs import read_incidents
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +55,7 @@ def incidents_text(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.reconcile.findings import severity_at_least
+    from app.reconcile.outputs import read_incidents
     from app.runtime.session import spark_session
 
     rows = read_incidents(spark_session(cfg), cfg, jobs=args.jobs, since=args.since)

@@ -7,15 +7,15 @@ import json
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.cli import EXIT_FINDINGS, EXIT_OK, add_fail_on, emit
 from app.config import AppConfig
 from app.contracts.vocabulary import SEVERITIES
 from app.errors import KafkaUnavailableError, UsageError
-from app.kafka.gaps import kafka_gap_confirmer, unavailable_confirmer
-from app.reconcile.outputs import AuditRun
-from app.reconcile.run import run_reconcile
+
+if TYPE_CHECKING:
+    from app.reconcile.outputs import AuditRun
 
 
 def parse_time(value: str) -> datetime:
@@ -46,6 +46,20 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sink", default=None, help="sink table path (overrides reconcile.sink_table[s])")
     add_fail_on(parser, "a finding at or above this severity is found")
     parser.add_argument("--run-id", default=None, help=argparse.SUPPRESS)  # tests pin it
+
+
+def audit_run(args: argparse.Namespace, command: str, now: datetime) -> AuditRun:
+    """The run the window arguments describe (reconcile and forensics share them)."""
+    from app.reconcile.outputs import AuditRun
+
+    return AuditRun(
+        run_id=args.run_id or f"{command}-{uuid.uuid4().hex[:12]}",
+        now=now,
+        since=args.since,
+        until=args.until,
+        jobs=args.jobs,
+        sink_override=args.sink,
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -115,7 +129,9 @@ def incident_summary(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from app.kafka.gaps import kafka_gap_confirmer, unavailable_confirmer
     from app.reconcile.findings import severity_at_least
+    from app.reconcile.run import run_reconcile
     from app.runtime.session import kafka_bootstrap, spark_session
 
     if args.since and args.until and args.since >= args.until:
@@ -137,14 +153,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     result = run_reconcile(
         spark,
         cfg,
-        AuditRun(
-            run_id=args.run_id or f"reconcile-{uuid.uuid4().hex[:12]}",
-            now=now,
-            since=args.since,
-            until=args.until,
-            jobs=args.jobs,
-            sink_override=args.sink,
-        ),
+        audit_run(args, "reconcile", now),
         confirmer=confirmer,
     )
     failing = sum(n for (_, sev), n in result.counts.items() if severity_at_least(sev, args.fail_on))

@@ -16,8 +16,6 @@ from typing import Any
 from app.cli import EXIT_OK, emit
 from app.config import AppConfig
 from app.errors import UsageError
-from app.reconcile.outputs import mark_resolved, read_incidents
-from app.storage.tables import tables_from_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +56,9 @@ def plan_text(row: Mapping[str, Any], plan: Mapping[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from app.reconcile.outputs import mark_resolved, read_incidents
     from app.runtime.session import spark_session
+    from app.storage.tables import tables_from_config
 
     rows = [r for r in read_incidents(spark_session(cfg), cfg) if r["incident_id"] == args.incident]
     if not rows:
