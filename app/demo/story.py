@@ -9,7 +9,6 @@ runs and the demo compares what it found with what was injected.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -171,11 +170,17 @@ class Demo:
         return load_config(self.env, [*self.overrides, *extra], self.conf_dir)
 
     def admin(self) -> AdminClient:
-        """One Admin client for the whole demo. A client per request costs a connection and logs
-        its start-up and shutdown every time; this one reconnects by itself when the broker is back."""
+        """One Admin client per broker start. A client per request costs a connection and logs its
+        start-up and shutdown every time; but a client that lived through the broker's SIGKILL did
+        not find the group coordinator again (its group-offset requests kept failing for the
+        whole 300 s the demo waited on a loaded machine), so a restart gets a new one."""
         if self._admin is None or self._admin[0] != self.bootstrap:
             self._admin = (self.bootstrap, AdminClient(plain_conf(self.bootstrap)))
         return self._admin[1]
+
+    def restart_broker(self) -> None:
+        self._admin = None
+        self.bootstrap = self.broker.start().bootstrap_servers
 
     def produce(self, per_partition: int) -> tuple[int, int]:
         """Append records to every partition; returns the [start, end) offsets they got."""
@@ -211,9 +216,12 @@ class Demo:
         offsets: dict[int, int] = {}
         while True:
             self._check_alive(thread, f"committing offset {target}")
-            # The broker may be restarting: ask again until the deadline.
-            with contextlib.suppress(KafkaUnavailableError):
+            try:
                 offsets = self.group_offsets(timeout_s=max(5.0, min(30.0, deadline - time.monotonic())))
+            except KafkaUnavailableError:
+                # The broker may be restarting: ask again until the deadline, with a new client
+                # (see admin()).
+                self._admin = None
             if offsets and all(offsets.get(p) == target for p in range(PARTITIONS)):
                 return
             if time.monotonic() > deadline:
@@ -379,7 +387,7 @@ class Demo:
         self.produce(self.scale.outage_per_partition)
         if not failed.wait(300):
             raise InfrastructureError("no commit was attempted during the outage window")
-        self.broker.start()
+        self.restart_broker()
         self.say("  broker back")
         self.produce(self.scale.outage_per_partition)  # a later checkpoint commits past the failed one
         self.wait_committed(self.produced, thread)
@@ -443,7 +451,7 @@ class Demo:
         self.outcome.incidents.append("second writer")
 
     def nightly(self) -> None:
-        self.bootstrap = self.broker.start().bootstrap_servers
+        self.restart_broker()
         self.outcome.nightly = Nightly(
             self.spark, self.cfg, lambda: self.bootstrap, screenshot=self.screenshot
         ).run()
