@@ -10,14 +10,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from app.contracts import vocabulary as vocab
-from app.contracts.vocabulary import (
-    ERROR_OUTCOME_UNKNOWN,
-    EVENT_CHECKPOINT_COMPLETED,
-    EVENT_COMMIT_FAILED,
-    EVENT_COMMIT_REQUESTED,
-    EVENT_COMMIT_SKIPPED,
-    EVENT_COMMIT_SUCCEEDED,
-)
 from app.reconcile.findings import Finding
 from app.reconcile.ledger_sql import (
     IDENTITY_SQL,
@@ -40,7 +32,7 @@ def commit_failures(audit: LedgerAudit) -> list[Finding]:
         WITH failed AS (
             SELECT *, coalesce({sql_detail(vocab.DETAIL_ERROR)}, 'UNKNOWN') AS error
             FROM ledger
-            WHERE event_type = '{EVENT_COMMIT_FAILED}' AND {audit.within("event_time")}
+            WHERE event_type = '{vocab.EVENT_COMMIT_FAILED}' AND {audit.within("event_time")}
         )
         SELECT job_name, run_id, group_id, topic, "partition", error, event_date,
                count(*) AS failures, min(event_time) AS first_failure, max(event_time) AS last_failure,
@@ -58,7 +50,7 @@ def commit_failures(audit: LedgerAudit) -> list[Finding]:
     return [
         Finding.of(
             vocab.COMMIT_FAILURE,
-            vocab.INFO if r["error"] == ERROR_OUTCOME_UNKNOWN else vocab.WARN,
+            vocab.INFO if r["error"] == vocab.ERROR_OUTCOME_UNKNOWN else vocab.WARN,
             vocab.OPEN,
             r,
             {
@@ -244,15 +236,16 @@ def skipped_commits(audit: LedgerAudit, horizon: datetime | None) -> list[Findin
         ), skipped AS (
             SELECT {key}, max({sql_detail(vocab.DETAIL_REASON)}) AS skip_reason,
                    max({sql_detail(vocab.DETAIL_SUPERSEDED_BY)}) AS superseded_by
-            FROM events WHERE event_type = '{EVENT_COMMIT_SKIPPED}' GROUP BY {key}
+            FROM events WHERE event_type = '{vocab.EVENT_COMMIT_SKIPPED}' GROUP BY {key}
         ), failed AS (
             SELECT {key}, topic, "partition", max({sql_detail(vocab.DETAIL_ERROR)}) AS error
-            FROM events WHERE event_type = '{EVENT_COMMIT_FAILED}' GROUP BY {key}, topic, "partition"
+            FROM events WHERE event_type = '{vocab.EVENT_COMMIT_FAILED}' GROUP BY {key}, topic, "partition"
         ), outcome AS (
             SELECT {key}, topic, "partition",
-                   bool_or(event_type = '{EVENT_COMMIT_REQUESTED}') AS requested,
-                   bool_or(event_type = '{EVENT_COMMIT_SUCCEEDED}') AS acknowledged
-            FROM events WHERE event_type IN ('{EVENT_COMMIT_REQUESTED}', '{EVENT_COMMIT_SUCCEEDED}')
+                   bool_or(event_type = '{vocab.EVENT_COMMIT_REQUESTED}') AS requested,
+                   bool_or(event_type = '{vocab.EVENT_COMMIT_SUCCEEDED}') AS acknowledged
+            FROM events
+            WHERE event_type IN ('{vocab.EVENT_COMMIT_REQUESTED}', '{vocab.EVENT_COMMIT_SUCCEEDED}')
             GROUP BY {key}, topic, "partition"
         ), discarded AS (
             -- Later completions list the pending checkpoints they dropped; such a checkpoint
@@ -261,7 +254,7 @@ def skipped_commits(audit: LedgerAudit, horizon: datetime | None) -> list[Findin
                 SELECT job_name, run_id, checkpoint_id AS discarded_by,
                        unnest(TRY_CAST({sql_detail(vocab.DETAIL_DISCARDED_PENDING)} AS BIGINT[]))
                            AS checkpoint_id
-                FROM events WHERE event_type = '{EVENT_CHECKPOINT_COMPLETED}'
+                FROM events WHERE event_type = '{vocab.EVENT_CHECKPOINT_COMPLETED}'
             ) GROUP BY job_name, run_id, checkpoint_id
         ), joined AS (
             SELECT u.*, s.skip_reason, s.superseded_by, d.discarded_by, f.error, o.requested,

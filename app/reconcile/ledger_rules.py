@@ -6,10 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from app.contracts import vocabulary as vocab
-from app.contracts.vocabulary import (
-    EVENT_CHECKPOINT_COMPLETED,
-    EVENT_CHECKPOINT_SNAPSHOT,
-)
 from app.reconcile.findings import Finding
 from app.reconcile.ledger_sql import (
     aware,
@@ -34,12 +30,12 @@ def ledger_inconsistencies(audit: LedgerAudit) -> list[Finding]:
         WITH completions AS (
             SELECT job_name, run_id, checkpoint_id, min(event_time) AS completed_at,
                    max(group_id) AS group_id
-            FROM ledger WHERE event_type = '{EVENT_CHECKPOINT_COMPLETED}'
+            FROM ledger WHERE event_type = '{vocab.EVENT_CHECKPOINT_COMPLETED}'
             GROUP BY job_name, run_id, checkpoint_id
         )
         SELECT * FROM completions c
         WHERE {audit.within("c.completed_at")} AND NOT EXISTS (
-            SELECT 1 FROM ledger s WHERE s.event_type = '{EVENT_CHECKPOINT_SNAPSHOT}'
+            SELECT 1 FROM ledger s WHERE s.event_type = '{vocab.EVENT_CHECKPOINT_SNAPSHOT}'
               AND s.job_name = c.job_name AND s.checkpoint_id = c.checkpoint_id)
         """
     )
@@ -48,7 +44,7 @@ def ledger_inconsistencies(audit: LedgerAudit) -> list[Finding]:
         WITH stepped AS (
             SELECT *, lag("offset") OVER w AS prev_offset, lag(checkpoint_id) OVER w AS prev_checkpoint
             FROM ledger
-            WHERE event_type = '{EVENT_CHECKPOINT_SNAPSHOT}' AND "partition" IS NOT NULL
+            WHERE event_type = '{vocab.EVENT_CHECKPOINT_SNAPSHOT}' AND "partition" IS NOT NULL
               AND "offset" IS NOT NULL
             WINDOW w AS (PARTITION BY job_name, run_id, topic, "partition"
                          ORDER BY checkpoint_id, event_time)

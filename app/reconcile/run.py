@@ -137,7 +137,7 @@ def run_reconcile(
     try:
         audit = open_ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
         try:
-            _reconcile_inputs(spark, cfg, tables, audit, result, now, confirmer)
+            _reconcile_inputs(_Pass(spark, cfg, tables, audit, result, now, confirmer))
         finally:
             audit.close()
     except Exception as exc:  # broad on purpose: a run that could not see is recorded, then re-raised
@@ -149,19 +149,25 @@ def run_reconcile(
     return result
 
 
-def _reconcile_inputs(
-    spark: SparkSession,
-    cfg: AppConfig,
-    tables: Tables,
-    audit: la.LedgerAudit,
-    result: ReconcileResult,
-    now: datetime,
-    confirmer: GapConfirmer | None,
-) -> None:
+@dataclass(frozen=True)
+class _Pass:
+    """What one reconcile pass works with, handed to its steps as one value."""
+
+    spark: SparkSession
+    cfg: AppConfig
+    tables: Tables
+    audit: la.LedgerAudit
+    result: ReconcileResult
+    now: datetime
+    confirmer: GapConfirmer | None
+
+
+def _reconcile_inputs(p: _Pass) -> None:
+    spark, tables, audit, result, now = p.spark, p.tables, p.audit, p.result, p.now
     started = time.monotonic()
     ledger_local = rc.finalize_findings(audit.all_findings(), result.run_id, now)
     log.info("ledger and commit findings: %d in %.1fs", len(ledger_local), time.monotonic() - started)
-    sink_local, ranges, stats = _sink_and_restart_findings(spark, cfg, tables, audit, result, now, confirmer)
+    sink_local, ranges, stats = _sink_and_restart_findings(p)
     local = rc.one_per_finding_id([*ledger_local, *sink_local])
     found = incidents.group_findings(local)
     result.incidents = incidents.carry_resolution(
@@ -186,16 +192,11 @@ def _reconcile_inputs(
 
 
 def _sink_and_restart_findings(
-    spark: SparkSession,
-    cfg: AppConfig,
-    tables: Tables,
-    audit: la.LedgerAudit,
-    result: ReconcileResult,
-    now: datetime,
-    confirmer: GapConfirmer | None,
+    p: _Pass,
 ) -> tuple[list[dict[str, Any]], list[PartitionRange], dict[tuple[str, str, int], PartitionSink]]:
     """GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT and RESTART_* findings, finalized as local rows, with
     the covered ranges and the sink's statistics per partition."""
+    spark, tables, audit, result, confirmer = p.spark, p.tables, p.audit, p.result, p.confirmer
     # The sink, job by job (each job may have its own sink table).
     ranges = _rows_to_ranges(audit.coverage())
     result.partitions = len(ranges)
@@ -208,7 +209,7 @@ def _sink_and_restart_findings(
     stats: dict[tuple[str, str, int], PartitionSink] = {}
     gaps: list[tuple[PartitionRange, int, int]] = []
     observed: dict[tuple[str, str, str, int], dict[str, Any]] = {}
-    cols = sink_columns(cfg)
+    cols = sink_columns(p.cfg)
     sink_started = time.monotonic()
     for job in sorted(set(by_job) | {r["job_name"] for r in restart_rows}):
         df = read_delta(spark, tables.sink_for(job))
@@ -241,7 +242,7 @@ def _sink_and_restart_findings(
     sink_rows += rc.gap_findings(judged)
 
     core = [*fx.find_restart_anomalies(restart_rows, observed), *sink_rows]
-    return rc.finalize_findings(core, result.run_id, now), ranges, stats
+    return rc.finalize_findings(core, result.run_id, p.now), ranges, stats
 
 
 def _write_summary(

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
+from app.contracts import vocabulary as vocab
 from app.contracts.offsets import (
     EventSource,
     LedgerEvent,
@@ -31,21 +32,6 @@ from app.contracts.offsets import (
     commit_offset_for,
     normalize_offset,
     offset_semantics_for,
-)
-from app.contracts.vocabulary import (
-    ERROR_NOT_SENT,
-    ERROR_OUTCOME_UNKNOWN,
-    EVENT_CHECKPOINT_COMPLETED,
-    EVENT_CHECKPOINT_SNAPSHOT,
-    EVENT_COMMIT_FAILED,
-    EVENT_COMMIT_REQUESTED,
-    EVENT_COMMIT_SKIPPED,
-    EVENT_COMMIT_SUCCEEDED,
-    SKIP_COMMIT_DISABLED,
-    SKIP_EMPTY_OFFSETS,
-    SKIP_PENDING_EVICTED,
-    SKIP_SUPERSEDED_IN_FLIGHT,
-    SKIP_UNKNOWN_CHECKPOINT,
 )
 from app.errors import CommitFailedError, CommitterStateError, ConfigError
 from app.stream.commit_outcome import CommitError, CommitFn, CommitResult
@@ -138,7 +124,7 @@ class OffsetCommitter:
         with self._cond:
             self._check_open()
             now = self._now()
-            events = self._partition_events(EVENT_CHECKPOINT_SNAPSHOT, checkpoint_id, captured, now, {})
+            events = self._partition_events(vocab.EVENT_CHECKPOINT_SNAPSHOT, checkpoint_id, captured, now, {})
             # Re-snapshotting an id (a retried micro-batch) replaces its offsets in place, like
             # Flink's LinkedMap.put keeps the key's position.
             self._pending[checkpoint_id] = captured
@@ -151,8 +137,8 @@ class OffsetCommitter:
                     self._max_pending,
                     evicted_id,
                 )
-                detail = {"reason": SKIP_PENDING_EVICTED, "evicted_by": checkpoint_id}
-                events += self._partition_events(EVENT_COMMIT_SKIPPED, evicted_id, evicted, now, detail)
+                detail = {"reason": vocab.SKIP_PENDING_EVICTED, "evicted_by": checkpoint_id}
+                events += self._partition_events(vocab.EVENT_COMMIT_SKIPPED, evicted_id, evicted, now, detail)
             self._buffer.extend(events)
         self._notify(events)
 
@@ -169,9 +155,12 @@ class OffsetCommitter:
                 # the engine still says the checkpoint completed, so both facts are recorded.
                 logger.warning("Received confirmation for unknown checkpoint id %d", checkpoint_id)
                 events = [
-                    self._event(EVENT_CHECKPOINT_COMPLETED, checkpoint_id, now, {}),
+                    self._event(vocab.EVENT_CHECKPOINT_COMPLETED, checkpoint_id, now, {}),
                     self._event(
-                        EVENT_COMMIT_SKIPPED, checkpoint_id, now, {"reason": SKIP_UNKNOWN_CHECKPOINT}
+                        vocab.EVENT_COMMIT_SKIPPED,
+                        checkpoint_id,
+                        now,
+                        {"reason": vocab.SKIP_UNKNOWN_CHECKPOINT},
                     ),
                 ]
                 requested = False
@@ -194,14 +183,14 @@ class OffsetCommitter:
             del self._pending[cid]
         completed_detail: dict[str, object] = {"discarded_pending": older} if older else {}
         events = self._partition_events(
-            EVENT_CHECKPOINT_COMPLETED, checkpoint_id, offsets, now, completed_detail
+            vocab.EVENT_CHECKPOINT_COMPLETED, checkpoint_id, offsets, now, completed_detail
         )
 
         if not self._commit_enabled:
             # Checked before emptiness: with commits off, "disabled" is the reason nothing was
             # committed, whatever the offsets were.
-            detail = {"reason": SKIP_COMMIT_DISABLED}
-            events += self._partition_events(EVENT_COMMIT_SKIPPED, checkpoint_id, offsets, now, detail)
+            detail = {"reason": vocab.SKIP_COMMIT_DISABLED}
+            events += self._partition_events(vocab.EVENT_COMMIT_SKIPPED, checkpoint_id, offsets, now, detail)
             return events, False
 
         committable = {
@@ -209,8 +198,11 @@ class OffsetCommitter:
         }
         if not committable:
             filtered = sorted([topic, partition] for topic, partition in offsets)
-            empty_detail: dict[str, object] = {"reason": SKIP_EMPTY_OFFSETS, "filtered_partitions": filtered}
-            events.append(self._event(EVENT_COMMIT_SKIPPED, checkpoint_id, now, empty_detail))
+            empty_detail: dict[str, object] = {
+                "reason": vocab.SKIP_EMPTY_OFFSETS,
+                "filtered_partitions": filtered,
+            }
+            events.append(self._event(vocab.EVENT_COMMIT_SKIPPED, checkpoint_id, now, empty_detail))
             return events, False
 
         self._attempts += 1
@@ -221,7 +213,7 @@ class OffsetCommitter:
             commit_offsets={tp: self._commit_offset(raw) for tp, raw in committable.items()},
         )
         events += self._partition_events(
-            EVENT_COMMIT_REQUESTED, checkpoint_id, committable, now, {"attempt": request.attempt}
+            vocab.EVENT_COMMIT_REQUESTED, checkpoint_id, committable, now, {"attempt": request.attempt}
         )
         events += self._put_in_slot_locked(request, now)
         return events, True
@@ -240,12 +232,12 @@ class OffsetCommitter:
             request.checkpoint_id,
         )
         detail = {
-            "reason": SKIP_SUPERSEDED_IN_FLIGHT,
+            "reason": vocab.SKIP_SUPERSEDED_IN_FLIGHT,
             "attempt": replaced.attempt,
             "superseded_by": request.checkpoint_id,
         }
         return self._partition_events(
-            EVENT_COMMIT_SKIPPED, replaced.checkpoint_id, replaced.raw_offsets, now, detail
+            vocab.EVENT_COMMIT_SKIPPED, replaced.checkpoint_id, replaced.raw_offsets, now, detail
         )
 
     # --- the commit worker -----------------------------------------------------------------------
@@ -360,17 +352,17 @@ class OffsetCommitter:
                 offset = result.acknowledged[tp]
                 if offset != sent:
                     detail["requested_offset"] = sent
-                events.append(self._tp_event(EVENT_COMMIT_SUCCEEDED, request, tp, offset, now, detail))
+                events.append(self._tp_event(vocab.EVENT_COMMIT_SUCCEEDED, request, tp, offset, now, detail))
                 continue
             if error is None:
                 error = result.error or CommitError(
-                    ERROR_OUTCOME_UNKNOWN,
+                    vocab.ERROR_OUTCOME_UNKNOWN,
                     retriable=True,
                     message="partition missing from the acknowledgement",
                 )
             failed = True
             detail.update(error.to_detail())
-            events.append(self._tp_event(EVENT_COMMIT_FAILED, request, tp, sent, now, detail))
+            events.append(self._tp_event(vocab.EVENT_COMMIT_FAILED, request, tp, sent, now, detail))
         return events, failed
 
     # --- shutdown --------------------------------------------------------------------------------
@@ -415,7 +407,9 @@ class OffsetCommitter:
                 self._abandoned.add(request.attempt)
                 self._failed_commits += 1
                 unknown = CommitError(
-                    ERROR_OUTCOME_UNKNOWN, retriable=True, message="process stopped before Kafka answered"
+                    vocab.ERROR_OUTCOME_UNKNOWN,
+                    retriable=True,
+                    message="process stopped before Kafka answered",
                 )
                 events += self._request_failed_events(request, unknown, now)
                 closed_out.append(request.checkpoint_id)
@@ -423,7 +417,7 @@ class OffsetCommitter:
                 request, self._slot = self._slot, None
                 self._failed_commits += 1
                 not_sent = CommitError(
-                    ERROR_NOT_SENT, retriable=True, message="process stopped before sending"
+                    vocab.ERROR_NOT_SENT, retriable=True, message="process stopped before sending"
                 )
                 events += self._request_failed_events(request, not_sent, now)
                 closed_out.append(request.checkpoint_id)
@@ -521,7 +515,7 @@ class OffsetCommitter:
     ) -> list[LedgerEvent]:
         return [
             self._tp_event(
-                EVENT_COMMIT_FAILED,
+                vocab.EVENT_COMMIT_FAILED,
                 request,
                 tp,
                 request.commit_offsets[tp],

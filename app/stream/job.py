@@ -33,18 +33,8 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from app import __version__
 from app.config import AppConfig
+from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
-from app.contracts.vocabulary import (
-    EVENT_CHECKPOINT_COMPLETED,
-    EVENT_CHECKPOINT_SNAPSHOT,
-    EVENT_COMMIT_FAILED,
-    EVENT_COMMIT_REQUESTED,
-    EVENT_COMMIT_SKIPPED,
-    EVENT_COMMIT_SUCCEEDED,
-    EVENT_OFFSETS_RESTORED,
-    EVENT_RUN_STARTED,
-    EVENT_RUN_STOPPED,
-)
 from app.errors import CheckpointFormatError, InfrastructureError
 from app.kafka.clients import librdkafka_conf, spark_kafka_options
 from app.kafka.commit import (
@@ -238,7 +228,7 @@ class StreamJob:
         if ledger is None or not self.audited:
             return {}
         last = (
-            ledger.where(F.col("event_type") == EVENT_RUN_STARTED)
+            ledger.where(F.col("event_type") == vocab.EVENT_RUN_STARTED)
             .orderBy(F.col("event_time").desc(), F.col("run_id").desc())
             .select("run_id")
             .first()
@@ -246,7 +236,7 @@ class StreamJob:
         if last is None:
             return {}
         rows = ledger.where(
-            (F.col("event_type") == EVENT_OFFSETS_RESTORED)
+            (F.col("event_type") == vocab.EVENT_OFFSETS_RESTORED)
             & (F.col("run_id") == last.run_id)
             & F.col("offset").isNotNull()
         ).collect()
@@ -259,13 +249,13 @@ class StreamJob:
         rows = (
             ledger.where(
                 F.col("event_type").isin(
-                    EVENT_CHECKPOINT_SNAPSHOT,
-                    EVENT_CHECKPOINT_COMPLETED,
-                    EVENT_COMMIT_REQUESTED,
-                    EVENT_COMMIT_SUCCEEDED,
-                    EVENT_COMMIT_FAILED,
-                    EVENT_COMMIT_SKIPPED,
-                    EVENT_RUN_STARTED,
+                    vocab.EVENT_CHECKPOINT_SNAPSHOT,
+                    vocab.EVENT_CHECKPOINT_COMPLETED,
+                    vocab.EVENT_COMMIT_REQUESTED,
+                    vocab.EVENT_COMMIT_SUCCEEDED,
+                    vocab.EVENT_COMMIT_FAILED,
+                    vocab.EVENT_COMMIT_SKIPPED,
+                    vocab.EVENT_RUN_STARTED,
                 )
             )
             .groupBy(
@@ -277,20 +267,25 @@ class StreamJob:
             .agg(F.max("event_time").alias("t"))
             .collect()
         )
-        snapshots = frozenset(r.checkpoint_id for r in rows if r.event_type == EVENT_CHECKPOINT_SNAPSHOT)
-        completed = frozenset(r.checkpoint_id for r in rows if r.event_type == EVENT_CHECKPOINT_COMPLETED)
+        snapshots = frozenset(
+            r.checkpoint_id for r in rows if r.event_type == vocab.EVENT_CHECKPOINT_SNAPSHOT
+        )
+        completed = frozenset(
+            r.checkpoint_id for r in rows if r.event_type == vocab.EVENT_CHECKPOINT_COMPLETED
+        )
         requested = {
             (r.run_id, int(r.attempt)): r.checkpoint_id
             for r in rows
-            if r.event_type == EVENT_COMMIT_REQUESTED and r.attempt is not None
+            if r.event_type == vocab.EVENT_COMMIT_REQUESTED and r.attempt is not None
         }
         answered = {
             (r.run_id, int(r.attempt))
             for r in rows
-            if r.event_type in (EVENT_COMMIT_SUCCEEDED, EVENT_COMMIT_FAILED, EVENT_COMMIT_SKIPPED)
+            if r.event_type
+            in (vocab.EVENT_COMMIT_SUCCEEDED, vocab.EVENT_COMMIT_FAILED, vocab.EVENT_COMMIT_SKIPPED)
             and r.attempt is not None
         }
-        starts = sorted((r.t, r.run_id) for r in rows if r.event_type == EVENT_RUN_STARTED)
+        starts = sorted((r.t, r.run_id) for r in rows if r.event_type == vocab.EVENT_RUN_STARTED)
         return LedgerFacts(
             snapshot_ids=snapshots,
             completed_ids=completed,
@@ -446,7 +441,7 @@ class StreamJob:
                 written_at,
             )
         started = self._events.event(
-            EVENT_RUN_STARTED,
+            vocab.EVENT_RUN_STARTED,
             now,
             plan.restored_checkpoint_id,
             {
@@ -546,7 +541,7 @@ class StreamJob:
             log.warning("the last offset commit did not finish in %.0fs", self.scfg.commit_close_timeout_s)
             committer.abandon_in_flight()
         stopped = self._events.event(
-            EVENT_RUN_STOPPED,
+            vocab.EVENT_RUN_STOPPED,
             self.clock(),
             self._last_batch_id,
             {
