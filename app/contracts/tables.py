@@ -10,202 +10,133 @@ from collections.abc import Iterable
 from typing import Final
 
 from pyspark.sql import DataFrame
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    DateType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql import types as t
+from pyspark.sql.types import DataType, StructType
 
 from app.errors import SchemaMismatchError
 
-# --- vocabularies --------------------------------------------------------------------------------
+# --- the contracts' spelling ----------------------------------------------------------------------
+
+# The column types the contracts use, by their Spark SQL names.
+_TYPES: Final[dict[str, DataType]] = {
+    "STRING": t.StringType(), "BIGINT": t.LongType(), "INT": t.IntegerType(), "BOOLEAN": t.BooleanType(),
+    "DATE": t.DateType(), "TIMESTAMP": t.TimestampType(), "BINARY": t.BinaryType(),
+}  # fmt: skip
+
+
+def _column_type(name: str) -> DataType:
+    if name.startswith("ARRAY<") and name.endswith(">"):
+        return t.ArrayType(_column_type(name[len("ARRAY<") : -1]))
+    if name not in _TYPES:
+        raise ValueError(f"unknown column type {name!r} in a table contract")
+    return _TYPES[name]
+
+
+def schema(columns: str) -> StructType:
+    """A StructType from a column list in Spark's DDL spelling: `name TYPE [NOT NULL], ...`.
+
+    Pure Python on purpose (Spark's own DDL parser needs a running JVM, and the contracts are read
+    by JVM-free code and tests too); it knows exactly the types the contracts use."""
+    fields = []
+    for column in (c.split() for c in columns.split(",")):
+        nullable = column[2:] != ["NOT", "NULL"]
+        if len(column) != (2 if nullable else 4):
+            raise ValueError(f"cannot read column {' '.join(column)!r} of a table contract")
+        fields.append(t.StructField(column[0], _column_type(column[1]), nullable))
+    return StructType(fields)
 
 
 # --- tables --------------------------------------------------------------------------------------
 
-LEDGER_SCHEMA = StructType(
-    [
-        StructField("job_name", StringType(), False),
-        StructField("run_id", StringType(), False),
-        StructField("engine", StringType(), False),
-        StructField("checkpoint_id", LongType(), True),
-        StructField("event_type", StringType(), False),
-        StructField("event_time", TimestampType(), False),
-        StructField("group_id", StringType(), True),
-        StructField("topic", StringType(), True),
-        StructField("partition", IntegerType(), True),
-        StructField("offset", LongType(), True),
-        StructField("raw_offset", LongType(), True),
-        StructField("offset_semantics", StringType(), True),
-        StructField("detail", StringType(), True),
-        StructField("event_date", DateType(), False),
-    ]
+LEDGER_SCHEMA: Final = schema(
+    """
+    job_name STRING NOT NULL, run_id STRING NOT NULL, engine STRING NOT NULL, checkpoint_id BIGINT,
+    event_type STRING NOT NULL, event_time TIMESTAMP NOT NULL, group_id STRING, topic STRING,
+    partition INT, offset BIGINT, raw_offset BIGINT, offset_semantics STRING, detail STRING,
+    event_date DATE NOT NULL
+    """
 )
 
-SINK_SCHEMA = StructType(
-    [
-        StructField("kafka_topic", StringType(), False),
-        StructField("kafka_partition", IntegerType(), False),
-        StructField("kafka_offset", LongType(), False),
-        StructField("kafka_timestamp", TimestampType(), True),
-        StructField("_checkpoint_id", LongType(), True),
-        StructField("_run_id", StringType(), True),
-        StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), True),
-    ]
+SINK_SCHEMA: Final = schema(
+    """
+    kafka_topic STRING NOT NULL, kafka_partition INT NOT NULL, kafka_offset BIGINT NOT NULL,
+    kafka_timestamp TIMESTAMP, _checkpoint_id BIGINT, _run_id STRING, key BINARY, value BINARY
+    """
 )
 
-GROUP_COMMITS_SCHEMA = StructType(
-    [
-        StructField("group_id", StringType(), False),
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("committed_offset", LongType(), True),
-        StructField("leader_epoch", IntegerType(), True),
-        StructField("metadata", StringType(), True),
-        StructField("commit_time", TimestampType(), True),
-        StructField("expire_time", TimestampType(), True),
-        StructField("record_kind", StringType(), False),
-        StructField("value_version", IntegerType(), True),
-        StructField("transactional", BooleanType(), True),
-        StructField("log_partition", IntegerType(), True),
-        StructField("log_offset", LongType(), True),
-        StructField("log_time", TimestampType(), True),
-        StructField("ingest_run_id", StringType(), False),
-    ]
+GROUP_COMMITS_SCHEMA: Final = schema(
+    """
+    group_id STRING NOT NULL, topic STRING NOT NULL, partition INT NOT NULL, committed_offset BIGINT,
+    leader_epoch INT, metadata STRING, commit_time TIMESTAMP, expire_time TIMESTAMP,
+    record_kind STRING NOT NULL, value_version INT, transactional BOOLEAN, log_partition INT,
+    log_offset BIGINT, log_time TIMESTAMP, ingest_run_id STRING NOT NULL
+    """
 )
 
-GROUP_EVENTS_SCHEMA = StructType(
-    [
-        StructField("group_id", StringType(), False),
-        StructField("record_kind", StringType(), False),  # 'metadata' | 'tombstone'
-        StructField("value_version", IntegerType(), True),
-        StructField("protocol_type", StringType(), True),
-        StructField("generation", IntegerType(), True),
-        StructField("protocol", StringType(), True),
-        StructField("leader", StringType(), True),
-        StructField("state_time", TimestampType(), True),
-        StructField("members", StringType(), True),  # JSON list of {member_id, client_id, client_host, ...}
-        StructField("log_partition", IntegerType(), False),
-        StructField("log_offset", LongType(), False),
-        StructField("log_time", TimestampType(), True),
-        StructField("ingest_run_id", StringType(), False),
-    ]
+# record_kind: 'metadata' | 'tombstone'
+# members: JSON list of {member_id, client_id, client_host, ...}
+GROUP_EVENTS_SCHEMA: Final = schema(
+    """
+    group_id STRING NOT NULL, record_kind STRING NOT NULL, value_version INT, protocol_type STRING,
+    generation INT, protocol STRING, leader STRING, state_time TIMESTAMP, members STRING,
+    log_partition INT NOT NULL, log_offset BIGINT NOT NULL, log_time TIMESTAMP,
+    ingest_run_id STRING NOT NULL
+    """
 )
 
-DECODE_ERRORS_SCHEMA = StructType(
-    [
-        StructField("log_partition", IntegerType(), False),
-        StructField("log_offset", LongType(), False),
-        StructField("log_time", TimestampType(), True),
-        StructField("raw_key", BinaryType(), True),
-        StructField("raw_value", BinaryType(), True),
-        StructField("reason", StringType(), False),
-        StructField("ingest_run_id", StringType(), False),
-    ]
+DECODE_ERRORS_SCHEMA: Final = schema(
+    """
+    log_partition INT NOT NULL, log_offset BIGINT NOT NULL, log_time TIMESTAMP, raw_key BINARY,
+    raw_value BINARY, reason STRING NOT NULL, ingest_run_id STRING NOT NULL
+    """
 )
 
-INGEST_POSITIONS_SCHEMA = StructType(
-    [
-        StructField("log_partition", IntegerType(), False),
-        StructField("next_offset", LongType(), False),
-        StructField("ingest_run_id", StringType(), False),
-        StructField("updated_at", TimestampType(), False),
-    ]
+INGEST_POSITIONS_SCHEMA: Final = schema(
+    """
+    log_partition INT NOT NULL, next_offset BIGINT NOT NULL, ingest_run_id STRING NOT NULL,
+    updated_at TIMESTAMP NOT NULL
+    """
 )
 
-FINDINGS_SCHEMA = StructType(
-    [
-        StructField("finding_id", StringType(), False),
-        StructField("reconcile_run_id", StringType(), False),
-        StructField("detected_at", TimestampType(), False),
-        StructField("finding_type", StringType(), False),
-        StructField("severity", StringType(), False),
-        StructField("status", StringType(), False),
-        StructField("job_name", StringType(), True),
-        StructField("group_id", StringType(), True),
-        StructField("topic", StringType(), True),
-        StructField("partition", IntegerType(), True),
-        StructField("checkpoint_id", LongType(), True),
-        StructField("run_id", StringType(), True),
-        StructField("offset_start", LongType(), True),
-        StructField("offset_end", LongType(), True),
-        StructField("record_count", LongType(), True),
-        StructField("evidence", StringType(), True),
-    ]
+FINDINGS_SCHEMA: Final = schema(
+    """
+    finding_id STRING NOT NULL, reconcile_run_id STRING NOT NULL, detected_at TIMESTAMP NOT NULL,
+    finding_type STRING NOT NULL, severity STRING NOT NULL, status STRING NOT NULL, job_name STRING,
+    group_id STRING, topic STRING, partition INT, checkpoint_id BIGINT, run_id STRING,
+    offset_start BIGINT, offset_end BIGINT, record_count BIGINT, evidence STRING
+    """
 )
 
-PARTITION_SUMMARY_SCHEMA = StructType(
-    [
-        StructField("reconcile_run_id", StringType(), False),
-        StructField("job_name", StringType(), False),
-        StructField("group_id", StringType(), True),
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("sink_count", LongType(), True),
-        StructField("sink_distinct", LongType(), True),
-        StructField("sink_min_offset", LongType(), True),
-        StructField("sink_max_offset", LongType(), True),
-        StructField("last_checkpoint_id", LongType(), True),
-        StructField("last_checkpoint_offset", LongType(), True),
-        StructField("last_committed_offset", LongType(), True),
-        StructField("last_commit_time", TimestampType(), True),
-        StructField("commit_lag_offsets", LongType(), True),
-        StructField("commit_lag_seconds", LongType(), True),
-        StructField("findings_by_type", StringType(), True),  # JSON object finding_type -> count
-    ]
+# findings_by_type: JSON object finding_type -> count
+PARTITION_SUMMARY_SCHEMA: Final = schema(
+    """
+    reconcile_run_id STRING NOT NULL, job_name STRING NOT NULL, group_id STRING, topic STRING NOT NULL,
+    partition INT NOT NULL, sink_count BIGINT, sink_distinct BIGINT, sink_min_offset BIGINT,
+    sink_max_offset BIGINT, last_checkpoint_id BIGINT, last_checkpoint_offset BIGINT,
+    last_committed_offset BIGINT, last_commit_time TIMESTAMP, commit_lag_offsets BIGINT,
+    commit_lag_seconds BIGINT, findings_by_type STRING
+    """
 )
 
-INCIDENTS_SCHEMA = StructType(
-    [
-        StructField("incident_id", StringType(), False),
-        StructField("kind", StringType(), False),
-        StructField("severity", StringType(), False),
-        StructField("status", StringType(), False),
-        StructField("job_name", StringType(), True),
-        StructField("group_id", StringType(), True),
-        StructField("run_ids", ArrayType(StringType()), True),
-        StructField("first_evidence_at", TimestampType(), True),
-        StructField("last_evidence_at", TimestampType(), True),
-        StructField("partitions", IntegerType(), True),
-        StructField("records_lost", LongType(), True),
-        StructField("records_unverifiable", LongType(), True),
-        StructField("records_duplicated", LongType(), True),
-        StructField("records_replayed", LongType(), True),
-        StructField("max_commit_lag", LongType(), True),
-        StructField("cause", StringType(), True),
-        StructField("remedy", StringType(), True),  # JSON: the plan
-        StructField("finding_ids", ArrayType(StringType()), True),
-        StructField("reconcile_run_id", StringType(), False),
-    ]
+# remedy: JSON: the plan
+INCIDENTS_SCHEMA: Final = schema(
+    """
+    incident_id STRING NOT NULL, kind STRING NOT NULL, severity STRING NOT NULL, status STRING NOT NULL,
+    job_name STRING, group_id STRING, run_ids ARRAY<STRING>, first_evidence_at TIMESTAMP,
+    last_evidence_at TIMESTAMP, partitions INT, records_lost BIGINT, records_unverifiable BIGINT,
+    records_duplicated BIGINT, records_replayed BIGINT, max_commit_lag BIGINT, cause STRING,
+    remedy STRING, finding_ids ARRAY<STRING>, reconcile_run_id STRING NOT NULL
+    """
 )
 
-RESTARTS_SCHEMA = StructType(
-    [
-        StructField("job_name", StringType(), False),
-        StructField("run_id", StringType(), False),
-        StructField("previous_run_id", StringType(), True),
-        StructField("started_at", TimestampType(), False),
-        StructField("group_id", StringType(), True),
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("resumed_offset", LongType(), True),
-        StructField("resume_source", StringType(), True),
-        StructField("previous_checkpoint_offset", LongType(), True),
-        StructField("group_committed_offset", LongType(), True),
-        StructField("classification", StringType(), False),
-        StructField("records_replayed", LongType(), True),
-        StructField("records_skipped", LongType(), True),
-        StructField("duplicates_observed", LongType(), True),
-        StructField("forensics_run_id", StringType(), False),
-    ]
+RESTARTS_SCHEMA: Final = schema(
+    """
+    job_name STRING NOT NULL, run_id STRING NOT NULL, previous_run_id STRING,
+    started_at TIMESTAMP NOT NULL, group_id STRING, topic STRING NOT NULL, partition INT NOT NULL,
+    resumed_offset BIGINT, resume_source STRING, previous_checkpoint_offset BIGINT,
+    group_committed_offset BIGINT, classification STRING NOT NULL, records_replayed BIGINT,
+    records_skipped BIGINT, duplicates_observed BIGINT, forensics_run_id STRING NOT NULL
+    """
 )
 
 
@@ -224,15 +155,11 @@ def conform(df: DataFrame, schema: StructType) -> DataFrame:
 
 # Successful runs of reconcile and forensics: where the next incremental window starts. Not a
 # DESIGN section 4 table: it is bookkeeping of these two commands only.
-AUDIT_RUNS_SCHEMA: Final = StructType(
-    [
-        StructField("run_id", StringType(), False),
-        StructField("command", StringType(), False),
-        StructField("jobs", StringType(), True),  # JSON list; [] = all jobs
-        StructField("window_start", TimestampType(), True),
-        StructField("window_end", TimestampType(), False),
-        StructField("started_at", TimestampType(), False),
-        StructField("finished_at", TimestampType(), False),
-        StructField("status", StringType(), False),
-    ]
+# jobs: JSON list; [] = all jobs
+AUDIT_RUNS_SCHEMA: Final = schema(
+    """
+    run_id STRING NOT NULL, command STRING NOT NULL, jobs STRING, window_start TIMESTAMP,
+    window_end TIMESTAMP NOT NULL, started_at TIMESTAMP NOT NULL, finished_at TIMESTAMP NOT NULL,
+    status STRING NOT NULL
+    """
 )
