@@ -28,6 +28,10 @@ from app.runtime.child_processes import parent_death_preexec
 
 log = logging.getLogger(__name__)
 
+# The broker's files under its data directory.
+STATE_FILE, LOG_FILE, STDOUT_FILE, CONFIG_FILE, STORAGE_DIR = (
+    "broker.json", "broker.log", "broker.out", "server.properties", "logs",
+)  # fmt: skip
 KAFKA_MAIN = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 LOOPBACK = "127.0.0.1"
@@ -167,30 +171,14 @@ class LocalKafka:
         self._proc: subprocess.Popen[bytes] | None = None
 
     # --- paths -----------------------------------------------------------------------------------
-    @property
-    def state_file(self) -> Path:
-        return self.data_dir / "broker.json"
-
-    @property
-    def log_file(self) -> Path:
-        return self.data_dir / "broker.log"
-
-    @property
-    def stdout_file(self) -> Path:
-        return self.data_dir / "broker.out"
-
-    @property
-    def config_file(self) -> Path:
-        return self.data_dir / "server.properties"
-
-    @property
-    def storage_dir(self) -> Path:
-        return self.data_dir / "logs"
+    def path(self, name: str) -> Path:
+        """One of this broker's files (STATE_FILE, LOG_FILE, ...), under its data directory."""
+        return self.data_dir / name
 
     # --- state -----------------------------------------------------------------------------------
     def _read_state(self) -> BrokerState | None:
         try:
-            return BrokerState(**json.loads(self.state_file.read_text()))
+            return BrokerState(**json.loads(self.path(STATE_FILE).read_text()))
         except (OSError, ValueError, TypeError):
             return None
 
@@ -222,19 +210,19 @@ class LocalKafka:
         for p in (port, controller_port):
             if _port_open(p):
                 raise InfrastructureError(f"port {p} of the local broker is taken by another process")
-        self.config_file.write_text(
-            server_properties(self.storage_dir, port, controller_port, self.offsets_partitions)
+        self.path(CONFIG_FILE).write_text(
+            server_properties(self.path(STORAGE_DIR), port, controller_port, self.offsets_partitions)
         )
-        (self.data_dir / "log4j2.properties").write_text(log4j2_properties(self.log_file))
+        (self.data_dir / "log4j2.properties").write_text(log4j2_properties(self.path(LOG_FILE)))
         self._format_storage()
         t0 = time.monotonic()
         # The log file is appended to across restarts: only what this start writes counts.
-        log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
-        self._proc = self._spawn([KAFKA_MAIN, str(self.config_file)])
+        log_start = self.path(LOG_FILE).stat().st_size if self.path(LOG_FILE).exists() else 0
+        self._proc = self._spawn([KAFKA_MAIN, str(self.path(CONFIG_FILE))])
         state = BrokerState(
             pid=self._proc.pid, port=port, controller_port=controller_port, started_at=time.time()
         )
-        self.state_file.write_text(json.dumps(asdict(state)))
+        self.path(STATE_FILE).write_text(json.dumps(asdict(state)))
         self._wait_ready(state, t0, log_start)
         log.info("local Kafka ready on %s in %.1fs (pid %d)", state.bootstrap_servers, time.monotonic() - t0,
                  state.pid)  # fmt: skip
@@ -257,9 +245,11 @@ class LocalKafka:
         ]
 
     def _format_storage(self) -> None:
-        if (self.storage_dir / "meta.properties").exists():
+        if (self.path(STORAGE_DIR) / "meta.properties").exists():
             return  # formatted before: keep the data, a restart must not lose topics or commits
-        cmd = self._java_cmd([STORAGE_TOOL, "format", "-t", new_cluster_id(), "-c", str(self.config_file)])
+        cmd = self._java_cmd(
+            [STORAGE_TOOL, "format", "-t", new_cluster_id(), "-c", str(self.path(CONFIG_FILE))]
+        )
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         if proc.returncode != 0:
             raise InfrastructureError(
@@ -268,7 +258,7 @@ class LocalKafka:
             )
 
     def _spawn(self, main_and_args: Sequence[str]) -> subprocess.Popen[bytes]:
-        out = self.stdout_file.open("ab")
+        out = self.path(STDOUT_FILE).open("ab")
         try:
             return subprocess.Popen(
                 self._java_cmd(main_and_args),
@@ -296,7 +286,7 @@ class LocalKafka:
 
     def _started_line_logged(self, since: int) -> bool:
         try:
-            with self.log_file.open("rb") as f:
+            with self.path(LOG_FILE).open("rb") as f:
                 f.seek(since)
                 return b"Kafka Server started" in f.read()
         except OSError:
@@ -304,11 +294,11 @@ class LocalKafka:
 
     def _fail_start(self, reason: str) -> None:
         tail = self.tail_log(20)
-        raise InfrastructureError(f"{reason}; broker log: {self.log_file}\n{tail}")
+        raise InfrastructureError(f"{reason}; broker log: {self.path(LOG_FILE)}\n{tail}")
 
     def tail_log(self, lines: int) -> str:
         chunks = []
-        for f in (self.stdout_file, self.log_file):
+        for f in (self.path(STDOUT_FILE), self.path(LOG_FILE)):
             with contextlib.suppress(OSError):
                 chunks.extend(f.read_text(errors="replace").splitlines()[-lines:])
         return "\n".join(chunks[-lines:])
@@ -358,5 +348,5 @@ class LocalKafka:
     def _mark_stopped(self, state: BrokerState | None) -> None:
         # Keep the ports for the next start; pid 0 says "not running".
         if state is not None:
-            self.state_file.write_text(json.dumps({**asdict(state), "pid": 0}))
+            self.path(STATE_FILE).write_text(json.dumps({**asdict(state), "pid": 0}))
         self._proc = None

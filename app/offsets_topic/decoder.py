@@ -358,16 +358,11 @@ def _decode_group_member(r: _Reader, version: int) -> GroupMember:
     assignment = r.read_bytes(flexible, "assignment")
     if flexible:
         r.skip_tagged_fields()
+    # In the value's field order, which is the dataclass's.
     return GroupMember(
-        member_id=member_id,
-        group_instance_id=instance_id,
-        client_id=client_id,
-        client_host=client_host,
-        rebalance_timeout_ms=rebalance_timeout,
-        session_timeout_ms=session_timeout,
-        subscription=subscription,
-        assignment=assignment,
-    )
+        member_id, instance_id, client_id, client_host, rebalance_timeout, session_timeout, subscription,
+        assignment,
+    )  # fmt: skip
 
 
 def _decode_group_metadata(group_id: str, r: _Reader, version: int) -> GroupMetadata:
@@ -382,16 +377,7 @@ def _decode_group_metadata(group_id: str, r: _Reader, version: int) -> GroupMeta
     members = tuple(_decode_group_member(r, layout) for _ in range(member_count))
     if flexible:
         r.skip_tagged_fields()
-    return GroupMetadata(
-        group_id=group_id,
-        value_version=version,
-        protocol_type=protocol_type,
-        generation=generation,
-        protocol=protocol,
-        leader=leader,
-        current_state_timestamp_ms=state_ts,
-        members=members,
-    )
+    return GroupMetadata(group_id, version, protocol_type, generation, protocol, leader, state_ts, members)
 
 
 # --- record --------------------------------------------------------------------------------------

@@ -227,11 +227,7 @@ def report_path(cfg: AppConfig) -> Path:
 
 
 def build_report(
-    spark: SparkSession,
-    cfg: AppConfig,
-    run_id: str,
-    output: Path | None = None,
-    now: datetime | None = None,
+    spark: SparkSession, cfg: AppConfig, run_id: str, output: Path | None = None, now: datetime | None = None
 ) -> Path:
     """Gather, render and write the dashboard; returns the HTML file's path."""
     path = output or report_path(cfg)

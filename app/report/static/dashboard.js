@@ -211,22 +211,35 @@
     }
   });
 
+  // A table of `rows` in the element `id` (its class is `id` too), or `empty` when there are none;
+  // `fill(row, tr)` fills one row's cells.
+  function fillTable(id, empty, headers, rows, fill) {
+    var host = document.getElementById(id);
+    if (!rows.length) {
+      host.innerHTML = "<span class='muted'>" + empty + "</span>";
+      return host;
+    }
+    var t = document.createElement("table");
+    var b = document.createElement("tbody");
+    t.className = id;
+    t.innerHTML = "<thead><tr><th>" + headers.join("</th><th>") + "</th></tr></thead>";
+    rows.forEach(function (row) {
+      var tr = document.createElement("tr");
+      fill(row, tr);
+      b.appendChild(tr);
+    });
+    t.appendChild(b);
+    host.appendChild(t);
+    return host;
+  }
+
   // Incidents first: what happened, what it cost, how to fix it. Findings link here.
   var incidentOf = {};
   (function () {
-    var host = document.getElementById("incidents");
-    if (!D.incidents.length) {
-      host.innerHTML = "<span class='muted'>no incidents</span>";
-      return;
-    }
-    var t = document.createElement("table");
-    t.className = "incidents";
-    t.innerHTML = "<thead><tr><th>severity</th><th>kind</th><th>status</th><th>job</th><th>partitions</th>" +
-      "<th>lost</th><th>unverifiable</th><th>duplicated</th><th>cause</th><th>repair</th></tr></thead>";
-    var b = document.createElement("tbody");
-    D.incidents.forEach(function (i) {
+    var headers = ["severity", "kind", "status", "job", "partitions", "lost", "unverifiable", "duplicated",
+                   "cause", "repair"];
+    var host = fillTable("incidents", "no incidents", headers, D.incidents, function (i, tr) {
       i.finding_ids.forEach(function (f) { incidentOf[f] = i.incident_id; });
-      var tr = document.createElement("tr");
       tr.id = "incident-" + i.incident_id;
       [i.severity, i.kind, i.status, i.job_name, i.partitions, i.records_lost, i.records_unverifiable,
        i.records_duplicated, i.cause, i.repair || ""].forEach(function (v, k) {
@@ -247,37 +260,20 @@
         if (k === 8) { td.className = "cause"; }
         tr.appendChild(td);
       });
-      b.appendChild(tr);
     });
-    t.appendChild(b);
-    host.appendChild(t);
-    host.setAttribute("data-incidents", String(D.incidents.length));
+    if (D.incidents.length) { host.setAttribute("data-incidents", String(D.incidents.length)); }
   })();
 
   // Expectation suites of the latest check run.
-  (function () {
-    var host = document.getElementById("checks");
-    if (!D.checks.length) {
-      host.innerHTML = "<span class='muted'>no validation results yet</span>";
-      return;
-    }
-    var t = document.createElement("table");
-    t.className = "checks";
-    t.innerHTML = "<thead><tr><th>suite</th><th>expectations</th><th>failed</th></tr></thead>";
-    var b = document.createElement("tbody");
-    D.checks.forEach(function (c) {
-      var tr = document.createElement("tr");
+  fillTable("checks", "no validation results yet", ["suite", "expectations", "failed"], D.checks,
+    function (c, tr) {
       [c.suite, c.evaluated, c.failed].forEach(function (v, i) {
         var td = document.createElement("td");
         td.textContent = v;
         if (i === 2) { td.className = c.failed ? "bad" : "good"; }
         tr.appendChild(td);
       });
-      b.appendChild(tr);
     });
-    t.appendChild(b);
-    host.appendChild(t);
-  })();
 
   // Findings table: click a header to sort, type or pick to filter.
   (function () {
