@@ -125,8 +125,10 @@ def test_a_skip_later_covered_by_a_commit_of_the_job_is_benign_whatever_its_reas
 
 @pytest.mark.parametrize("engine", ["spark", "flink-legacy"])
 def test_the_last_checkpoints_of_a_stopped_job_are_judged_once_commits_are_ingested(engine: str) -> None:
-    # Flink's legacy consumer records the last processed offset: one less than the next to read.
-    raw = (lambda o: o - 1) if engine == "flink-legacy" else (lambda o: o)
+    def raw(offset: int) -> int:
+        # Flink's legacy consumer records the last processed offset: one less than the next to read.
+        return offset - 1 if engine == "flink-legacy" else offset
+
     ledger = ledger_table(
         ev("RUN_STARTED", 0, run="run-1", engine=engine),
         checkpoint(1, 0, {0: raw(10)}, engine=engine),
