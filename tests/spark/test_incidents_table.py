@@ -4,6 +4,7 @@ listed by `offset-audit incidents` (text and JSON)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,9 @@ def test_reconcile_stores_incidents_once_and_the_cli_lists_them(
     assert gap is not None
     assert list(stored[0].finding_ids) == [gap.finding_id]
     assert first.audited_jobs == ["job-a"]
+    # Dated by its evidence: the checkpoint by whose completion the sink should have held 45..49.
+    evidence_at = {stored[0].first_evidence_at, stored[0].last_evidence_at}
+    assert {t.replace(tzinfo=UTC) for t in evidence_at} == {at(11)}  # Spark's naive UTC times
 
     code = cli.main(["incidents", "--json", "--set", f"paths.data_dir={tmp_path}"])
     listed = json.loads(capsys.readouterr().out)
@@ -46,7 +50,17 @@ def test_reconcile_stores_incidents_once_and_the_cli_lists_them(
     assert [i["incident_id"] for i in listed["incidents"]] == [stored[0].incident_id]
     assert listed["incidents"][0]["ranges"] == [{"topic": "orders", "partition": 0, "start": 45, "end": 50}]
     assert listed["incidents"][0]["repair"] == f"offset-audit repair --incident {stored[0].incident_id}"
-    assert cli.main(["incidents", "--job", "other", "--set", f"paths.data_dir={tmp_path}"]) == 0
+    # --job and --since select: another job's, or evidence before the given time, lists nothing.
+    for selection, listed_ids in (
+        (["--job", "other"], []),
+        (["--job", "job-a"], [stored[0].incident_id]),
+        (["--since", at(3600).isoformat()], []),
+        (["--since", at(-3600).isoformat()], [stored[0].incident_id]),
+    ):
+        code = cli.main(["incidents", "--json", *selection, "--set", f"paths.data_dir={tmp_path}"])
+        selected = json.loads(capsys.readouterr().out)
+        assert [i["incident_id"] for i in selected["incidents"]] == listed_ids, selection
+        assert code == (1 if listed_ids else 0)
 
     code = cli.main(["repair", "--incident", stored[0].incident_id, "--set", f"paths.data_dir={tmp_path}"])
     plan = capsys.readouterr().out
