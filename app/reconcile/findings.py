@@ -230,6 +230,9 @@ def gap_finding(
             "covered_by_checkpoint": rng.hi_checkpoint_id,
             "covered_by_run": rng.hi_run_id,
             "checkpoint_offset": rng.hi,
+            # When the sink should have held these records at the latest: the gap's evidence time,
+            # which dates its incident (incidents --since, the dashboard's impact over time).
+            "checkpoint_completed_at": rng.last_completed_at,
         }
     )
     evidence["status"] = status
@@ -299,6 +302,7 @@ def benign_gaps_finding(gaps: Sequence[tuple[PartitionRange, int, int, Mapping[s
             "covered_by_checkpoint": rng.hi_checkpoint_id,
             "covered_by_run": rng.hi_run_id,
             "checkpoint_offset": rng.hi,
+            "checkpoint_completed_at": rng.last_completed_at,
         },
     )
 

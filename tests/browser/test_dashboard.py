@@ -161,7 +161,22 @@ def test_every_chart_draws_and_the_findings_table_fills(page: Path) -> None:
     assert 'data-incidents="2"' in dom
     assert 'id="incident-inc-restart-0001"' in dom
     assert dom.count('href="#incident-inc-restart-0001"') == 5  # the five GAP findings
-    assert dom.index('id="incidents"') < dom.index('id="chart-records-impact"')
+    assert dom.index('id="incidents"') < dom.index('id="chart-records-impact"') < dom.index('id="findings"')
+    # Each incident row shows its impact, and its repair command when it has a plan.
+    restart = section(dom, '<tr id="incident-inc-restart-0001">', "</tr>")
+    assert '<td class="num">35</td>' in restart  # records lost
+    assert "<code>offset-audit repair</code>" in restart
+    assert "<code>" not in section(dom, '<tr id="incident-inc-writer-0002">', "</tr>")
+    # The impact chart draws records lost and duplicated on the day of each incident's evidence.
+    impact = section(dom, 'id="chart-records-impact"', "</section>")
+    assert "<title>2026-03-03 · lost: 35</title>" in impact
+    assert "<title>2026-03-04 · duplicated: 20</title>" in impact
+
+
+def section(dom: str, start: str, end: str) -> str:
+    """The DOM text from `start` to the first `end` after it."""
+    at = dom.index(start)
+    return dom[at : dom.index(end, at)]
 
 
 def test_empty_sections_still_draw_a_placeholder(tmp_path: Path) -> None:

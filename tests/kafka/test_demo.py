@@ -1,8 +1,10 @@
-"""End to end: a shortened demo with real incidents yields exactly the findings they should, and a
-clean run of the same pipeline yields none at warn or above."""
+"""End to end: a shortened demo with real incidents yields exactly the findings they should, its
+nightly tells monitoring about them, and a clean run of the same pipeline yields none at warn or above."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.config import AppConfig, load_config
+from app.config import AlertsConfig, AppConfig, load_config
 from app.demo.story import WARN_OR_ABOVE, Demo, DemoScale
 from app.incidents import repair
 from app.kafka.gaps import kafka_gap_confirmer
@@ -19,7 +21,10 @@ from app.reconcile.outputs import AuditRun, mark_resolved, read_incidents
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
 from app.stream.job import StopWhen, StreamJob
+from tests.http_server import recording_server
 from tests.kafka.streaming import create_topic, produce
+from tests.kafka.test_unreachable_broker import RAW_LIBRDKAFKA
+from tests.unit.test_alerts import samples
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -33,10 +38,19 @@ SMALL = DemoScale(
 )
 
 
-def test_shortened_demo_finds_exactly_the_injected_incidents(spark: SparkSession, tmp_path: Path) -> None:
+def test_shortened_demo_finds_exactly_the_injected_incidents(
+    spark: SparkSession, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     base = load_config("local", [f"paths.data_dir={tmp_path}"], environ={})
     demo = Demo(base, spark, SMALL, screenshot=False)
-    outcome = demo.run()
+    textfile = tmp_path / "offset_audit.prom"
+    with recording_server() as (url, received):
+        # Every alert channel of the demo's nightly goes to a real local HTTP server.
+        alerts = AlertsConfig(textfile=str(textfile), pushgateway_url=url, webhook_url=f"{url}/hook")
+        demo.cfg = dataclasses.replace(demo.cfg, alerts=alerts)
+        outcome = demo.run()
+    # librdkafka's log goes through Python logging: none of the demo's clients writes raw lines.
+    assert not RAW_LIBRDKAFKA.search(capfd.readouterr().err)
 
     assert outcome.nightly is not None
     assert outcome.nightly.failed_step is None
@@ -69,6 +83,46 @@ def test_shortened_demo_finds_exactly_the_injected_incidents(spark: SparkSession
     assert incidents["restart"]["records_lost"] == 3 * (skip_hi - skip_lo)
     assert incidents["restart"]["partitions"] == 3
     assert incidents["second_writer"]["records_duplicated"] == SMALL.duplicated_rows
+
+    # The nightly's metrics, parsed back with prometheus_client's parser, count those incidents
+    # and their impact; the Pushgateway got the same metrics as the textfile.
+    pushed = [r.body.decode() for r in received if (r.method, r.path) == ("PUT", "/metrics/job/offset-audit")]
+    assert len(pushed) == 1
+    metrics = samples(textfile.read_text())
+    assert samples(pushed[0]) == metrics
+    open_incidents = {
+        (dict(labels)["kind"], dict(labels)["severity"]): value
+        for (name, labels), value in metrics.items()
+        if name == "offset_audit_incidents" and value
+    }
+    assert open_incidents == {(k, i["severity"]): 1 for k, i in incidents.items()}
+    job = (("job", demo.cfg.stream.job_name),)
+    assert metrics[("offset_audit_records", (("impact", "lost"), *job))] == 3 * (skip_hi - skip_lo)
+    assert metrics[("offset_audit_records", (("impact", "duplicated"), *job))] == SMALL.duplicated_rows
+    lags = {
+        dict(labels)["partition"]: value
+        for (name, labels), value in metrics.items()
+        if name == "offset_audit_commit_lag_offsets"
+    }
+    assert lags == {"0": 0, "1": 0, "2": 0}  # the last run committed its last checkpoint
+    assert metrics[("offset_audit_nightly_success", ())] == 1
+    assert ("offset_audit_last_success_timestamp_seconds", ()) in metrics
+    # The webhook got the nightly's JSON summary: each incident with its id, ranges, impact and
+    # the repair command, everything a scheduler needs to page someone.
+    (hook,) = [json.loads(r.body) for r in received if (r.method, r.path) == ("POST", "/hook")]
+    assert hook["run_id"] == outcome.nightly.run_id
+    (reconciled,) = [s["summary"] for s in hook["steps"] if s["step"] == "reconcile"]
+    sent = {i["kind"]: i for i in reconciled["incidents"]}
+    assert {k: i["incident_id"] for k, i in sent.items()} == {
+        k: i["incident_id"] for k, i in incidents.items()
+    }
+    restart = sent["restart"]
+    assert restart["impact"]["records_lost"] == 3 * (skip_hi - skip_lo)
+    assert sorted((r["partition"], r["start"], r["end"]) for r in restart["ranges"]) == [
+        (p, skip_lo, skip_hi) for p in range(3)
+    ]
+    assert restart["repair"] == f"offset-audit repair --incident {restart['incident_id']}"
+    assert sent["second_writer"]["impact"]["records_duplicated"] == SMALL.duplicated_rows
 
     # Repairing the restart's gap and the second writer's copies: a reconcile of the whole history
     # then finds neither, and both incidents are resolved.

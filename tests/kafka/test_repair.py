@@ -1,6 +1,8 @@
-"""Remedies on the real broker, Spark and Delta: a gap is replayed from Kafka into the sink and a
-second writer's copies are deleted, each once (a second run changes nothing); a reconcile of the
-same window then finds neither, the incidents are resolved, and the printed undo restores the sink."""
+"""Remedies on the real broker, Spark and Delta: a gap is replayed from Kafka into the sink, a
+second writer's copies are deleted and a reset tool's group offsets are set back, each once (a second
+run changes nothing); a reconcile of the same window then finds neither gap nor duplicate, the
+incidents are resolved, and the printed undo restores the sink. A sink that is not the reference
+job's raw-record sink gets the plan only."""
 
 from __future__ import annotations
 
@@ -10,16 +12,16 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app import cli
 from app.config import AppConfig, KafkaConfig
-from app.kafka.clients import spark_kafka_options
+from app.kafka.clients import plain_conf, spark_kafka_options
 from app.kafka.gaps import kafka_gap_confirmer
 from app.stream.startup import to_sink_rows
-from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df
+from tests.kafka.streaming import create_topic, group_offsets
+from tests.spark.tables import GROUP, at, checkpoint, commits_df, ev, gc, ledger_df
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -41,9 +43,8 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     topic = f"repair-{unique}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap})
+    create_topic(bootstrap, topic, 1)
+    producer = Producer(plain_conf(bootstrap))
     for i in range(RECORDS):
         producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=0)
     assert producer.flush(30) == 0
@@ -61,7 +62,8 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
         cfg,
         "ledger",
     )
-    save(commits_df(spark, gc(12, 0, RECORDS, topic=topic)), cfg, "group_commits")
+    # The job's own commit, then a reset tool moving the group back to 5 after the job stopped.
+    save(commits_df(spark, gc(12, 0, RECORDS, topic=topic), gc(40, 0, 5, topic=topic)), cfg, "group_commits")
     source = (
         spark.read.format("kafka")
         .options(**spark_kafka_options(KafkaConfig(bootstrap_servers=bootstrap), bootstrap))
@@ -84,6 +86,7 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     assert {k: (i["severity"], i["records_lost"], i["records_duplicated"]) for k, i in by_kind.items()} == {
         "gap": ("critical", 10, 0),
         "second_writer": ("error", 0, 5),
+        "external_offset_change": ("error", 0, 0),
     }
     common = ["--set", f"paths.data_dir={tmp_path}", "--set", f"kafka.bootstrap_servers={bootstrap}"]
 
@@ -104,45 +107,83 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     ]
 
     dup_id = by_kind["second_writer"]["incident_id"]
-    before = read(spark, cfg, "sink").count()
+    before = sink_rows(spark, cfg)
+    code, plan = cli_json(capsys, "repair", "--incident", dup_id, *common)
+    (step,) = plan["plan"]["steps"]
+    assert (code, step["action"]) == (0, "delete_duplicates")
+    assert step["ranges"] == [{"topic": topic, "partition": 0, "start": 30, "end": 35}]
+    assert sink_rows(spark, cfg) == before  # a dry run changes nothing
     code, removed = cli_json(capsys, "repair", "--incident", dup_id, "--execute", *common)
-    assert removed["actions"][0]["copies_deleted"] == 5
+    deleted = removed["actions"][0]
+    assert deleted["copies_deleted"] == 5
+    assert deleted["version_after"] == deleted["version_before"] + 1  # one Delta commit
     sink = read(spark, cfg, "sink")
-    assert sink.count() == before - 5 == RECORDS
+    assert sink.count() == len(before) - 5 == RECORDS
     assert sink.where(F.col("_run_id") == "second-writer").count() == 0  # the first writer's copies stay
     code, twice = cli_json(capsys, "repair", "--incident", dup_id, "--execute", *common)
-    assert twice["actions"][0]["copies_deleted"] == 0
+    again_deleted = twice["actions"][0]
+    assert again_deleted["copies_deleted"] == 0
+    assert again_deleted["version_before"] == again_deleted["version_after"] == deleted["version_after"]
     assert twice["undo"] == []
+
+    # The reset tool's offsets: the plan sets the group back to the last completed checkpoint, and
+    # executing it does so through the Admin API (the group has no members), twice to the same end.
+    reset_id = by_kind["external_offset_change"]["incident_id"]
+    code, plan = cli_json(capsys, "repair", "--incident", reset_id, *common)
+    assert (code, plan["plan"]["steps"][0]["offsets"]) == (
+        0,
+        [{"topic": topic, "partition": 0, "offset": RECORDS}],
+    )
+    for _ in range(2):
+        code, reset = cli_json(capsys, "repair", "--incident", reset_id, "--execute", *common)
+        assert (code, reset["actions"][0]["action"], reset["undo"]) == (0, "reset_offsets", [])
+        assert group_offsets(bootstrap, GROUP, topic, 1) == {0: RECORDS}
 
     # The same window reconciled again: nothing lost or duplicated, both incidents resolved.
     after = reconcile(spark, cfg, "rec-2", confirmer=confirm, since=at(-3600))
     assert {t for t, _ in after.counts} & {"GAP", "DUPLICATE"} == set()
     statuses = {r.incident_id: r.status for r in read(spark, cfg, "incidents").collect()}
-    assert statuses == {gap_id: "resolved", dup_id: "resolved"}
+    assert (statuses[gap_id], statuses[dup_id]) == ("resolved", "resolved")
 
-    # The printed undo brings the second writer's copies back.
+    # The printed undo brings the sink back as it was before the copies were deleted.
     spark.sql(removed["undo"][0])
-    assert read(spark, cfg, "sink").where(F.col("_run_id") == "second-writer").count() == 5
+    assert sink_rows(spark, cfg) == before
+
+    # A sink without the raw records (no key, no value) cannot be repaired from Kafka: plan only.
+    narrow = str(tmp_path / "narrow-sink")
+    read(spark, cfg, "sink").select("kafka_topic", "kafka_partition", "kafka_offset").write.format(
+        "delta"
+    ).save(narrow)
+    code = cli.main(
+        ["repair", "--incident", gap_id, "--execute", *common, "--set", f"reconcile.sink_table={narrow}"]
+    )
+    assert code == 2
+    assert "only the plan can be produced" in capsys.readouterr().err
+    assert spark.read.format("delta").load(narrow).count() == RECORDS + 5
+
+
+def sink_rows(spark: SparkSession, cfg: AppConfig) -> list[tuple[Any, ...]]:
+    """Every sink row, with its writer, in a stable order."""
+    columns = ("kafka_topic", "kafka_partition", "kafka_offset", "_run_id", "_checkpoint_id", "value")
+    return sorted(tuple(r) for r in read(spark, cfg, "sink").select(*columns).collect())
 
 
 def test_offsets_are_reset_only_while_the_group_has_no_active_member(
     app_config: AppConfig, bootstrap: str, unique: str
 ) -> None:
-    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
 
     from app.errors import UsageError
     from app.incidents.repair import reset_offsets
 
     topic, group = f"reset-{unique}", f"grp-{unique}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
+    create_topic(bootstrap, topic, 1)
     cfg = dataclasses_replace_kafka(app_config, bootstrap)
 
     reset_offsets(cfg, bootstrap, group, [{"topic": topic, "partition": 0, "offset": 0}])
-    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
-    assert [(tp.topic, tp.partition, tp.offset) for tp in listed.topic_partitions] == [(topic, 0, 0)]
+    assert group_offsets(bootstrap, group, topic, 1) == {0: 0}
 
-    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    member = Consumer(plain_conf(bootstrap, **{"group.id": group, "auto.offset.reset": "earliest"}))
     try:
         member.subscribe([topic])
         deadline = 120

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.errors import InfrastructureError
+from app.reconcile.forensics_run import run_forensics
+from app.reconcile.outputs import AuditRun
+from app.reconcile.run import run_reconcile
 from app.stream.job import StopWhen, StreamJob
 from app.stream.ledger import event_key_column
 from app.stream.startup import parse_initial_offsets
@@ -227,3 +231,25 @@ def test_restart_after_a_crash_in_the_first_checkpoint_records_where_it_resumes(
     assert duplicated_sink_coordinates(sink) == []
     first = sink.groupBy("kafka_partition").agg(F.min("kafka_offset"), F.count("*")).collect()
     assert {(r[0], r[1], r[2]) for r in first} == {(p, o, 40 - o) for p, o in starts.items()}
+
+    # The audit of these tables: the restart is classified (exact, from the checkpoint, at the
+    # offsets the killed run started from), batch 0 planned by the killed run and completed by its
+    # successor is consistent, and the crash is an UNCLEAN_STOP at info, nothing at warn or above.
+    now = datetime.now(UTC)
+    restarts = run_forensics(spark, cfg, AuditRun(run_id="fx-first", now=now)).restarts
+    assert sorted(
+        (
+            r["run_id"],
+            r["partition"],
+            r["classification"],
+            r["resume_source"],
+            r["previous_checkpoint_offset"],
+        )
+        for r in restarts
+    ) == [("run-restarted", p, "exact", "checkpoint", o) for p, o in sorted(starts.items())]
+    run_reconcile(spark, cfg, AuditRun(run_id="rec-first", now=now))
+    findings = read(spark, cfg, "findings").collect()
+    assert [(f.finding_type, f.severity, f.run_id) for f in findings] == [
+        ("UNCLEAN_STOP", "info", "run-died")
+    ]
+    assert json.loads(findings[0].evidence)["next_run_id"] == "run-restarted"

@@ -3,6 +3,7 @@ so with an exit code, writes no finding, and never moves the window, so the next
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +127,62 @@ def test_a_storage_failure_exits_3_not_1(
     assert code == 3
     assert err.startswith("offset-audit: infrastructure error: ")
     assert not Path(cfg.paths.table("findings")).exists()
+
+
+@pytest.mark.kafka
+def test_a_night_that_fails_after_reconcile_exits_3_and_never_moves_the_window(
+    spark: SparkSession,
+    app_config: AppConfig,
+    tmp_path: Path,
+    bootstrap: str,
+    unique: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cfg = config_for(app_config, tmp_path)
+    save(
+        ledger_df(
+            spark,
+            ev("RUN_STARTED", 0, run="run-1"),
+            ev("OFFSETS_RESTORED", 0, run="run-1", offsets={0: 0}, detail={"source": "earliest"}),
+            checkpoint(1, 10, {0: 50}, run="run-1"),
+            ev("RUN_STOPPED", 30, run="run-1"),
+            ev("RUN_STARTED", 40, run="run-2"),  # a restart: forensics has a row to store
+            ev("OFFSETS_RESTORED", 40, run="run-2", offsets={0: 50}, detail={"source": "checkpoint"}),
+            ev("RUN_STOPPED", 50, run="run-2"),
+        ),
+        cfg,
+        "ledger",
+    )
+    save(sink_df(spark, sink_rows(0, range(50))), cfg, "sink")
+    # The restarts table's transaction log is garbage: forensics, the step after reconcile, fails
+    # with the storage layer's own exception.
+    restarts_log = Path(cfg.paths.table("restarts")) / "_delta_log"
+    restarts_log.mkdir(parents=True)
+    (restarts_log / "00000000000000000000.json").write_text("{not json")
+
+    code = cli.main(
+        [
+            "nightly",
+            "--json",
+            "--run-id",
+            "night-1",
+            "--set",
+            f"paths.data_dir={tmp_path}",
+            "--set",
+            f"kafka.bootstrap_servers={bootstrap}",
+            "--set",
+            f"ingest.groups=[nobody-{unique}]",
+        ]
+    )
+    summary = json.loads(capsys.readouterr().out)
+
+    assert code == 3  # an infrastructure failure, never 1 (findings)
+    assert [(s["step"], s["status"], s["error_kind"]) for s in summary["steps"]] == [
+        ("ingest-offsets", "done", None),
+        ("reconcile", "done", None),
+        ("forensics", "failed", "infrastructure"),
+    ]
+    # Reconcile finished, but its night did not: its run stays pending and the window stays put.
+    runs = read(spark, cfg, "audit_runs").collect()
+    assert [(r.run_id, r.command, r.status) for r in runs] == [("night-1", "reconcile", RUN_PENDING)]
+    assert last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) is None

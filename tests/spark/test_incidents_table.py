@@ -4,6 +4,7 @@ listed by `offset-audit incidents` (text and JSON)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,9 @@ def test_reconcile_stores_incidents_once_and_the_cli_lists_them(
     assert gap is not None
     assert list(stored[0].finding_ids) == [gap.finding_id]
     assert first.audited_jobs == ["job-a"]
+    # Dated by its evidence: the checkpoint by whose completion the sink should have held 45..49.
+    evidence_at = {stored[0].first_evidence_at, stored[0].last_evidence_at}
+    assert {t.replace(tzinfo=UTC) for t in evidence_at} == {at(11)}  # Spark's naive UTC times
 
     code = cli.main(["incidents", "--json", "--set", f"paths.data_dir={tmp_path}"])
     listed = json.loads(capsys.readouterr().out)
@@ -46,7 +50,17 @@ def test_reconcile_stores_incidents_once_and_the_cli_lists_them(
     assert [i["incident_id"] for i in listed["incidents"]] == [stored[0].incident_id]
     assert listed["incidents"][0]["ranges"] == [{"topic": "orders", "partition": 0, "start": 45, "end": 50}]
     assert listed["incidents"][0]["repair"] == f"offset-audit repair --incident {stored[0].incident_id}"
-    assert cli.main(["incidents", "--job", "other", "--set", f"paths.data_dir={tmp_path}"]) == 0
+    # --job and --since select: another job's, or evidence before the given time, lists nothing.
+    for selection, listed_ids in (
+        (["--job", "other"], []),
+        (["--job", "job-a"], [stored[0].incident_id]),
+        (["--since", at(3600).isoformat()], []),
+        (["--since", at(-3600).isoformat()], [stored[0].incident_id]),
+    ):
+        code = cli.main(["incidents", "--json", *selection, "--set", f"paths.data_dir={tmp_path}"])
+        selected = json.loads(capsys.readouterr().out)
+        assert [i["incident_id"] for i in selected["incidents"]] == listed_ids, selection
+        assert code == (1 if listed_ids else 0)
 
     code = cli.main(["repair", "--incident", stored[0].incident_id, "--set", f"paths.data_dir={tmp_path}"])
     plan = capsys.readouterr().out
@@ -57,16 +71,32 @@ def test_reconcile_stores_incidents_once_and_the_cli_lists_them(
     assert cli.main(["repair", "--incident", "no-such", "--set", f"paths.data_dir={tmp_path}"]) == 2
 
 
-def test_output_the_ledger_does_not_account_for_is_a_ledger_gap_incident(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+def test_output_the_ledger_does_not_account_for_is_a_ledger_gap_incident_in_reconcile_json(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = config_for(app_config, tmp_path)
     a_job_with_a_gap(spark, cfg, sink=False)
     # The job wrote 0..59 but its ledger vouches for 0..49 only: 50..59 came from a batch it never
     # recorded as completed (the job ran without auditing, or crashed between sink and ledger).
     save(sink_df(spark, sink_rows(0, range(60))), cfg, "sink")
-    result = reconcile(spark, cfg, "rec-1", confirmer=confirmed)
-    assert [(i["kind"], i["severity"], i["partitions"]) for i in result.incidents] == [
-        ("ledger_gap", "warn", 1)
+
+    code = cli.main(["reconcile", "--json", "--no-confirm", "--set", f"paths.data_dir={tmp_path}"])
+    summary = json.loads(capsys.readouterr().out)
+
+    assert code == 0  # a warn incident is below the default --fail-on error
+    assert summary["jobs"] == ["job-a"]  # the job it audited, not only the ones asked for
+    (incident,) = summary["incidents"]
+    stored = read(spark, cfg, "incidents").collect()
+    assert [(r.incident_id, r.kind, r.severity, r.partitions) for r in stored] == [
+        (incident["incident_id"], "ledger_gap", "warn", 1)
     ]
-    assert "does not account for" in result.incidents[0]["cause"]
+    assert (incident["kind"], incident["severity"], incident["partitions"]) == ("ledger_gap", "warn", 1)
+    assert "does not account for" in incident["cause"]
+    assert set(incident["impact"]) == {
+        "records_lost",
+        "records_unverifiable",
+        "records_duplicated",
+        "records_replayed",
+        "max_commit_lag",
+    }
+    assert incident["finding_ids"] == list(stored[0].finding_ids)

@@ -5,12 +5,9 @@ summary; a dead endpoint is an infrastructure error naming only its host."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.config import AlertsConfig
 from app.errors import InfrastructureError
 from app.nightly import alerts
+from tests.http_server import Request, recording_server
 
 pytestmark = pytest.mark.unit
 
@@ -53,30 +51,10 @@ FACTS = alerts.NightlyFacts(
 )
 
 
-class Recorder(BaseHTTPRequestHandler):
-    received: ClassVar[list[tuple[str, str, bytes]]] = []
-
-    def _record(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.received.append((self.command, self.path, body))
-        self.send_response(200)
-        self.end_headers()
-
-    do_PUT = do_POST = _record  # noqa: N815 - http.server's handler names
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def server() -> Iterator[str]:
-    Recorder.received = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    thread.join(10)
+def server() -> Iterator[tuple[str, list[Request]]]:
+    with recording_server() as served:
+        yield served
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -88,15 +66,16 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_metrics_reach_the_pushgateway_and_the_textfile_and_the_summary_the_webhook(
-    server: str, tmp_path: Path
+    server: tuple[str, list[Request]], tmp_path: Path
 ) -> None:
+    url, received = server
     textfile = tmp_path / "offset_audit.prom"
-    cfg = AlertsConfig(textfile=str(textfile), pushgateway_url=server, webhook_url=f"{server}/hook/T0KEN")
+    cfg = AlertsConfig(textfile=str(textfile), pushgateway_url=url, webhook_url=f"{url}/hook/T0KEN")
     done = alerts.deliver(cfg, FACTS, {"run_id": "nightly-1", "failing": 2})
     assert len(done) == 3
     assert "T0KEN" not in " ".join(done)
 
-    pushed = [(m, p, b) for m, p, b in Recorder.received if p.startswith("/metrics/")]
+    pushed = [(m, p, b) for m, p, b in received if p.startswith("/metrics/")]
     assert [(m, p) for m, p, _ in pushed] == [("PUT", "/metrics/job/offset-audit")]
     for text in (pushed[0][2].decode(), textfile.read_text()):
         got = samples(text)
@@ -110,7 +89,7 @@ def test_metrics_reach_the_pushgateway_and_the_textfile_and_the_summary_the_webh
         assert got[("offset_audit_nightly_success", ())] == 1
         assert got[("offset_audit_last_success_timestamp_seconds", ())] == FACTS.finished_at.timestamp()
 
-    hooks = [(m, p, b) for m, p, b in Recorder.received if p.startswith("/hook/")]
+    hooks = [(m, p, b) for m, p, b in received if p.startswith("/hook/")]
     assert [(m, json.loads(b)) for m, _, b in hooks] == [("POST", {"failing": 2, "run_id": "nightly-1"})]
 
 

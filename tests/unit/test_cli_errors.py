@@ -71,4 +71,6 @@ def test_failures_outside_the_error_family_exit_3_not_1(
 def test_an_unknown_log_level_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["config", "show", "--log-level", "LOUD"]) == 2
     assert "--log-level" in capsys.readouterr().err
+    assert cli.main(["config", "show", "--set", "log_level=LOUD"]) == 2
+    assert "log_level" in capsys.readouterr().err
     assert cli.main(["config", "show", "--log-level", "debug"]) == 0

@@ -135,7 +135,7 @@ def test_incident_ids_do_not_depend_on_the_reconciliation_run() -> None:
     assert {r["reconcile_run_id"] for r in second} == {"rec-2"}
 
 
-def test_a_crash_followed_by_a_restart_that_skipped_is_one_restart_incident() -> None:
+def test_a_crash_followed_by_a_restart_that_replayed_is_one_restart_incident() -> None:
     found = [
         finding(vocab.UNCLEAN_STOP, "warn", None, run="run-1", next_run_id="run-2"),
         finding(vocab.RESTART_REPLAY, "warn", 0, 90, 100, run="run-2", resume_source="group"),

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from collections.abc import Callable
+import re
+import time as clock
+import uuid
+from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from app.config import KafkaConfig
 from app.errors import KafkaUnavailableError
@@ -17,6 +20,7 @@ from app.kafka.clients import (
     is_retriable,
     librdkafka_conf,
     librdkafka_logger,
+    plain_conf,
     raise_partition_errors,
     retry_kafka,
 )
@@ -173,3 +177,39 @@ def test_every_client_conf_logs_through_python_logging_at_warning() -> None:
     assert conf["logger"] is librdkafka_logger() is logging.getLogger(LIBRDKAFKA_LOGGER)
     assert conf["logger"].getEffectiveLevel() == logging.WARNING
     assert sum(isinstance(f, RepeatFilter) for f in conf["logger"].filters) == 1  # configured once
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def librdkafka_records() -> Iterator[_Records]:
+    handler = _Records()
+    librdkafka_logger().addHandler(handler)
+    yield handler
+    librdkafka_logger().removeHandler(handler)
+
+
+def test_a_real_clients_log_reaches_python_logging_and_never_stderr(
+    librdkafka_records: _Records, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # A client id of its own, so the process-wide repeat filter has not seen this message before.
+    name = f"log-probe-{uuid.uuid4().hex}"
+    producer = Producer(plain_conf("127.0.0.1:1", **{"client.id": name}))  # nothing listens there
+    deadline = clock.monotonic() + 60
+    while not librdkafka_records.records:  # librdkafka hands its log over when the client is polled
+        assert clock.monotonic() < deadline, "librdkafka logged nothing about the refused connection"
+        producer.poll(0.2)
+
+    (first, *_) = librdkafka_records.records
+    assert first.name == LIBRDKAFKA_LOGGER
+    assert first.levelno >= logging.WARNING  # the default level lets nothing quieter through
+    assert name in first.getMessage()
+    assert "127.0.0.1:1" in first.getMessage()
+    assert not re.search(r"^%\d\|", capfd.readouterr().err, re.MULTILINE)

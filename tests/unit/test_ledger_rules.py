@@ -123,14 +123,26 @@ def test_a_skip_later_covered_by_a_commit_of_the_job_is_benign_whatever_its_reas
     ] == [(2, "warn")]
 
 
-def test_the_last_checkpoints_of_a_stopped_job_are_judged_once_commits_are_ingested() -> None:
+@pytest.mark.parametrize("engine", ["spark", "flink-legacy"])
+def test_the_last_checkpoints_of_a_stopped_job_are_judged_once_commits_are_ingested(engine: str) -> None:
+    def raw(offset: int) -> int:
+        # Flink's legacy consumer records the last processed offset: one less than the next to read.
+        return offset - 1 if engine == "flink-legacy" else offset
+
     ledger = ledger_table(
-        ev("RUN_STARTED", 0, run="run-1"),
-        checkpoint(1, 0, {0: 10}),
-        checkpoint(2, 10, {0: 20}, commit=False),
-        ev("COMMIT_SKIPPED", 11, cp=2, offsets={0: 20}, detail={"reason": "superseded_in_flight"}),
-        checkpoint(3, 12, {0: 30}, commit=False),  # the last one: never attempted
-        ev("RUN_STOPPED", 14),
+        ev("RUN_STARTED", 0, run="run-1", engine=engine),
+        checkpoint(1, 0, {0: raw(10)}, engine=engine),
+        checkpoint(2, 10, {0: raw(20)}, commit=False, engine=engine),
+        ev(
+            "COMMIT_SKIPPED",
+            11,
+            cp=2,
+            offsets={0: raw(20)},
+            detail={"reason": "superseded_in_flight"},
+            engine=engine,
+        ),
+        checkpoint(3, 12, {0: raw(30)}, commit=False, engine=engine),  # the last one: never attempted
+        ev("RUN_STOPPED", 14, engine=engine),
     )
     commits = commits_table(gc(2, 0, 10))
     # The group's newest commit is at 2 s: judged by it alone, nothing would ever be judged.
