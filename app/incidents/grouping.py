@@ -381,7 +381,7 @@ def remedy(incident: Incident, completed: Mapping[tuple[str, str, int], int]) ->
         steps.append(
             {
                 "action": "delete_duplicates",
-                "keep": "the copy of the first writer (lowest checkpoint of the earliest run)",
+                "keep": "the copy written first (ties: the lowest checkpoint, then run id)",
                 "ranges": [{"topic": t, "partition": p, "start": s, "end": e} for t, p, s, e in dups],
             }
         )

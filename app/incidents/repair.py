@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from app.config import AppConfig
 from app.contracts.tables import SINK_SCHEMA
-from app.errors import InfrastructureError, UsageError
+from app.errors import UsageError
 from app.kafka.clients import spark_kafka_options
 
 log = logging.getLogger(__name__)
@@ -173,29 +173,29 @@ def reset_offsets(
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from app.kafka.clients import librdkafka_conf
+    from app.kafka.clients import librdkafka_conf, retry_kafka
 
     admin = AdminClient(librdkafka_conf(cfg.kafka, bootstrap))
     timeout = cfg.kafka.request_timeout_s
-    try:
-        described = admin.describe_consumer_groups([group_id], request_timeout=timeout)[group_id].result(
-            timeout
-        )
-    except Exception as exc:  # broad on purpose: the client raises several types for one outage
-        raise InfrastructureError(f"cannot describe group {group_id} at {bootstrap}: {exc}") from exc
+    # Through retry_kafka: a coordinator still loading or moving (NOT_COORDINATOR, ...) is retried
+    # within the request timeout; anything else is KafkaUnavailableError (exit 3).
+    described = retry_kafka(
+        lambda left: admin.describe_consumer_groups([group_id], request_timeout=left)[group_id].result(left),
+        f"describing group {group_id} at {bootstrap}",
+        timeout,
+    )
     if described.members:
         raise UsageError(
             f"group {group_id} has {len(described.members)} active member(s); stop its consumers first"
         )
     parts = [TopicPartition(str(o["topic"]), int(o["partition"]), int(o["offset"])) for o in offsets]
-    try:
-        admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id, parts)])[group_id].result(
-            timeout
-        )
-    except Exception as exc:  # broad on purpose, as above
-        raise InfrastructureError(
-            f"cannot set the offsets of group {group_id} at {bootstrap}: {exc}"
-        ) from exc
+    retry_kafka(
+        lambda left: admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group_id, parts)], request_timeout=left
+        )[group_id].result(left),
+        f"setting the offsets of group {group_id} at {bootstrap}",
+        timeout,
+    )
     return {"action": "reset_offsets", "group_id": group_id, "offsets": list(offsets)}
 
 
