@@ -1,5 +1,5 @@
-"""The micro-batch ledger append: one Delta commit per batch, idempotent per batch id, and
-readable by Spark exactly as the contract says, whichever writer (delta-rs or Spark) made it."""
+"""The micro-batch ledger append (delta-rs, into the table Spark created): one Delta commit per
+batch, idempotent per batch id, and readable by Spark exactly as the contract says."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pyspark.sql import SparkSession
 from app.contracts.offsets import EventSource, LedgerEvent
 from app.contracts.tables import LEDGER_SCHEMA
 from app.contracts.vocabulary import ENGINE_SPARK, EVENT_CHECKPOINT_SNAPSHOT
-from app.storage import backend
 from app.stream.ledger import append_batch_events, ensure_ledger, events_frame
 
 pytestmark = pytest.mark.spark
@@ -76,18 +75,3 @@ def test_ledger_is_append_only_after_batch_appends(spark: SparkSession, tmp_path
     assert {r.key: r.value for r in props}.get("delta.appendOnly") == "true"
     with pytest.raises(Exception, match=r"(?i)append.?only"):
         spark.sql(f"DELETE FROM delta.`{path}`")
-
-
-@pytest.mark.parametrize(
-    ("path", "local"),
-    [
-        ("data/tables/ledger", True),
-        ("/srv/tables/ledger", True),
-        ("file:///srv/tables/ledger", True),
-        ("s3a://bucket/tables/ledger", False),
-        ("abfss://c@acct.dfs.core.windows.net/ledger", False),
-        ("hdfs://nn:8020/ledger", False),
-    ],
-)
-def test_only_local_paths_take_the_delta_rs_writer(path: str, local: bool) -> None:
-    assert backend.is_local_path(path) is local
