@@ -29,6 +29,7 @@ by Spark and delta-rs at once: each table's writers above run one after the othe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -129,7 +130,13 @@ def location(spark: SparkSession | None, path: str) -> Location:
     return location_of(path, hadoop_s3a_properties(spark))
 
 
+# delta-rs colours the causes in its error texts with terminal escapes; logs want plain text.
+_TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def scrub(text: str, secrets: list[str]) -> str:
+    """``text`` without terminal escapes and with every secret replaced."""
+    text = _TERMINAL_ESCAPE.sub("", text)
     for secret in secrets:
         text = text.replace(secret, REDACTED)
     return text
@@ -147,7 +154,7 @@ def storage_errors(where: Location, doing: str) -> Iterator[None]:
         text = str(exc)
         clean = scrub(text, where.secrets)
         error = InfrastructureError(f"cannot {doing} the table at {where.uri}: {clean}")
-        if clean != text:
+        if scrub(text, []) != clean:  # the original names a credential: not even as the cause
             raise error from None
         raise error from exc
 
@@ -155,9 +162,10 @@ def storage_errors(where: Location, doing: str) -> Iterator[None]:
 def open_table(where: Location) -> DeltaTable | None:
     """The table at ``where`` through delta-rs, or None when there is none yet."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
-    options = dict(where.options)
     with storage_errors(where, "open"):
-        if not DeltaTable.is_deltatable(where.uri, storage_options=options):
+        try:  # one load of the log, where is_deltatable first would read it twice
+            return DeltaTable(where.uri, storage_options=dict(where.options))
+        except TableNotFoundError:
             return None
-        return DeltaTable(where.uri, storage_options=options)

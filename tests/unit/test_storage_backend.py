@@ -141,3 +141,10 @@ def test_a_storage_error_without_credentials_keeps_its_cause() -> None:
     ):
         raise DeltaError("conflict")
     assert isinstance(raised.value.__cause__, DeltaError)
+
+
+def test_terminal_colours_are_taken_out_of_storage_error_texts() -> None:
+    where = location_of("data/t", {})
+    with pytest.raises(InfrastructureError) as raised, backend.storage_errors(where, "open"):
+        raise OSError("Generic S3 error\n  \x1b[31m↳\x1b[0m 404 Not Found")
+    assert str(raised.value) == "cannot open the table at data/t: Generic S3 error\n  ↳ 404 Not Found"
