@@ -48,11 +48,6 @@ S3_SCHEMES = ("s3a", "s3", "s3n")
 S3A_PREFIX = "fs.s3a."
 
 
-def is_local_path(path: str) -> bool:
-    """A plain path or a file: URI."""
-    return urlparse(path).scheme in LOCAL_SCHEMES
-
-
 @dataclass(frozen=True)
 class Location:
     """A table as delta-rs addresses it: its URI and the storage options to reach it."""

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 from app.contracts.offsets import EventSource, LedgerEvent
 from app.contracts.tables import LEDGER_SCHEMA
 from app.contracts.vocabulary import ENGINE_SPARK, EVENT_CHECKPOINT_SNAPSHOT
+from app.errors import InfrastructureError
 from app.stream.ledger import append_batch_events, ensure_ledger, events_frame
 
 pytestmark = pytest.mark.spark
@@ -75,3 +76,11 @@ def test_ledger_is_append_only_after_batch_appends(spark: SparkSession, tmp_path
     assert {r.key: r.value for r in props}.get("delta.appendOnly") == "true"
     with pytest.raises(Exception, match=r"(?i)append.?only"):
         spark.sql(f"DELETE FROM delta.`{path}`")
+
+
+def test_a_batch_append_without_a_ledger_table_is_an_infrastructure_error(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # The streaming job creates the ledger before its first batch: a missing one is lost storage.
+    with pytest.raises(InfrastructureError, match="no ledger table"):
+        append_batch_events(spark, str(tmp_path / "ledger"), _snapshot(0, {("orders", 0): 1}, T0), "app", 0)
