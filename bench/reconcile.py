@@ -55,7 +55,14 @@ from app.storage import files
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 TOPIC, GROUP, JOB, RUN = "orders", "bench-group", "bench-job", "bench-run"
-OUTPUT_TABLES = ("findings", "partition_summary", "restarts", "incidents", "audit_runs")
+# The reconcile's output tables: setting of ReconcileConfig -> table name.
+OUTPUT_TABLES = {
+    "findings_table": "findings",
+    "partition_summary_table": "partition_summary",
+    "restarts_table": "restarts",
+    "incidents_table": "incidents",
+    "runs_table": "audit_runs",
+}
 S3_BUCKET = "offset-audit-bench"
 S3_START_TIMEOUT_S = 120.0
 
@@ -203,10 +210,17 @@ def baseline(spark: SparkSession, path: str) -> float:
     return time.monotonic() - start
 
 
+def with_outputs_of_pair(cfg: AppConfig, pair: int) -> AppConfig:
+    """Output tables of the pair's own: a table deleted and created again under the same path
+    would make Spark's cached Delta log of it warn and reload, inside the measured time."""
+    paths = {setting: cfg.paths.table(f"{name}-{pair}") for setting, name in OUTPUT_TABLES.items()}
+    return dataclasses.replace(cfg, reconcile=dataclasses.replace(cfg.reconcile, **paths))
+
+
 def reconcile_twice(spark: SparkSession, cfg: AppConfig) -> dict[str, Any]:
-    """One cold reconcile into fresh output tables and its re-run, each against the bare scan."""
-    for name in OUTPUT_TABLES:
-        files.delete_path(spark, cfg.paths.table(name))
+    """One reconcile into fresh output tables and its re-run, each against the bare scan."""
+    for setting in OUTPUT_TABLES:
+        files.delete_path(spark, getattr(cfg.reconcile, setting))  # left by an earlier bench run
     sink = cfg.paths.table("sink")
     base = baseline(spark, sink)
     now = datetime.now(UTC)
@@ -219,9 +233,9 @@ def reconcile_twice(spark: SparkSession, cfg: AppConfig) -> dict[str, Any]:
     # dropped so the window is not resumed from it) and into the tables the first run created:
     # the steady state of a long-lived session, with JVM warm-up and table creation paid already.
     # It also shows the re-run is idempotent: the findings table keeps the same rows.
-    findings_table = cfg.paths.table("findings")
+    findings_table = cfg.reconcile.findings_table
     findings_before = spark.read.format("delta").load(findings_table).count()
-    files.delete_path(spark, cfg.paths.table("audit_runs"))
+    files.delete_path(spark, cfg.reconcile.runs_table)
     started = time.monotonic()
     again: ReconcileResult = run_reconcile(
         spark, cfg, AuditRun(run_id="bench-again", now=now, since=None, until=now), confirmer=None
@@ -295,7 +309,7 @@ def run(args: argparse.Namespace, endpoint: str | None) -> None:
         print(f"generated in {time.monotonic() - started:.1f}s under {root}")
 
     baseline(spark, sink)  # warm-up: JIT, Delta log, file listing cache
-    runs = [reconcile_twice(spark, cfg) for _ in range(args.repeat)]
+    runs = [reconcile_twice(spark, with_outputs_of_pair(cfg, i)) for i in range(args.repeat)]
     report = {
         "storage": "s3a (moto)" if endpoint else "local",
         "sink_rows": spark.read.format("delta").load(sink).count(),
