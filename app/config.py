@@ -96,8 +96,10 @@ class KafkaConfig:
 @dataclass(frozen=True)
 class StorageConfig:
     """Object storage under the tables (s3a://, ...): Hadoop filesystem properties, given to Spark's
-    Hadoop configuration on the driver, from where Spark ships them to the executors' tasks. Credentials
-    come as ${ENV}; every key that looks like a secret is redacted wherever config is printed."""
+    Hadoop configuration on the driver, from where Spark ships them to the executors' tasks and
+    delta-rs takes the fs.s3a.* ones for the driver-side tables (translated by `storage.backend`).
+    Credentials come as ${ENV}; every key that looks like a secret is redacted wherever config is
+    printed."""
 
     options: dict[str, str] = field(default_factory=dict, repr=False)  # e.g. fs.s3a.endpoint: https://...
 

@@ -244,12 +244,12 @@ class Demo:
 
     def wait_started(self, run_id: str, thread: _JobThread, timeout_s: float = 300) -> None:
         """Until the ledger holds ``run_id``'s RUN_STARTED (its start offsets are fixed by then)."""
-        from app.storage.delta_rows import local_dataset
+        from app.storage.delta_rows import dataset as table_dataset
 
         ledger = self.cfg.paths.table(self.cfg.stream.ledger_table)
         deadline = time.monotonic() + timeout_s
         while True:
-            dataset = local_dataset(ledger)
+            dataset = table_dataset(self.spark, ledger)
             if dataset is not None:
                 started = dataset.to_table(
                     columns=["run_id"],

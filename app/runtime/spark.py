@@ -151,7 +151,8 @@ def apply_storage_options(spark: SparkSession, options: Mapping[str, str]) -> No
 
     Not as `spark.hadoop.*` Spark settings: those are fixed when the context starts (under
     spark-submit, before this code runs) and show up in the UI and event log. Every file scan and
-    write copies this configuration into its tasks, so executors reach the storage with it too.
+    write copies this configuration into its tasks, so executors reach the storage with it too, and
+    delta-rs takes its s3a settings from here for the driver-side tables (`storage.backend`).
     """
     if not options:
         return

@@ -1,16 +1,166 @@
-"""Which library reads and writes a Delta table: the one place that decides it.
+"""Which library reads and writes a Delta table: decided here, by the table's role, the same on
+every storage.
 
-Spark does every large read and write. The small audit tables (ledger appends from the driver,
-findings, summaries, run records) are read and written on the driver with delta-rs when the table
-is on local storage, which saves a Spark job per write; elsewhere they go through Spark, whose
-Hadoop connectors carry the cluster's storage settings.
+Spark does whatever scales with the data: the sink scan and any write of it, the decoded
+`__consumer_offsets` records of ingest-offsets, the quality checks and the dashboard's reads. The
+driver-side work goes through delta-rs (the ``deltalake`` package), which commits in milliseconds
+without a Spark job or a task slot: the ledger's micro-batch appends, the ledger window and the
+group commits the reconciliation analyses on the driver in Arrow, and the small audit tables
+(findings, incidents and restarts MERGEd, partition summaries and run records appended). That
+split holds on local files and on object storage alike; this module is the only one that opens
+a table with delta-rs (``delta_rows`` and the ledger's micro-batch append go through
+`open_table` and `location`).
+
+delta-rs reaches object storage with the settings Spark uses. For s3a:// it takes the Hadoop
+configuration's ``fs.s3a.*`` properties (where config ``storage.options`` are put by
+``runtime.spark.apply_storage_options``, and where a cluster's ``spark.hadoop.*`` defaults land)
+and translates them into its own storage options. Other object stores (abfss://, gs://, hdfs://)
+are handed to delta-rs as they are, with the credentials of its own environment (managed
+identity, ``GOOGLE_APPLICATION_CREDENTIALS``, ...): no Hadoop property of theirs is translated.
+
+Commits on S3 are safe against another delta-rs writer: delta-rs 1.x writes each commit file
+with a conditional put (If-None-Match), which AWS S3 and the usual S3 servers honour, so of two
+writers of one version one gets a conflict and retries on the newer version. We therefore never
+set ``AWS_S3_ALLOW_UNSAFE_RENAME``, which would switch delta-rs to a copy-then-delete commit that
+can silently overwrite a concurrent one. Spark's s3a log store is a single-driver one (the Delta
+documentation's S3 caveat), so a table must not be written by Spark on two drivers at once, nor
+by Spark and delta-rs at once: each table's writers above run one after the other in one job.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from app.config import REDACTED, is_secret_key
+from app.errors import InfrastructureError
 
-def is_local_path(path: str) -> bool:
-    """A plain path or a file: URI, which delta-rs can write without Spark's storage settings."""
-    return urlparse(path).scheme in ("", "file")
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyspark.sql import SparkSession
+
+LOCAL_SCHEMES = ("", "file")
+S3_SCHEMES = ("s3a", "s3", "s3n")
+S3A_PREFIX = "fs.s3a."
+
+
+@dataclass(frozen=True)
+class Location:
+    """A table as delta-rs addresses it: its URI and the storage options to reach it."""
+
+    uri: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def secrets(self) -> list[str]:
+        return [v for k, v in self.options.items() if is_secret_key(k) and v]
+
+    def __repr__(self) -> str:  # option names only: the values hold credentials
+        return f"Location({self.uri!r}, options={sorted(self.options)})"
+
+
+def s3_options(props: Mapping[str, str], bucket: str) -> dict[str, str]:
+    """delta-rs storage options for ``bucket`` from s3a properties (names without ``fs.s3a.``).
+
+    Hadoop's per-bucket settings (``bucket.<name>.<property>``) win over the general ones, as in
+    s3a. Only what both sides mean the same way is translated; the rest keeps delta-rs's defaults
+    (path-style requests on a custom endpoint, the AWS credential chain without static keys).
+    """
+    per_bucket = f"bucket.{bucket}."
+    merged = {k: v for k, v in props.items() if not k.startswith("bucket.")}
+    merged.update({k.removeprefix(per_bucket): v for k, v in props.items() if k.startswith(per_bucket)})
+    ssl = merged.get("connection.ssl.enabled", "true").strip().lower() != "false"
+    options: dict[str, str] = {}
+    endpoint = merged.get("endpoint", "").strip()
+    if endpoint:
+        # s3a takes a bare host[:port] and picks the scheme from connection.ssl.enabled.
+        if "://" not in endpoint:
+            endpoint = ("https://" if ssl else "http://") + endpoint
+        options["AWS_ENDPOINT_URL"] = endpoint
+        if endpoint.startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
+    region = merged.get("endpoint.region") or merged.get("region")
+    if region:
+        options["AWS_REGION"] = region
+    if merged.get("path.style.access", "").strip().lower() == "true":
+        options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+    for hadoop_key, delta_rs_key in (
+        ("access.key", "AWS_ACCESS_KEY_ID"),
+        ("secret.key", "AWS_SECRET_ACCESS_KEY"),
+        ("session.token", "AWS_SESSION_TOKEN"),
+    ):
+        if merged.get(hadoop_key):
+            options[delta_rs_key] = merged[hadoop_key]
+    return options
+
+
+def location_of(path: str, s3a_props: Mapping[str, str]) -> Location:
+    """Where delta-rs finds the table at ``path`` (a Spark path or URI), given the s3a properties."""
+    parsed = urlparse(path)
+    if parsed.scheme in LOCAL_SCHEMES:
+        return Location(parsed.path)
+    if parsed.scheme in S3_SCHEMES:
+        # s3:// is delta-rs's own name for the store s3a:// (and the old s3n://) reach.
+        return Location("s3://" + path.split("://", 1)[1], s3_options(s3a_props, parsed.netloc))
+    return Location(path)
+
+
+def hadoop_s3a_properties(spark: SparkSession) -> dict[str, str]:
+    """The driver's Hadoop ``fs.s3a.*`` properties, without the prefix: what Spark's s3a uses."""
+    # pyspark exposes the Hadoop configuration only through the Java context.
+    props: Any = spark.sparkContext._jsc.hadoopConfiguration().getPropsWithPrefix(S3A_PREFIX)
+    return {str(k): str(v) for k, v in props.items()}
+
+
+def location(spark: SparkSession | None, path: str) -> Location:
+    """The table at ``path`` as delta-rs reaches it with the session's storage settings."""
+    if urlparse(path).scheme not in S3_SCHEMES:
+        return location_of(path, {})
+    if spark is None:
+        raise InfrastructureError(f"a table on object storage ({path}) needs the session's storage settings")
+    return location_of(path, hadoop_s3a_properties(spark))
+
+
+# delta-rs colours the causes in its error texts with terminal escapes; logs want plain text.
+_TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """``text`` without terminal escapes and with every secret replaced."""
+    text = _TERMINAL_ESCAPE.sub("", text)
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+@contextmanager
+def storage_errors(where: Location, doing: str) -> Iterator[None]:
+    """delta-rs's storage failures as InfrastructureError, with no credential in the message (nor
+    in the chained cause when the original text held one)."""
+    from deltalake.exceptions import DeltaError
+
+    try:
+        yield
+    except (OSError, DeltaError) as exc:
+        text = str(exc)
+        clean = scrub(text, where.secrets)
+        error = InfrastructureError(f"cannot {doing} the table at {where.uri}: {clean}")
+        if scrub(text, []) != clean:  # the original names a credential: not even as the cause
+            raise error from None
+        raise error from exc
+
+
+def open_table(where: Location) -> DeltaTable | None:
+    """The table at ``where`` through delta-rs, or None when there is none yet."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    with storage_errors(where, "open"):
+        try:  # one load of the log, where is_deltatable first would read it twice
+            return DeltaTable(where.uri, storage_options=dict(where.options))
+        except TableNotFoundError:
+            return None

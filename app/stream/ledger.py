@@ -5,12 +5,12 @@ micro-batch carry a Delta transaction identifier (app id + version = batch id), 
 batch never appends its events twice; appends outside micro-batches (run start, recovery, stop)
 go through `append_new_events`, which first drops events whose key is already in the table.
 
-A micro-batch's append on local storage is written by delta-rs (the `deltalake` package) rather
-than by Spark: a Spark append of a few rows is a Spark job plus a snapshot reconstruction to look
-up the transaction version, about a second on a small machine, and it waits for a task slot
-behind the sink's own write. delta-rs writes the same Delta protocol (the same `txn` action,
-which Spark's idempotent writes honour too) in milliseconds, without a task slot. Other storage
-(s3a://, abfss://, ...) goes through Spark, whose Hadoop configuration holds the credentials.
+A micro-batch's append is written by delta-rs (the `deltalake` package) rather than by Spark, on
+every storage (`storage.backend` decides it): a Spark append of a few rows is a Spark job plus a
+snapshot reconstruction to look up the transaction version, about a second on a small machine,
+and it waits for a task slot behind the sink's own write. delta-rs writes the same Delta protocol
+(the same `txn` action, which Spark's idempotent writes honour too) in milliseconds, without a
+task slot.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -26,6 +25,7 @@ from pyspark.sql import functions as F
 
 from app.contracts.offsets import LedgerEvent
 from app.contracts.tables import LEDGER_SCHEMA, SINK_SCHEMA
+from app.errors import InfrastructureError
 from app.storage import backend
 from app.storage.files import table_exists
 
@@ -58,37 +58,27 @@ def append_batch_events(
     """One Delta commit for a micro-batch's events; a retry of the same batch id writes nothing."""
     if not events:
         return
-    if backend.is_local_path(path):
-        _append_batch_events_rs(path, events, app_id, batch_id)
-        return
-    (
-        events_frame(spark, events)
-        .write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", batch_id)
-        .save(path)
-    )
-
-
-def _append_batch_events_rs(path: str, events: Sequence[LedgerEvent], app_id: str, batch_id: int) -> None:
-    """The delta-rs append: the same transaction identifier Spark's txnAppId/txnVersion writes."""
+    # The delta-rs append carries the same transaction identifier Spark's txnAppId/txnVersion writes.
     import pyarrow as pa
-    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake import CommitProperties, Transaction, write_deltalake
 
-    table = DeltaTable(urlparse(path).path)
-    done = table.transaction_version(app_id)
-    if done is not None and done >= batch_id:
-        log.info("ledger already holds batch %d of %s: retry writes nothing", batch_id, app_id)
-        return
-    schema = pa.schema(table.schema().to_arrow())
-    rows = pa.Table.from_pylist([e.to_row() for e in events], schema=schema)
-    write_deltalake(
-        table,
-        rows,
-        mode="append",
-        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
-    )
+    where = backend.location(spark, path)
+    table = backend.open_table(where)
+    if table is None:
+        raise InfrastructureError(f"no ledger table at {path} to append batch {batch_id} of {app_id} to")
+    with backend.storage_errors(where, "append to"):
+        done = table.transaction_version(app_id)
+        if done is not None and done >= batch_id:
+            log.info("ledger already holds batch %d of %s: retry writes nothing", batch_id, app_id)
+            return
+        schema = pa.schema(table.schema().to_arrow())
+        rows = pa.Table.from_pylist([e.to_row() for e in events], schema=schema)
+        write_deltalake(
+            table,
+            rows,
+            mode="append",
+            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
+        )
 
 
 def event_key_column() -> Column:

@@ -1,6 +1,6 @@
-"""Driver-side Delta writes (findings MERGE, appends): delta-rs on local paths, Spark elsewhere.
-Both writers must leave the same rows in the same table, and each must work on a table the other
-created."""
+"""Driver-side Delta writes (findings MERGE, appends, deletes) through delta-rs: Spark must read
+what they leave as its own rows, and they must work on a table Spark created (deployments whose
+audit tables Spark wrote before)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA
-from app.storage import backend, delta_rows
+from app.storage import delta_rows
 
 pytestmark = pytest.mark.spark
 
@@ -52,24 +52,20 @@ def read(spark: SparkSession, path: str) -> dict[str, tuple[Any, ...]]:
     return {r.finding_id: (r.reconcile_run_id, r.d, r.status, r.record_count) for r in rows}
 
 
-@pytest.mark.parametrize("first_local", [True, False])
-def test_merge_keeps_the_first_detection_and_updates_the_rest_whichever_writer(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first_local: bool
+@pytest.mark.parametrize("created_by", ["delta-rs", "spark"])
+def test_merge_keeps_the_first_detection_and_updates_the_rest(
+    spark: SparkSession, tmp_path: Path, created_by: str
 ) -> None:
     path = str(tmp_path / "findings")
+    if created_by == "spark":
+        spark.createDataFrame([], FINDINGS_SCHEMA).write.format("delta").save(path)
 
-    def write(local: bool, rows: list[dict[str, Any]]) -> None:
-        # Which writer runs is chosen by the path's scheme; a local path stands in for remote
-        # storage here by flipping that choice, so both writers meet on one real table.
-        monkeypatch.setattr(backend, "is_local_path", lambda _p: local)
+    def write(rows: list[dict[str, Any]]) -> None:
         delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
 
-    write(first_local, [finding("a", "rec-1", T1), finding("b", "rec-1", T1)])
-    write(
-        not first_local,
-        [finding("a", "rec-2", T2, status="confirmed", record_count=6), finding("c", "rec-2", T2)],
-    )
-    write(first_local, [])  # nothing to merge: no commit
+    write([finding("a", "rec-1", T1), finding("b", "rec-1", T1)])
+    write([finding("a", "rec-2", T2, status="confirmed", record_count=6), finding("c", "rec-2", T2)])
+    write([])  # nothing to merge: no commit
 
     assert read(spark, path) == {
         "a": ("rec-2", "2026-03-01 12:00:00", "confirmed", 6),
@@ -102,12 +98,8 @@ def test_append_rows_places_naive_spark_times_in_local_time(spark: SparkSession,
     assert [r.s for r in back] == ["2026-03-01 12:00:00"]
 
 
-@pytest.mark.parametrize("local", [True, False])
-def test_read_columns_and_delete_where_in_work_on_either_writer(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, local: bool
-) -> None:
+def test_read_columns_and_delete_where_in(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "findings")
-    monkeypatch.setattr(backend, "is_local_path", lambda _p: local)
     assert delta_rows.read_columns(spark, path, ["finding_id"]) is None  # no table yet
     rows = [finding(i, f"rec-{i}", T1) for i in ("a", "b", "c'd")]
     delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id")

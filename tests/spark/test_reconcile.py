@@ -47,7 +47,6 @@ from app.reconcile.sink_offsets import (
     sink_words,
     xxhash64_longs,
 )
-from app.storage import backend
 from app.storage.tables import tables_from_config
 from tests.spark.tables import (
     GROUP,
@@ -449,8 +448,8 @@ def test_incremental_window_starts_from_the_previous_checkpoint(
     assert last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) == at(2000)
 
 
-def test_the_local_and_the_spark_input_readers_return_the_same_rows(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_driver_input_readers_return_the_rows_spark_reads_for_the_window(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path
 ) -> None:
     # Two days of ledger for two jobs, and commits of two groups, some before the look-back.
     cfg = config_for(app_config, tmp_path)
@@ -478,21 +477,23 @@ def test_the_local_and_the_spark_input_readers_return_the_same_rows(
     tables = tables_from_config(cfg)
     window = rc.AuditWindow(until=at(100_000), since=at(90_000))
 
-    def both(read: Any, *args: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        got = []
-        for local in (True, False):
-            # The scheme of the path picks the reader; flipped here so both read one real table.
-            monkeypatch.setattr(backend, "is_local_path", lambda _p, local=local: local)
-            rows = read(spark, *args).to_pylist()
-            got.append(sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str)))
-        return got[0], got[1]
+    def sorted_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
-    local_ledger, spark_ledger = both(read_ledger_rows, tables.ledger, window, [JOB], 0)
-    assert local_ledger == spark_ledger
+    def spark_rows(path: str, keep: Any) -> list[dict[str, Any]]:
+        return sorted_rows(spark.read.format("delta").load(path).filter(keep).toArrow().to_pylist())
+
+    ledger = sorted_rows(read_ledger_rows(spark, tables.ledger, window, [JOB], 0).to_pylist())
     # Only the look-back's days (event_date) and the job asked for.
-    assert {(r["job_name"], r["checkpoint_id"]) for r in local_ledger} == {(JOB, 2)}
-    local_gc, spark_gc = both(read_group_commit_rows, tables.group_commits, window, [GROUP], 0)
-    assert local_gc == spark_gc
+    assert ledger == spark_rows(
+        tables.ledger, (F.col("event_date") >= F.lit(at(90_000).date())) & (F.col("job_name") == JOB)
+    )
+    assert {(r["job_name"], r["checkpoint_id"]) for r in ledger} == {(JOB, 2)}
+    commits = sorted_rows(read_group_commit_rows(spark, tables.group_commits, window, [GROUP], 0).to_pylist())
     # A commit without a time (an Admin API snapshot) is kept; one before the look-back is not.
-    assert sorted(r["committed_offset"] for r in local_gc) == [5, 20]
-    assert both(read_ledger_rows, str(tmp_path / "nothing"), window, [], 0) == ([], [])
+    when = F.coalesce("commit_time", "log_time")
+    assert commits == spark_rows(
+        tables.group_commits, (F.col("group_id") == GROUP) & (when.isNull() | (when >= F.lit(at(90_000))))
+    )
+    assert sorted(r["committed_offset"] for r in commits) == [5, 20]
+    assert read_ledger_rows(spark, str(tmp_path / "nothing"), window, [], 0).num_rows == 0
