@@ -33,6 +33,7 @@ from app.kafka.clients import plain_conf
 from tests.cluster import readme, scenario
 from tests.cluster.conftest import S3_SECRET_KEY, S3Server, SparkCluster
 from tests.cluster.submit import (
+    KAFKA_PASSWORD,
     Submitted,
     event_log,
     executors_added,
@@ -264,7 +265,8 @@ def test_the_dashboard_and_data_docs_are_on_the_drivers_disk(night: Night) -> No
     assert (night.work_dir / "local-nightly" / "data_docs" / "index.html").is_file()
 
 
-def test_the_s3_secret_appears_in_no_output_and_no_event_log(night: Night) -> None:
+def test_no_secret_appears_in_any_output_or_event_log(night: Night) -> None:
     for run in (night.stream, night.nightly):
         written = run.stdout + run.stderr + json.dumps(event_log(run.event_log_dir))
         assert S3_SECRET_KEY not in written
+        assert KAFKA_PASSWORD not in written  # in conf/cluster.yaml's sasl.jaas.config and librdkafka's
