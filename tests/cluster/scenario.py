@@ -119,3 +119,15 @@ def upload_tree(local_dir: Path, s3_client: Any, bucket: str, prefix: str) -> in
     for path in files:
         s3_client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(local_dir).as_posix()}")
     return len(files)
+
+
+def download_tree(s3_client: Any, bucket: str, prefix: str, local_dir: Path) -> int:
+    """Every object under s3://bucket/prefix/ to ``local_dir``/<relative key>; returns the file count."""
+    count = 0
+    for page in s3_client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        for obj in page.get("Contents", []):
+            target = local_dir / obj["Key"].removeprefix(f"{prefix}/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            s3_client.download_file(bucket, obj["Key"], str(target))
+            count += 1
+    return count

@@ -1,6 +1,6 @@
-"""Running the jobs the way README.md's "Running on a cluster" does: the library zipped for
---py-files, the resolved jars as --jars, `spark-submit --master spark://...` of jobs/<job>.py, and
-the configuration layer for object storage with its credentials from the environment.
+"""Running the jobs the way README.md's "Running on a cluster" does: its bash block as written (the
+library zipped for --py-files, the resolved jars as --jars, `spark-submit --master spark://...` of
+jobs/<job>.py with `--env cluster`), only its placeholders filled with the tier's servers (readme.py).
 
 Plus what the tests read afterwards: the event log Spark writes for each application, to tell where
 tasks ran, and the Delta tables on either storage through delta-rs.
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from deltalake import DeltaTable
 
 from app.runtime.child_processes import parent_death_preexec
 from app.runtime.jvm import REPO_ROOT
+from tests.cluster import readme
 from tests.cluster.conftest import (
     PYSPARK_HOME,
     S3_ACCESS_KEY,
@@ -33,43 +34,30 @@ from tests.cluster.conftest import (
     SparkCluster,
 )
 
-SPARK_SUBMIT = PYSPARK_HOME / "bin" / "spark-submit"
-SUBMIT_TIMEOUT_S = float(os.environ.get("CLUSTER_SUBMIT_TIMEOUT_S", "420"))
-
-# The config layer of README's example, for an S3 API server on plain HTTP (conf/<env>.yaml).
-S3_ENV_YAML = """\
-spark:
-  mode: cluster
-storage:
-  options:
-    fs.s3a.endpoint: ${S3_ENDPOINT}
-    fs.s3a.endpoint.region: us-east-1
-    fs.s3a.path.style.access: "true"
-    fs.s3a.connection.ssl.enabled: "false"
-    fs.s3a.aws.credentials.provider: org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider
-    fs.s3a.access.key: ${S3_ACCESS_KEY}
-    fs.s3a.secret.key: ${S3_SECRET_KEY}
+SUBMIT_TIMEOUT_S = float(os.environ.get("CLUSTER_SUBMIT_TIMEOUT_S", "900"))
+KAFKA_USERNAME = "cluster-tier"  # conf/cluster.yaml's SASL settings, unused on the PLAINTEXT broker
+KAFKA_PASSWORD = "cluster-tier-kafka-password"
+# The tests' own instrumentation, outside the README's command: where each task ran, and pinned zones.
+SPARK_DEFAULTS = """\
+spark.eventLog.enabled true
+spark.eventLog.dir file://{event_log_dir}
+spark.eventLog.rolling.enabled false
+spark.eventLog.compress false
+spark.ui.enabled false
+spark.driver.extraJavaOptions -Duser.timezone=UTC
+spark.executor.extraJavaOptions -Duser.timezone=UTC
 """
 
 
-def package_library(out_dir: Path) -> Path:
-    """README's `python -m zipfile -c offset_audit.zip app checks`, run at the repository root."""
-    target = out_dir / "offset_audit.zip"
-    if not target.exists():
-        subprocess.run(
-            [sys.executable, "-m", "zipfile", "-c", str(target), "app", "checks"], cwd=REPO_ROOT, check=True
-        )
-    return target
-
-
-def conf_dir_with_s3_env(out_dir: Path) -> Path:
-    """conf/base.yaml beside an `s3` layer: `--conf-dir <it> --env s3`."""
-    conf = out_dir / "conf"
-    if not conf.exists():
-        conf.mkdir()
-        shutil.copy(REPO_ROOT / "conf" / "base.yaml", conf / "base.yaml")
-        (conf / "s3.yaml").write_text(S3_ENV_YAML)
-    return conf
+def working_copy(work_dir: Path) -> Path:
+    """A directory that looks like the repository root to the README's relative paths (app, checks,
+    jobs, conf), so its `python -m zipfile -c offset_audit.zip ...` writes there and not in the clone."""
+    root = work_dir / "root"
+    if not root.exists():
+        root.mkdir(parents=True)
+        for name in ("app", "checks", "jobs", "conf"):
+            (root / name).symlink_to(REPO_ROOT / name, target_is_directory=True)
+    return root
 
 
 @dataclass(frozen=True)
@@ -92,54 +80,57 @@ def spark_submit(
     cluster: SparkCluster,
     s3: S3Server,
     jars: Sequence[Path],
+    bootstrap: str,
+    data_dir: str,
     job: str,
     args: Sequence[str],
     work_dir: Path,
-    extra_env: Mapping[str, str] | None = None,
 ) -> Running:
-    """Starts `spark-submit --master spark://... jobs/<job>.py --env s3 ...` with an event log of its
-    own; the caller may do other work before ``finish``."""
+    """Starts README's block with its `submit <job>` line and ``args`` appended, as bash in a copy of
+    the repository root, with an event log of its own; the caller may do other work before ``finish``."""
     event_log_dir = work_dir / f"events-{job}-{len(list(work_dir.glob(f'events-{job}-*')))}"
     event_log_dir.mkdir(parents=True)
+    spark_conf_dir = event_log_dir.with_name(event_log_dir.name.replace("events-", "spark-conf-"))
+    spark_conf_dir.mkdir()
+    (spark_conf_dir / "spark-defaults.conf").write_text(SPARK_DEFAULTS.format(event_log_dir=event_log_dir))
+    root = working_copy(work_dir)
+    script = readme.cluster_block().script(
+        job,
+        args,
+        {  # the placeholders of README's export lines
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "KAFKA_USERNAME": KAFKA_USERNAME,
+            "KAFKA_PASSWORD": KAFKA_PASSWORD,
+            "OFFSET_AUDIT_DATA_DIR": data_dir,
+            "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY,
+            "PYSPARK_PYTHON": sys.executable,
+        },
+        cluster.master_url,
+        jars,
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SPARK_", "PYSPARK_"))}
     env.update(
+        # `python` and `spark-submit` as a shell with the project's virtualenv active finds them.
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
         SPARK_HOME=str(PYSPARK_HOME),
-        SPARK_CONF_DIR=str(cluster.work_dir / "conf"),
+        SPARK_CONF_DIR=str(spark_conf_dir),
         SPARK_LOCAL_IP="127.0.0.1",
-        PYSPARK_PYTHON=sys.executable,
+        # What conf/cluster.yaml reads besides README's exports: an S3-compatible server on plain
+        # HTTP, a broker without SASL, and where the dashboard and Data Docs go.
         S3_ENDPOINT=s3.endpoint,
-        S3_ACCESS_KEY=S3_ACCESS_KEY,
-        S3_SECRET_KEY=S3_SECRET_KEY,
-        **(extra_env or {}),
+        S3_PATH_STYLE_ACCESS="true",
+        AWS_REGION=S3_REGION,
+        KAFKA_SECURITY_PROTOCOL="PLAINTEXT",
+        OFFSET_AUDIT_LOCAL_DIR=str(work_dir / f"local-{job}"),
     )
-    cmd = [
-        str(SPARK_SUBMIT),
-        "--master", cluster.master_url,
-        "--jars", ",".join(str(j) for j in jars),
-        "--py-files", str(package_library(work_dir)),
-        "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
-        "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "--conf", "spark.driver.extraJavaOptions=-Duser.timezone=UTC",
-        "--conf", "spark.executor.extraJavaOptions=-Duser.timezone=UTC",
-        # Sized for small audit tables on a two-core cluster, as README's example says.
-        "--conf", "spark.sql.shuffle.partitions=4",
-        "--conf", "spark.databricks.delta.snapshotPartitions=2",
-        # The tests' own instrumentation: where each task ran.
-        "--conf", "spark.eventLog.enabled=true",
-        "--conf", "spark.eventLog.rolling.enabled=false",
-        "--conf", "spark.eventLog.compress=false",
-        "--conf", f"spark.eventLog.dir=file://{event_log_dir}",
-        "--conf", "spark.ui.enabled=false",
-        str(REPO_ROOT / "jobs" / f"{job}.py"),
-        "--env", "s3", "--conf-dir", str(conf_dir_with_s3_env(work_dir)),
-        *args,
-    ]  # fmt: skip
     name = f"{job}-cluster"
     out, err = work_dir / f"{name}.stdout", work_dir / f"{name}.stderr"
+    (work_dir / f"{name}.sh").write_text(script)  # for a failure's post-mortem
     with out.open("wb") as stdout, err.open("wb") as stderr:
         process = subprocess.Popen(
-            cmd, env=env, cwd=work_dir, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-            start_new_session=True, preexec_fn=parent_death_preexec(),
+            ["bash", "-e", "-c", script], env=env, cwd=root, stdin=subprocess.DEVNULL, stdout=stdout,
+            stderr=stderr, start_new_session=True, preexec_fn=parent_death_preexec(),
         )  # fmt: skip
     return Running(process, name, out, err, event_log_dir)
 
@@ -184,6 +175,9 @@ class Running:
 
 # --- where tasks ran: Spark's event log ----------------------------------------------------------
 
+# The Kafka connector's relation (batch reads) or scan (micro-batches) in a physical plan.
+KAFKA_SCAN = re.compile(r"Kafka(Relation|Scan|Source|Table)")
+
 
 @dataclass(frozen=True)
 class TaskPlacement:
@@ -197,17 +191,19 @@ def event_log(event_log_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log_file.read_text().splitlines() if line.strip()]
 
 
-def tasks_scanning(event_log_dir: Path, location: str) -> list[TaskPlacement]:
-    """Every task of the SQL executions whose physical plan scans files at ``location``."""
+def tasks_of_plans(event_log_dir: Path, matches: Callable[[str], bool]) -> list[TaskPlacement]:
+    """Every task of the SQL executions with a line of their physical plan that ``matches``, and of
+    the executions nested in them."""
     events = event_log(event_log_dir)
-    executions = {
+    starts = [e for e in events if e["Event"].endswith("SparkListenerSQLExecutionStart")]
+    matching = {
         e["executionId"]
-        for e in events
-        if e["Event"].endswith("SparkListenerSQLExecutionStart")
-        and any(
-            "Scan" in line and location in line for line in e.get("physicalPlanDescription", "").splitlines()
-        )
+        for e in starts
+        if any(matches(line) for line in e.get("physicalPlanDescription", "").splitlines())
     }
+    # Work nested in a matching execution (a micro-batch's foreachBatch writes) runs as executions of
+    # its own whose root is the matching one.
+    executions = matching | {e["executionId"] for e in starts if e.get("rootExecutionId") in matching}
     stages = {
         stage
         for e in events
@@ -220,6 +216,16 @@ def tasks_scanning(event_log_dir: Path, location: str) -> list[TaskPlacement]:
         for e in events
         if e["Event"] == "SparkListenerTaskEnd" and e["Stage ID"] in stages
     ]
+
+
+def tasks_scanning(event_log_dir: Path, location: str) -> list[TaskPlacement]:
+    """Every task of the SQL executions whose physical plan scans files at ``location``."""
+    return tasks_of_plans(event_log_dir, lambda line: "Scan" in line and location in line)
+
+
+def tasks_reading_kafka(event_log_dir: Path) -> list[TaskPlacement]:
+    """Every task of the SQL executions that read a Kafka topic (batch relation or micro-batch scan)."""
+    return tasks_of_plans(event_log_dir, lambda line: KAFKA_SCAN.search(line) is not None)
 
 
 def executors_added(event_log_dir: Path) -> dict[str, str]:
