@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlparse
 
 from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -77,6 +78,7 @@ from app.offsets_topic.ingest import (
     total_progress,
 )
 from app.offsets_topic.jvm_decode import decode
+from app.storage import backend, delta_rows
 
 log = logging.getLogger(__name__)
 
@@ -170,10 +172,8 @@ def ensure_table(spark: SparkSession, path: str, schema: StructType) -> DeltaTab
 
 
 def read_positions(spark: SparkSession, path: str) -> dict[int, int]:
-    if not DeltaTable.isDeltaTable(spark, path):
-        return {}
-    rows = spark.read.format("delta").load(path).select("log_partition", "next_offset").collect()
-    return {int(r.log_partition): int(r.next_offset) for r in rows}
+    rows = delta_rows.read_columns(spark, path, ["log_partition", "next_offset"]) or []
+    return {int(r["log_partition"]): int(r["next_offset"]) for r in rows}
 
 
 # Delta's idempotent-append id for every data table of `ingest-offsets`; txnVersion is the run's seq.
@@ -197,15 +197,31 @@ def append_run(
     )
 
 
-def run_markers(spark: SparkSession, path: str) -> list[dict[str, Any]]:
-    """The run markers ({"ingest_seq", "ingest_run_id", ...}) of a table's recent commits, newest first."""
+def commit_user_metadata(spark: SparkSession, path: str) -> list[tuple[int, str | None]]:
+    """(version, userMetadata) of a table's recent commits; none when there is no table.
+
+    Every run of `ingest-offsets` reads these several times, also when it has nothing to read: on
+    local storage delta-rs reads them from the log in milliseconds, where Spark runs a job each time.
+    """
+    if backend.is_local_path(path):
+        from deltalake import DeltaTable as LogReader
+
+        local = urlparse(path).path
+        if not LogReader.is_deltatable(local):
+            return []
+        return [(int(h["version"]), h.get("userMetadata")) for h in LogReader(local).history(_HISTORY_DEPTH)]
     if not DeltaTable.isDeltaTable(spark, path):
         return []
     history = DeltaTable.forPath(spark, path).history(_HISTORY_DEPTH).select("version", "userMetadata")
+    return [(int(r.version), r.userMetadata) for r in history.collect()]
+
+
+def run_markers(spark: SparkSession, path: str) -> list[dict[str, Any]]:
+    """The run markers ({"ingest_seq", "ingest_run_id", ...}) of a table's recent commits, newest first."""
     out = []
-    for row in sorted(history.collect(), key=lambda r: -int(r.version)):
+    for _, metadata in sorted(commit_user_metadata(spark, path), key=lambda c: -c[0]):
         try:
-            marker = json.loads(row.userMetadata or "")
+            marker = json.loads(metadata or "")
         except ValueError:
             continue  # a commit by someone else (OPTIMIZE, a repair, snapshot mode)
         if isinstance(marker, dict) and "ingest_seq" in marker:

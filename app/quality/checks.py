@@ -4,9 +4,12 @@ Three parts, kept apart:
 
 - pure ``DataFrame -> DataFrame`` builders of the frames the suites validate (the stored tables, and
   the derived frames that turn cross-row rules into column expectations);
-- the GE runner: an ephemeral context whose Spark data source reuses the application's session
-  (the frames are handed over as batches), typed outcomes, and Data Docs built to
-  ``checks.data_docs_dir``;
+- the GE runner: an ephemeral context, typed outcomes, and Data Docs built to ``checks.data_docs_dir``.
+  Where a frame is validated is decided in one place, by its size (``on_driver``): a small frame
+  (every audit table of a normal night) is collected once and validated by GE's pandas data source
+  on the driver; a large one is handed to GE's Spark data source on the application's session, which
+  runs a Spark job per metric bundle. Both run the same suites and report the same results; on tiny
+  tables the Spark route costs tens of seconds of job scheduling for a few hundred rows;
 - I/O: reading the tables (a missing table skips its suites) and writing the outcomes to the
   ``validation_results`` Delta table, one row per expectation and run.
 
@@ -27,9 +30,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlparse
 
+import pandas as pd
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType, TimestampType
 
 from app.config import AppConfig
@@ -41,6 +48,7 @@ from app.contracts.tables import (
 )
 from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, EVENT_CHECKPOINT_SNAPSHOT, SEVERITIES
 from app.errors import UsageError
+from app.storage import backend, delta_rows
 from checks.suites import SuiteSpec, all_suites
 
 log = logging.getLogger(__name__)
@@ -60,6 +68,11 @@ VALIDATION_RESULTS_SCHEMA: Final = StructType(
         StructField("evaluated_at", TimestampType(), False),
     ]
 )
+
+# Frames of at most this many rows are validated on the driver with pandas; larger ones with Spark.
+# A few hundred thousand rows of an audit table fit easily in the driver's memory and validate in
+# seconds with pandas, while Spark pays a job per metric bundle whatever the size.
+DRIVER_MAX_ROWS: Final = 200_000
 
 # run ids end up in a Delta replaceWhere predicate: keep them to characters that need no quoting.
 _RUN_ID = re.compile(r"^[A-Za-z0-9._:-]+$")
@@ -264,13 +277,27 @@ def gx_context(data_docs_dir: str | None) -> Any:
     return gx.get_context(mode="ephemeral", project_config=config)
 
 
+def _json_value(value: Any) -> Any:
+    """GE's results hold numpy scalars and timestamps on the pandas route: plain JSON values, so
+    both routes store the same observed values."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return value.item()  # numpy scalars
+    if hasattr(value, "isoformat"):
+        return str(value.to_pydatetime() if hasattr(value, "to_pydatetime") else value)
+    return str(value)
+
+
+_ROW_POSITION_KEYS: Final = frozenset({"partial_unexpected_index_list", "unexpected_index_list"})
+
+
 def outcomes_of(spec: SuiteSpec, result: Any) -> tuple[ExpectationOutcome, ...]:
     """GE's suite result as typed outcomes; an expectation that raised counts as failed."""
     out = []
     for r in result.results:
         cfg = r.expectation_config
         kwargs = {k: v for k, v in dict(cfg.kwargs).items() if k != "batch_id"}
-        observed = dict(r.result or {})
+        # Row positions in the collected frame (pandas route only) name no row of the table.
+        observed = {k: v for k, v in dict(r.result or {}).items() if k not in _ROW_POSITION_KEYS}
         exc = r.exception_info or {}
         if exc.get("raised_exception"):
             observed["exception"] = exc.get("exception_message")
@@ -279,13 +306,36 @@ def outcomes_of(spec: SuiteSpec, result: Any) -> tuple[ExpectationOutcome, ...]:
                 suite=spec.name,
                 table=spec.table,
                 expectation=str(cfg.type),
-                kwargs=json.loads(json.dumps(kwargs, default=str)),
+                kwargs=json.loads(json.dumps(kwargs, default=_json_value)),
                 severity=str((cfg.meta or {}).get("severity", "error")),
                 success=bool(r.success),
-                observed=json.loads(json.dumps(observed, default=str)),
+                observed=json.loads(json.dumps(observed, default=_json_value)),
             )
         )
     return tuple(out)
+
+
+# Spark's nullable integers and booleans as pandas' nullable dtypes: numpy's would turn an int
+# column with a null into floats (3 -> 3.0 in every observed value).
+_PANDAS_TYPES: Final[Mapping[pa.DataType, Any]] = {
+    pa.int8(): pd.Int8Dtype(),
+    pa.int16(): pd.Int16Dtype(),
+    pa.int32(): pd.Int32Dtype(),
+    pa.int64(): pd.Int64Dtype(),
+    pa.bool_(): pd.BooleanDtype(),
+}
+
+
+def on_driver(df: DataFrame, max_rows: int = DRIVER_MAX_ROWS) -> pd.DataFrame | None:
+    """The one place that decides where a frame is validated: the frame as pandas when it has at
+    most ``max_rows`` rows (one Spark job, reading at most ``max_rows + 1`` rows), else None
+    (validate it with Spark)."""
+    if max_rows <= 0:
+        return None
+    table = df.limit(max_rows + 1).toArrow()
+    if table.num_rows > max_rows:
+        return None
+    return table.to_pandas(types_mapper=_PANDAS_TYPES.get)
 
 
 def validate_suites(
@@ -295,37 +345,51 @@ def validate_suites(
     run_id: str,
     now: datetime,
     data_docs_dir: str | None = None,
+    driver_max_rows: int = DRIVER_MAX_ROWS,
 ) -> tuple[tuple[SuiteOutcome, ...], str | None]:
     """Run every suite over its frame; returns the outcomes and the Data Docs index URL."""
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
 
     context = gx_context(data_docs_dir)
-    # The frames are handed over as batches: GE computes on the session that made them.
-    source = context.data_sources.add_spark(name="offset_audit")
+    # The frames are handed over as batches: GE computes in pandas on the driver, or on the
+    # session that made the frame.
+    sources = {
+        "pandas": context.data_sources.add_pandas(name="offset_audit_driver"),
+        "spark": context.data_sources.add_spark(name="offset_audit"),
+    }
     run = RunIdentifier(run_name=run_id, run_time=now)
+    collected: dict[str, pd.DataFrame | None] = {}  # frame name -> pandas (None: use Spark)
     outcomes: list[SuiteOutcome] = []
     for spec in specs:
         df = frames.get(spec.frame)
         if df is None:
             outcomes.append(SuiteOutcome(spec.name, spec.table, skipped=f"table {spec.table} does not exist"))
             continue
-        batch = source.add_dataframe_asset(name=spec.name).add_batch_definition_whole_dataframe("whole")
+        started = time.monotonic()
+        if spec.frame not in collected:
+            collected[spec.frame] = on_driver(df, driver_max_rows)
+        local = collected[spec.frame]
+        route = "spark" if local is None else "pandas"
+        asset = sources[route].add_dataframe_asset(name=spec.name)
+        batch = asset.add_batch_definition_whole_dataframe("whole")
         suite = context.suites.add(gx.ExpectationSuite(name=spec.name))
         for c in spec.checks:
             suite.add_expectation(c.expectation)
         definition = context.validation_definitions.add(
             gx.ValidationDefinition(name=spec.name, data=batch, suite=suite)
         )
-        started = time.monotonic()
-        cached = df.persist()  # GE runs one Spark job per metric bundle over the same frame
-        try:
-            result = definition.run(batch_parameters={"dataframe": cached}, run_id=run)
-        finally:
-            cached.unpersist()
+        if local is not None:
+            result = definition.run(batch_parameters={"dataframe": local}, run_id=run)
+        else:
+            cached = df.persist()  # GE runs one Spark job per metric bundle over the same frame
+            try:
+                result = definition.run(batch_parameters={"dataframe": cached}, run_id=run)
+            finally:
+                cached.unpersist()
         outcomes.append(SuiteOutcome(spec.name, spec.table, outcomes_of(spec, result)))
         verdict = "passed" if outcomes[-1].success else "FAILED"
-        log.info("suite %s: %s in %.1fs", spec.name, verdict, time.monotonic() - started)
+        log.info("suite %s (%s): %s in %.1fs", spec.name, route, verdict, time.monotonic() - started)
     docs = None
     if data_docs_dir and any(o.skipped is None for o in outcomes):
         docs = context.build_data_docs(site_names=["offset_audit"]).get("offset_audit")
@@ -335,8 +399,8 @@ def validate_suites(
 # --- I/O -----------------------------------------------------------------------------------------
 
 
-def results_frame(spark: SparkSession, summary: CheckSummary) -> DataFrame:
-    rows = [
+def result_rows(summary: CheckSummary) -> list[tuple[Any, ...]]:
+    return [
         (
             summary.run_id,
             e.suite,
@@ -350,11 +414,27 @@ def results_frame(spark: SparkSession, summary: CheckSummary) -> DataFrame:
         )
         for e in summary.outcomes
     ]
-    return spark.createDataFrame(rows, VALIDATION_RESULTS_SCHEMA)
+
+
+def results_frame(spark: SparkSession, summary: CheckSummary) -> DataFrame:
+    return spark.createDataFrame(result_rows(summary), VALIDATION_RESULTS_SCHEMA)
 
 
 def write_results(spark: SparkSession, path: str, summary: CheckSummary) -> None:
-    """Replace this run's rows in one commit, so a re-run of the same run id never doubles them."""
+    """Replace this run's rows in one commit, so a re-run of the same run id never doubles them.
+    On local storage delta-rs commits them from the driver (no Spark job for a few dozen rows)."""
+    predicate = f"run_id = '{summary.run_id}'"
+    if backend.is_local_path(path):
+        from deltalake import write_deltalake
+
+        delta_rows.ensure_table(spark, path, VALIDATION_RESULTS_SCHEMA)
+        names = VALIDATION_RESULTS_SCHEMA.fieldNames()
+        rows = [
+            {n: delta_rows.instant(v) for n, v in zip(names, r, strict=True)} for r in result_rows(summary)
+        ]
+        table = pa.Table.from_pylist(rows, schema=to_arrow_schema(VALIDATION_RESULTS_SCHEMA))
+        write_deltalake(urlparse(path).path, table, mode="overwrite", predicate=predicate)
+        return
     from delta.tables import DeltaTable
 
     DeltaTable.createIfNotExists(spark).location(path).addColumns(VALIDATION_RESULTS_SCHEMA).execute()
@@ -362,7 +442,7 @@ def write_results(spark: SparkSession, path: str, summary: CheckSummary) -> None
         results_frame(spark, summary)
         .write.format("delta")
         .mode("overwrite")
-        .option("replaceWhere", f"run_id = '{summary.run_id}'")
+        .option("replaceWhere", predicate)
         .save(path)
     )
 
@@ -397,6 +477,7 @@ class CheckOptions:
     write_results: bool = True
     reconcile_run_id: str | None = None  # default: the latest successful reconcile run
     extra_tables: Mapping[str, DataFrame] = field(default_factory=dict)  # tests inject frames
+    driver_max_rows: int = DRIVER_MAX_ROWS  # frames up to this size are validated on the driver
 
 
 def run_checks(
@@ -425,7 +506,12 @@ def run_checks(
     frames = build_frames(tables, reconcile_run)
     docs_dir = data_docs_dir(cfg) if opts.build_docs else None
     suites, docs = validate_suites(
-        all_suites(cfg.checks), frames, run_id=run_id, now=evaluated_at, data_docs_dir=docs_dir
+        all_suites(cfg.checks),
+        frames,
+        run_id=run_id,
+        now=evaluated_at,
+        data_docs_dir=docs_dir,
+        driver_max_rows=opts.driver_max_rows,
     )
     results_path = results_table_path(cfg) if opts.write_results else None
     summary = CheckSummary(run_id, evaluated_at, suites, reconcile_run, docs, results_path)

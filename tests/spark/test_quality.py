@@ -218,7 +218,8 @@ def test_clean_tables_pass_every_suite_and_the_report_shows_them(spark: SparkSes
     assert data.data_docs_href == "../data_docs/index.html"
 
 
-def test_seeded_violations_fail_the_expectation_that_guards_them(spark: SparkSession, cfg: AppConfig) -> None:
+def seeded_tables(spark: SparkSession, cfg: AppConfig) -> None:
+    """One violation of every expectation that can fail on these tables."""
     bogus = ev("RUN_STOPPED", 40)[0].to_row() | {"event_type": "RUN_PAUSED"}
     negative = ev("OFFSETS_RESTORED", 1, offsets={1: 0})[0].to_row() | {"offset": -4}
     nameless = ev("RUN_STARTED", 50, run="run-2")[0].to_row() | {"job_name": None}
@@ -251,6 +252,10 @@ def test_seeded_violations_fail_the_expectation_that_guards_them(spark: SparkSes
     # A commit of 25 beyond the checkpoint's 20: the commit check reads it from the summary.
     bad = summary(commit_lag_offsets=50_000, sink_count=19, last_committed_offset=25)
     save(frame(spark, [bad], PARTITION_SUMMARY_SCHEMA), cfg, "partition_summary")
+
+
+def test_seeded_violations_fail_the_expectation_that_guards_them(spark: SparkSession, cfg: AppConfig) -> None:
+    seeded_tables(spark, cfg)
 
     result = q.run_checks(spark, cfg, "check-bad", now=at(200), options=q.CheckOptions(build_docs=False))
 
@@ -301,3 +306,35 @@ def test_missing_tables_skip_their_suites_instead_of_failing(spark: SparkSession
         "partition_summary": False,
     }
     assert result.failed() == []
+
+
+def test_driver_and_spark_validation_give_the_same_outcomes(spark: SparkSession, cfg: AppConfig) -> None:
+    seeded_tables(spark, cfg)
+    small = q.CheckOptions(build_docs=False, write_results=False)  # every frame fits on the driver
+    large = dataclasses.replace(small, driver_max_rows=0)  # every frame too large: GE on Spark
+
+    on_driver = q.run_checks(spark, cfg, "check-driver", now=at(200), options=small)
+    on_spark = q.run_checks(spark, cfg, "check-spark", now=at(200), options=large)
+
+    def outcomes(summary: q.CheckSummary) -> list[tuple[Any, ...]]:
+        return [
+            (e.suite, e.label, e.severity, e.success, json.dumps(e.observed, sort_keys=True))
+            for e in summary.outcomes
+        ]
+
+    assert len(on_driver.outcomes) > 30
+    assert not all(e.success for e in on_driver.outcomes)
+    assert outcomes(on_driver) == outcomes(on_spark)
+
+
+def test_only_frames_within_the_driver_limit_are_collected(spark: SparkSession) -> None:
+    df = spark.createDataFrame([(None, None), (2, True)], "n long, b boolean")
+
+    local = q.on_driver(df, max_rows=2)
+
+    assert local is not None
+    assert local["n"].isna().tolist() == [True, False]
+    assert local["n"].iloc[1] == 2
+    assert str(local["n"].dtype) == "Int64"  # not float64: a null keeps integers integral
+    assert local["b"].isna().tolist() == [True, False]
+    assert q.on_driver(df, max_rows=1) is None
