@@ -31,7 +31,6 @@ import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlparse
 
 from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -78,7 +77,7 @@ from app.offsets_topic.ingest import (
     total_progress,
 )
 from app.offsets_topic.jvm_decode import decode
-from app.storage import backend, delta_rows
+from app.storage import delta_rows
 
 log = logging.getLogger(__name__)
 
@@ -200,20 +199,10 @@ def append_run(
 def commit_user_metadata(spark: SparkSession, path: str) -> list[tuple[int, str | None]]:
     """(version, userMetadata) of a table's recent commits; none when there is no table.
 
-    Every run of `ingest-offsets` reads these several times, also when it has nothing to read: on
-    local storage delta-rs reads them from the log in milliseconds, where Spark runs a job each time.
+    Every run of `ingest-offsets` reads these several times, also when it has nothing to read:
+    delta-rs reads them from the log in milliseconds, where Spark runs a job each time.
     """
-    if backend.is_local_path(path):
-        from deltalake import DeltaTable as LogReader
-
-        local = urlparse(path).path
-        if not LogReader.is_deltatable(local):
-            return []
-        return [(int(h["version"]), h.get("userMetadata")) for h in LogReader(local).history(_HISTORY_DEPTH)]
-    if not DeltaTable.isDeltaTable(spark, path):
-        return []
-    history = DeltaTable.forPath(spark, path).history(_HISTORY_DEPTH).select("version", "userMetadata")
-    return [(int(r.version), r.userMetadata) for r in history.collect()]
+    return delta_rows.commit_metadata(spark, path, _HISTORY_DEPTH)
 
 
 def run_markers(spark: SparkSession, path: str) -> list[dict[str, Any]]:

@@ -30,13 +30,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlparse
 
 import pandas as pd
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType, TimestampType
 
 from app.config import AppConfig
@@ -48,7 +46,7 @@ from app.contracts.tables import (
 )
 from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, EVENT_CHECKPOINT_SNAPSHOT, SEVERITIES
 from app.errors import UsageError
-from app.storage import backend, delta_rows
+from app.storage import delta_rows
 from checks.suites import SuiteSpec, all_suites
 
 log = logging.getLogger(__name__)
@@ -421,30 +419,11 @@ def results_frame(spark: SparkSession, summary: CheckSummary) -> DataFrame:
 
 
 def write_results(spark: SparkSession, path: str, summary: CheckSummary) -> None:
-    """Replace this run's rows in one commit, so a re-run of the same run id never doubles them.
-    On local storage delta-rs commits them from the driver (no Spark job for a few dozen rows)."""
-    predicate = f"run_id = '{summary.run_id}'"
-    if backend.is_local_path(path):
-        from deltalake import write_deltalake
-
-        delta_rows.ensure_table(spark, path, VALIDATION_RESULTS_SCHEMA)
-        names = VALIDATION_RESULTS_SCHEMA.fieldNames()
-        rows = [
-            {n: delta_rows.instant(v) for n, v in zip(names, r, strict=True)} for r in result_rows(summary)
-        ]
-        table = pa.Table.from_pylist(rows, schema=to_arrow_schema(VALIDATION_RESULTS_SCHEMA))
-        write_deltalake(urlparse(path).path, table, mode="overwrite", predicate=predicate)
-        return
-    from delta.tables import DeltaTable
-
-    DeltaTable.createIfNotExists(spark).location(path).addColumns(VALIDATION_RESULTS_SCHEMA).execute()
-    (
-        results_frame(spark, summary)
-        .write.format("delta")
-        .mode("overwrite")
-        .option("replaceWhere", predicate)
-        .save(path)
-    )
+    """Replace this run's rows in one commit, so a re-run of the same run id never doubles them;
+    delta-rs commits them from the driver (no Spark job for a few dozen rows)."""
+    names = VALIDATION_RESULTS_SCHEMA.fieldNames()
+    rows = [dict(zip(names, r, strict=True)) for r in result_rows(summary)]
+    delta_rows.replace_rows(spark, path, VALIDATION_RESULTS_SCHEMA, rows, f"run_id = '{summary.run_id}'")
 
 
 def latest_reconcile_run(spark: SparkSession, runs_path: str) -> str | None:

@@ -108,6 +108,30 @@ def append_rows(
         write_deltalake(table, _arrow_rows(schema, rows), mode="append")
 
 
+def replace_rows(
+    spark: SparkSession, path: str, schema: StructType, rows: Sequence[Mapping[str, Any]], predicate: str
+) -> None:
+    """Replace the rows matching the SQL ``predicate`` by ``rows`` in one Delta commit, creating the
+    table if needed: a re-run of the same run id never doubles its rows."""
+    from deltalake import write_deltalake
+
+    where = backend.location(spark, path)
+    table = _ensure(where, schema)
+    with backend.storage_errors(where, "replace rows of"):
+        write_deltalake(table, _arrow_rows(schema, rows), mode="overwrite", predicate=predicate)
+
+
+def commit_metadata(spark: SparkSession | None, path: str, depth: int) -> list[tuple[int, str | None]]:
+    """(version, userMetadata) of the table's ``depth`` newest commits; none when there is no table.
+    Read from the Delta log alone: no Spark job."""
+    where = backend.location(spark, path)
+    table = backend.open_table(where)
+    if table is None:
+        return []
+    with backend.storage_errors(where, "read the history of"):
+        return [(int(h["version"]), h.get("userMetadata")) for h in table.history(depth)]
+
+
 def merge_rows(
     spark: SparkSession,
     path: str,
