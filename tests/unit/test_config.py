@@ -153,9 +153,16 @@ def test_cli_unknown_env_exits_2(conf_dir: Path, capsys: pytest.CaptureFixture[s
 def test_repo_config_files_load() -> None:
     """The shipped conf/ layers are valid (cluster needs its secrets from the environment)."""
     assert load_config("local", environ={}).kafka.is_local
-    env = {"KAFKA_BOOTSTRAP_SERVERS": "b:9092", "KAFKA_USERNAME": "u", "KAFKA_PASSWORD": SECRET}
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": "b:9092", "KAFKA_USERNAME": "u", "KAFKA_PASSWORD": SECRET,
+        "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": SECRET + "-s3",
+    }  # fmt: skip
     cluster = load_config("cluster", environ=env)
     assert cluster.spark.mode == "cluster"
+    assert cluster.storage.options["fs.s3a.secret.key"] == SECRET + "-s3"
     assert SECRET not in json.dumps(cluster.to_display())
-    with pytest.raises(ConfigError, match="KAFKA_BOOTSTRAP_SERVERS"):
+    # The first unset variable is named, with the key that needs it.
+    with pytest.raises(ConfigError, match=r"storage\.options\.fs\.s3a\.access\.key.*AWS_ACCESS_KEY_ID"):
         load_config("cluster", environ={})
+    with pytest.raises(ConfigError, match="KAFKA_BOOTSTRAP_SERVERS"):
+        load_config("cluster", environ={k: v for k, v in env.items() if k != "KAFKA_BOOTSTRAP_SERVERS"})
