@@ -25,17 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.offsets_topic.ingest_io import ingest_offsets, snapshot_offsets
+    from app.offsets_topic.ingest_io import ingest_offsets
 
     groups = args.groups if args.groups is not None else list(cfg.ingest.groups)
     mode = args.mode or cfg.ingest.mode
     bootstrap = kafka_bootstrap(cfg)
     check_reachable(cfg.kafka, bootstrap)  # exit 3 in kafka.request_timeout_s, before Spark starts
     spark = spark_session(cfg)
-    if mode == "snapshot":
-        result = snapshot_offsets(spark, cfg, bootstrap, groups, args.run_id)
-    else:
-        result = ingest_offsets(spark, cfg, bootstrap, groups, args.run_id)
+    result = ingest_offsets(spark, cfg, bootstrap, groups, args.run_id, mode=mode)
     summary = result.as_dict()
     total = summary["total"]
     text = (

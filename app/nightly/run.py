@@ -225,16 +225,13 @@ class Nightly:
     # --- steps -----------------------------------------------------------------------------------
     def _ingest(self) -> dict[str, Any]:
         from app.kafka.clients import check_reachable
-        from app.offsets_topic.ingest_io import ingest_offsets, snapshot_offsets
+        from app.offsets_topic.ingest_io import ingest_offsets
 
         bootstrap = self.bootstrap()
         check_reachable(self.cfg.kafka, bootstrap)
         groups = list(self.cfg.ingest.groups)
         step_run = f"{self.run_id}-ingest"
-        if self.cfg.ingest.mode == "snapshot":
-            outcome = snapshot_offsets(self.spark, self.cfg, bootstrap, groups, step_run)
-        else:
-            outcome = ingest_offsets(self.spark, self.cfg, bootstrap, groups, step_run)
+        outcome = ingest_offsets(self.spark, self.cfg, bootstrap, groups, step_run, mode=self.cfg.ingest.mode)
         return {
             "mode": outcome.mode,
             "total": outcome.total,

@@ -480,9 +480,15 @@ def ingest_offsets(
     groups: Sequence[str] = (),
     run_id: str | None = None,
     clock: Clock = wall_clock_ms,
+    *,
+    mode: str = "topic",
 ) -> IngestResult:
-    """One topic-mode run: finish a crashed run, plan, write data (idempotent), then positions (last)."""
+    """One run of `ingest-offsets` in ``mode`` (config ``ingest.mode``): 'topic' reads
+    `__consumer_offsets` (finish a crashed run, plan, write data idempotently, then positions,
+    last); 'snapshot' records the groups' current offsets through the Admin API."""
     rid = run_id or new_run_id()
+    if mode == "snapshot":
+        return _snapshot_offsets(spark, cfg, bootstrap, groups, rid, clock)
     finished = finish_pending_run(spark, cfg, bootstrap, clock)
     plan = plan_ingest(spark, cfg, bootstrap, rid, groups, clock)
     result = IngestResult(rid, "topic", tuple(groups), warnings=[*finished, *range_warnings(plan)])
@@ -556,20 +562,14 @@ def committed_offsets(
     return out
 
 
-def snapshot_offsets(
-    spark: SparkSession,
-    cfg: AppConfig,
-    bootstrap: str,
-    groups: Sequence[str] = (),
-    run_id: str | None = None,
-    clock: Clock = wall_clock_ms,
+def _snapshot_offsets(
+    spark: SparkSession, cfg: AppConfig, bootstrap: str, groups: Sequence[str], rid: str, clock: Clock
 ) -> IngestResult:
     """Snapshot mode: the current committed offsets, appended as record_kind 'snapshot'.
 
     log_time holds the moment of the snapshot; commit_time, log coordinates and versions are null,
     because the Admin API reports none of them.
     """
-    rid = run_id or new_run_id()
     log.warning(
         "ingest %s in snapshot mode: only the current committed offsets are recorded; commit history, "
         "tombstones and group metadata are unavailable in this mode",

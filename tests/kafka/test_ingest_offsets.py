@@ -38,7 +38,6 @@ from app.offsets_topic.ingest_io import (
     IngestResult,
     ingest_offsets,
     plan_ingest,
-    snapshot_offsets,
     write_decoded,
 )
 from app.offsets_topic.jvm_decode import decode
@@ -405,8 +404,14 @@ def test_snapshot_mode_records_current_offsets_and_says_history_is_missing(
 ) -> None:
     cfg = ingest_config(scenario.cfg, tmp_path, scenario.bootstrap, [scenario.offset_only, scenario.classic])
     with caplog.at_level(logging.WARNING, logger="app.offsets_topic.ingest_io"):
-        snapshot_offsets(
-            spark, cfg, scenario.bootstrap, cfg.ingest.groups, run_id="snap", clock=lambda: 1_000
+        ingest_offsets(
+            spark,
+            cfg,
+            scenario.bootstrap,
+            cfg.ingest.groups,
+            run_id="snap",
+            clock=lambda: 1_000,
+            mode="snapshot",
         )
     assert "history" in caplog.text
     assert "unavailable" in caplog.text
