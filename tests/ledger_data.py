@@ -12,7 +12,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from app.contracts.offsets import EventSource, LedgerEvent
-from app.contracts.tables import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA
+from app.contracts.tables import FINDINGS_SCHEMA, GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 TOPIC = "orders"
@@ -115,3 +115,23 @@ def commits_table(*rows: tuple[Any, ...]) -> pa.Table:
     names = GROUP_COMMITS_SCHEMA.fieldNames()
     dicts = [dict(zip(names, r, strict=True)) for r in rows]
     return pa.Table.from_pylist(dicts, schema=to_arrow_schema(GROUP_COMMITS_SCHEMA))
+
+
+def finding_row(finding_id: str, run: str, detected_at: datetime, **kw: Any) -> dict[str, Any]:
+    """A findings-contract row (a critical open GAP of orders/0 unless ``kw`` says otherwise)."""
+    row: dict[str, Any] = {f.name: None for f in FINDINGS_SCHEMA.fields}
+    row.update(
+        finding_id=finding_id,
+        reconcile_run_id=run,
+        detected_at=detected_at,
+        finding_type="GAP",
+        severity="critical",
+        status="open",
+        topic="orders",
+        partition=0,
+        offset_start=10,
+        record_count=5,
+        evidence="{}",
+    )
+    row.update(kw)
+    return row

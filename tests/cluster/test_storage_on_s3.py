@@ -25,6 +25,7 @@ import pytest
 from app.runtime.child_processes import parent_death_preexec
 from app.runtime.jvm import REPO_ROOT
 from tests.cluster.conftest import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, S3Server
+from tests.ledger_data import finding_row
 
 pytestmark = pytest.mark.cluster
 
@@ -42,27 +43,6 @@ STORAGE_OPTIONS = {
     "fs.s3a.secret.key": "${S3_SECRET_KEY}",
 }
 FINDING_COLUMNS = ["finding_id", "reconcile_run_id", "detected_at", "status", "record_count"]
-
-
-def finding(finding_id: str, run: str, detected_at: datetime, **kw: Any) -> dict[str, Any]:
-    from app.contracts.tables import FINDINGS_SCHEMA
-
-    row: dict[str, Any] = {f.name: None for f in FINDINGS_SCHEMA.fields}
-    row.update(
-        finding_id=finding_id,
-        reconcile_run_id=run,
-        detected_at=detected_at,
-        finding_type="GAP",
-        severity="critical",
-        status="open",
-        topic="orders",
-        partition=0,
-        offset_start=10,
-        record_count=5,
-        evidence="{}",
-    )
-    row.update(kw)
-    return row
 
 
 def plain(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -108,8 +88,11 @@ def scenario(root: str, missing_bucket_root: str, out: str) -> None:
 
     result: dict[str, Any] = {}
     findings = f"{root}/findings"
-    first = [finding("a", "rec-1", T1), finding("b", "rec-1", T1)]
-    second = [finding("a", "rec-2", T2, status="confirmed", record_count=6), finding("c", "rec-2", T2)]
+    first = [finding_row("a", "rec-1", T1), finding_row("b", "rec-1", T1)]
+    second = [
+        finding_row("a", "rec-2", T2, status="confirmed", record_count=6),
+        finding_row("c", "rec-2", T2),
+    ]
     for rows in (first, second, []):  # no rows, no commit
         delta_rows.merge_rows(spark, findings, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
     delta_rows.delete_where_in(spark, findings, "reconcile_run_id", ["rec-1"])

@@ -13,30 +13,12 @@ from pyspark.sql import SparkSession
 
 from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA
 from app.storage import delta_rows
+from tests.ledger_data import finding_row
 
 pytestmark = pytest.mark.spark
 
 T1 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 T2 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
-
-
-def finding(finding_id: str, run: str, detected_at: datetime, **kw: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {f.name: None for f in FINDINGS_SCHEMA.fields}
-    row.update(
-        finding_id=finding_id,
-        reconcile_run_id=run,
-        detected_at=detected_at,
-        finding_type="GAP",
-        severity="critical",
-        status="open",
-        topic="orders",
-        partition=0,
-        offset_start=10,
-        record_count=5,
-        evidence="{}",
-    )
-    row.update(kw)
-    return row
 
 
 def read(spark: SparkSession, path: str) -> dict[str, tuple[Any, ...]]:
@@ -63,8 +45,8 @@ def test_merge_keeps_the_first_detection_and_updates_the_rest(
     def write(rows: list[dict[str, Any]]) -> None:
         delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
 
-    write([finding("a", "rec-1", T1), finding("b", "rec-1", T1)])
-    write([finding("a", "rec-2", T2, status="confirmed", record_count=6), finding("c", "rec-2", T2)])
+    write([finding_row("a", "rec-1", T1), finding_row("b", "rec-1", T1)])
+    write([finding_row("a", "rec-2", T2, status="confirmed", record_count=6), finding_row("c", "rec-2", T2)])
     write([])  # nothing to merge: no commit
 
     assert read(spark, path) == {
@@ -101,7 +83,7 @@ def test_append_rows_places_naive_spark_times_in_local_time(spark: SparkSession,
 def test_read_columns_and_delete_where_in(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "findings")
     assert delta_rows.read_columns(spark, path, ["finding_id"]) is None  # no table yet
-    rows = [finding(i, f"rec-{i}", T1) for i in ("a", "b", "c'd")]
+    rows = [finding_row(i, f"rec-{i}", T1) for i in ("a", "b", "c'd")]
     delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id")
     delta_rows.delete_where_in(spark, path, "reconcile_run_id", ["rec-b", "rec-c'd", "rec-none"])
     delta_rows.delete_where_in(spark, path, "reconcile_run_id", [])  # nothing to delete: no commit
