@@ -4,6 +4,8 @@
     .venv/bin/python -m bench.reconcile --rows 100000000 --partitions 128
     .venv/bin/python -m bench.reconcile --rows 1000000000 --partitions 128   # ~10 GB, ~11 min to generate
     .venv/bin/python -m bench.reconcile --rows 10000000 --s3a --repeat 3    # tables on s3a:// (moto)
+    .venv/bin/python -m bench.reconcile --rows 10000000 --cluster --repeat 3          # standalone cluster
+    .venv/bin/python -m bench.reconcile --rows 10000000 --cluster --s3a --repeat 3    # both
 
 Synthetic Delta tables are generated with spark.range, clustered by (partition, offset) so every
 file has tight min/max statistics, like a sink written by micro-batches: a ledger with one
@@ -23,6 +25,14 @@ With --s3a every table lives on s3a:// of an S3 API server the bench starts on l
 server mode, in its own process, stopped with the bench), reached by Spark through Hadoop's s3a
 connector and by delta-rs for the driver-side tables, with the same storage options a deployment
 puts in config. moto keeps objects in memory, so the tables are generated on every run.
+
+With --cluster the session runs against a Spark standalone cluster the bench starts on loopback
+(a master and two workers with one core each, from pyspark's distribution, in process groups of
+their own that die with the bench; tests/cluster/servers.py, which the cluster test tier starts
+the same way): this process is the driver (client mode), as a nightly spark-submit's driver is,
+and each worker runs one executor of 2 GB, which gets the jars from the driver. Local tables are
+then a file:// URI on the disk both workers share, the same tables a run without --cluster made.
+The report adds which executors ran the sink scans, from the application's event log.
 """
 
 from __future__ import annotations
@@ -31,12 +41,9 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import socket
 import statistics
-import subprocess
-import sys
+import tempfile
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,9 +56,9 @@ from app.contracts.tables import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import ReconcileResult, run_reconcile
 from app.runtime import jvm
-from app.runtime.child_processes import parent_death_preexec
 from app.runtime.spark import build_spark_session
 from app.storage import files
+from tests.cluster import servers, submit
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 TOPIC, GROUP, JOB, RUN = "orders", "bench-group", "bench-job", "bench-run"
@@ -64,59 +71,51 @@ OUTPUT_TABLES = {
     "runs_table": "audit_runs",
 }
 S3_BUCKET = "offset-audit-bench"
-S3_START_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@contextlib.contextmanager
-def s3_server() -> Iterator[str]:
-    """An S3 API server (moto) on loopback with the bench's bucket; yields its endpoint."""
-    import boto3
-
-    endpoint = f"http://127.0.0.1:{free_port()}"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", endpoint.rsplit(":", 1)[1]],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=parent_death_preexec(),  # never outlives the bench, even when it is killed
-    )
-    try:
-        client = boto3.client(
-            "s3", endpoint_url=endpoint, aws_access_key_id="bench", aws_secret_access_key="bench",
-            region_name="us-east-1",
-        )  # fmt: skip
-        deadline = time.monotonic() + S3_START_TIMEOUT_S
-        while True:
-            try:
-                client.create_bucket(Bucket=S3_BUCKET)
-                break
-            except Exception:  # not listening yet: boto3 raises several kinds for that
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield endpoint
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+# --cluster: a master and WORKERS workers, one core each, and one executor of EXECUTOR_MEMORY on
+# each (the machine has memory to spare but two cores).
+WORKERS = 2
+EXECUTOR_MEMORY = "2g"
 
 
 def s3a_options(endpoint: str) -> dict[str, str]:
     """What a deployment puts in config `storage.options` for an S3 server on plain HTTP."""
     return {
         "fs.s3a.endpoint": endpoint,
-        "fs.s3a.endpoint.region": "us-east-1",
+        "fs.s3a.endpoint.region": servers.S3_REGION,
         "fs.s3a.path.style.access": "true",
         "fs.s3a.connection.ssl.enabled": "false",
         "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
-        "fs.s3a.access.key": "bench",
-        "fs.s3a.secret.key": "bench",
+        "fs.s3a.access.key": servers.S3_ACCESS_KEY,
+        "fs.s3a.secret.key": servers.S3_SECRET_KEY,
+    }
+
+
+def cluster_conf(event_log_dir: Path) -> dict[str, str]:
+    """The session's settings against the standalone cluster: one 1-core executor per worker with
+    EXECUTOR_MEMORY, and an event log to tell afterwards which executors ran the sink scans."""
+    return {
+        "spark.executor.memory": EXECUTOR_MEMORY,
+        "spark.executor.cores": "1",
+        "spark.cores.max": str(WORKERS),
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": event_log_dir.resolve().as_uri(),
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+    }
+
+
+def sink_scan_placement(event_log_dir: Path, sink_suffix: str) -> dict[str, Any]:
+    """Executors the application got and the tasks of its sink scans by executor, from the event log
+    (written out when the session stops): the scans ran on the workers, not in the driver."""
+    executors = submit.executors_added(event_log_dir)
+    tasks = submit.tasks_scanning(event_log_dir, sink_suffix)
+    by_executor: dict[str, int] = {}
+    for task in tasks:
+        by_executor[task.executor_id] = by_executor.get(task.executor_id, 0) + 1
+    return {
+        "executors": dict(sorted(executors.items())),
+        "sink_scan_tasks_by_executor": dict(sorted(by_executor.items())),
+        "sink_scan_tasks_on_driver": by_executor.get("driver", 0),
     }
 
 
@@ -279,24 +278,58 @@ def main() -> None:
     parser.add_argument(
         "--s3a", action="store_true", help="tables on s3a:// of an S3 server (moto) started on loopback"
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="run the session against a Spark standalone cluster (a master and two 1-core workers) "
+        "started on loopback, this process as the driver",
+    )
     args = parser.parse_args()
-    with s3_server() if args.s3a else contextlib.nullcontext() as endpoint:
-        run(args, endpoint)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    # Server logs and worker dirs of this run, kept for a look afterwards.
+    home = Path(tempfile.mkdtemp(prefix="servers-", dir=args.dir))
+    with contextlib.ExitStack() as stack:
+        s3 = stack.enter_context(servers.s3_server(home, S3_BUCKET)) if args.s3a else None
+        cluster = (
+            stack.enter_context(servers.spark_cluster(home, WORKERS, worker_memory=EXECUTOR_MEMORY))
+            if args.cluster
+            else None
+        )
+        run(args, s3.endpoint if s3 else None, cluster, home)
 
 
-def run(args: argparse.Namespace, endpoint: str | None) -> None:
+def run(
+    args: argparse.Namespace, endpoint: str | None, cluster: servers.SparkCluster | None, home: Path
+) -> None:
     name = f"rows-{args.rows}-p{args.partitions}-c{args.per_checkpoint}"
-    root = f"s3a://{S3_BUCKET}/{name}" if endpoint else str(args.dir / name)
+    if endpoint:
+        root = f"s3a://{S3_BUCKET}/{name}"
+    elif cluster:  # the executors are other processes: a URI on the disk every worker shares
+        root = (args.dir / name).resolve().as_uri()
+    else:
+        root = str(args.dir / name)
     cfg = load_config("local")
+    spark_cfg = cfg.spark
+    event_log_dir = home / "events"
+    if cluster:
+        event_log_dir.mkdir()
+        spark_cfg = dataclasses.replace(
+            spark_cfg,
+            master=cluster.master_url,
+            mode="local",  # this process builds the session (client mode), as locally
+            conf={**spark_cfg.conf, **cluster_conf(event_log_dir)},
+        )
     cfg = dataclasses.replace(
         cfg,
         paths=PathsConfig(data_dir=root, cache_dir=cfg.paths.cache_dir),
         reconcile=ReconcileConfig(confirm_gaps=False),
         storage=StorageConfig(options=s3a_options(endpoint) if endpoint else {}),
+        spark=spark_cfg,
     )
     jars = jvm.spark_extra_jars(cfg.paths.cache_dir)
     if endpoint:  # the s3a connector and the AWS SDK, as on a cluster
         jars += jvm.resolve_classpath("s3", cfg.paths.cache_dir)
+    # spark.jars: the driver serves them to the executors as well.
     spark = build_spark_session(
         cfg.spark, jars, str(args.dir / "warehouse"), storage_options=cfg.storage.options
     )
@@ -312,6 +345,9 @@ def run(args: argparse.Namespace, endpoint: str | None) -> None:
     runs = [reconcile_twice(spark, with_outputs_of_pair(cfg, i)) for i in range(args.repeat)]
     report = {
         "storage": "s3a (moto)" if endpoint else "local",
+        "spark": f"standalone, {WORKERS} workers x 1 core, executors {EXECUTOR_MEMORY}"
+        if cluster
+        else cfg.spark.master,
         "sink_rows": spark.read.format("delta").load(sink).count(),
         "partitions": args.partitions,
         "ledger_rows": spark.read.format("delta").load(cfg.paths.table("ledger")).count(),
@@ -320,6 +356,9 @@ def run(args: argparse.Namespace, endpoint: str | None) -> None:
         "rerun_ratio": spread([r["rerun_ratio"] for r in runs]),
         "runs": runs,
     }
+    if cluster:
+        spark.stop()  # writes the event log out
+        report["placement"] = sink_scan_placement(event_log_dir, f"{name}/tables/sink")
     print(json.dumps(report, indent=2))
 
 

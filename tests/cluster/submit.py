@@ -25,7 +25,7 @@ from deltalake import DeltaTable
 from app.runtime.child_processes import parent_death_preexec
 from app.runtime.jvm import REPO_ROOT
 from tests.cluster import readme
-from tests.cluster.conftest import (
+from tests.cluster.servers import (
     PYSPARK_HOME,
     S3_ACCESS_KEY,
     S3_REGION,

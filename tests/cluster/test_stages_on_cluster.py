@@ -31,7 +31,7 @@ from pyspark.sql import SparkSession
 from app.cli import main
 from app.kafka.clients import plain_conf
 from tests.cluster import readme, scenario
-from tests.cluster.conftest import S3_SECRET_KEY, S3Server, SparkCluster
+from tests.cluster.servers import S3_SECRET_KEY, S3Server, SparkCluster
 from tests.cluster.submit import (
     KAFKA_PASSWORD,
     Submitted,

@@ -24,7 +24,7 @@ import pytest
 
 from app.runtime.child_processes import parent_death_preexec
 from app.runtime.jvm import REPO_ROOT
-from tests.cluster.conftest import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, S3Server
+from tests.cluster.servers import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, S3Server
 from tests.ledger_data import finding_row
 
 pytestmark = pytest.mark.cluster
