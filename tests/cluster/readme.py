@@ -46,9 +46,14 @@ class ClusterBlock:
         prelude = _PACKAGES.sub(lambda _: "--jars " + shlex.quote(",".join(map(str, jars))), prelude)
         return f"{prelude}\n{self.invocations[job]} {shlex.join(extra_args)}\n"
 
+    def options(self, job: str) -> list[str]:
+        """The options README's `submit <job>` line gives the job (what follows the job's name)."""
+        return shlex.split(self.invocations[job])[2:]
+
 
 def cluster_block(text: str | None = None) -> ClusterBlock:
-    """The first ```bash block of the section, split at its first `submit <job>` line."""
+    """The first ```bash block of the section, split at its first `submit <job>` line; after it,
+    only `submit <job> ...` lines and comment lines."""
     text = README.read_text() if text is None else text
     section = text[text.index(SECTION) :]
     start = section.index("```bash\n") + len("```bash\n")
@@ -56,6 +61,8 @@ def cluster_block(text: str | None = None) -> ClusterBlock:
     first = next(i for i, line in enumerate(lines) if _INVOCATION.match(line))
     invocations = {}
     for line in lines[first:]:
+        if not line.strip() or line.lstrip().startswith("#"):  # a comment between the examples
+            continue
         match = _INVOCATION.match(line)
         assert match, f"README's cluster block ends with something other than submit lines: {line!r}"
         invocations[match.group(1)] = f"submit {match.group(1)}{match.group(2)}".rstrip()

@@ -1,13 +1,14 @@
 """Every stage under `spark-submit --master spark://...` as README.md's "Running on a cluster" runs
-them, every table on s3a://: a bounded `stream` run against the session's Kafka broker, then
-`nightly` (ingest-offsets, reconcile, forensics, check, report under one run id). The night finds
-exactly what the same night finds in-process over a local copy of the same tables and the same
-broker, and the micro-batches, the decoding of __consumer_offsets and the sink scans run in the
-workers' executors.
+them, every table on s3a://: a bounded `stream` run against the session's Kafka broker, then the
+single-stage entry points one by one (ingest-offsets, reconcile, forensics, check, report), then
+`nightly` over the same tables. The stages find exactly what the same stages find in-process over
+a local copy of the same tables and the same broker; the night after them adds no finding, on
+either side; and the micro-batches, the decoding of __consumer_offsets and the sink scans run in
+the workers' executors.
 
-Between the two submits the tables get a second writer's copies (a DUPLICATE), lose a range (a
-GAP, confirmed against the topic) and the group gets an operator's offset reset (a FOREIGN_COMMIT):
-findings of all three sources, the ledger, __consumer_offsets and the sink.
+Between the stream and the stages the tables get a second writer's copies (a DUPLICATE), lose a
+range (a GAP, confirmed against the topic) and the group gets an operator's offset reset (a
+FOREIGN_COMMIT): findings of all three sources, the ledger, __consumer_offsets and the sink.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tests.cluster import readme, scenario
 from tests.cluster.servers import S3_SECRET_KEY, S3Server, SparkCluster
 from tests.cluster.submit import (
     KAFKA_PASSWORD,
+    Running,
     Submitted,
     event_log,
     executors_added,
@@ -44,12 +46,14 @@ from tests.cluster.submit import (
 )
 from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic, produce
 
-# A cluster start and two spark-submits on a busy two-core machine, all in the first test that asks.
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(2400)]
+# A cluster start and seven spark-submits on a busy two-core machine, all in the first test that asks.
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(3000)]
 
 PARTITIONS = 3
 RECORDS = 300  # 100 per partition
 BATCHES = 2  # micro-batches of RECORDS / BATCHES: Spark splits the limit by partition, 50 each
+STAGES = ("ingest-offsets", "reconcile", "forensics", "check", "report")  # nightly's order
+STAGE_RUN = "cluster-stages"  # reconcile and forensics share a run id, as the night's steps do
 NIGHT = "cluster-night"
 GAP = (2, 20, 30)  # partition, [start, end) deleted from the sink
 COPIES = (1, 5, 15)  # partition, [start, end) appended again by a second writer
@@ -70,6 +74,7 @@ INCIDENT_COLUMNS = (
     "records_lost", "records_unverifiable", "records_duplicated", "records_replayed", "max_commit_lag",
     "finding_ids",
 )  # fmt: skip
+GROUP_COMMIT_COLUMNS = ("partition", "committed_offset", "log_offset")
 RESTART_COLUMNS = (
     "job_name", "run_id", "previous_run_id", "group_id", "topic", "partition", "resumed_offset",
     "resume_source", "classification", "records_replayed", "records_skipped", "duplicates_observed",
@@ -84,6 +89,14 @@ def rows(table: Any, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
 
 
 @dataclass(frozen=True)
+class Local:
+    """An in-process run of a command over the local copy: its exit code and --json summary."""
+
+    code: int
+    summary: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Night:
     job: str
     topic: str
@@ -91,10 +104,38 @@ class Night:
     s3_data: str
     local_data: Path
     stream: Submitted
+    stages: dict[str, Submitted]  # stage -> its spark-submit
     nightly: Submitted
-    local_code: int
-    local_summary: dict[str, Any]
+    local: dict[str, Local]  # stage or "nightly" -> the same command in-process
+    # Findings rows after the stages, before the night: (on s3a, local).
+    findings_before_night: tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]
     work_dir: Path
+
+
+def stage_args(group: str) -> dict[str, list[str]]:
+    """The tier's options after README's own for each single-stage submit (and its local twin)."""
+    return {
+        "ingest-offsets": ["--run-id", f"{STAGE_RUN}-ingest", "--set", f"ingest.groups=[{group}]"],
+        "reconcile": ["--run-id", STAGE_RUN],
+        "forensics": ["--run-id", STAGE_RUN],
+        "check": ["--run-id", STAGE_RUN, "--reconcile-run", STAGE_RUN],
+        "report": ["--run-id", STAGE_RUN],
+    }
+
+
+def run_locally(job: str, args: list[str], local_data: Path, bootstrap: str) -> Local:
+    """README's `submit <job>` options and ``args``, run by the CLI in this process's local session
+    (tests/conftest.py) over the local copy."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(
+            [job, *readme.cluster_block().options(job), *args,
+             "--set", f"paths.data_dir={local_data}", "--set", f"kafka.bootstrap_servers={bootstrap}"]
+        )  # fmt: skip
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("{")]
+    assert lines, f"no JSON summary from the local {job}:\n{out.getvalue()[-2000:]}"
+    summary: dict[str, Any] = json.loads(lines[-1])
+    return Local(code, summary)
 
 
 def reset_group_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:
@@ -143,15 +184,17 @@ def night(
     s3_data = f"s3a://{s3_server.bucket}/{prefix}"
     create_topic(bootstrap, topic, PARTITIONS)
     produce(bootstrap, topic, RECORDS, PARTITIONS)
+
+    def submit(stage: str, args: list[str]) -> Running:
+        return spark_submit(spark_cluster, s3_server, cluster_jars, bootstrap, s3_data, stage, args, work_dir)
+
     stream_args = [
         "--max-batches", str(BATCHES), "--run-id", f"stream-{unique}", "--json",
         "--set", f"stream.job_name={job}", "--set", f"stream.topics=[{topic}]",
         "--set", f"stream.group_id={group}", "--set", "stream.trigger_interval=1 second",
         "--set", f"stream.max_offsets_per_trigger={RECORDS // BATCHES}",
     ]  # fmt: skip
-    with spark_submit(
-        spark_cluster, s3_server, cluster_jars, bootstrap, s3_data, "stream", stream_args, work_dir
-    ) as running:
+    with submit("stream", stream_args) as running:
         stream = running.finish()
     assert stream.returncode == 0, stream.stderr[-6000:]
 
@@ -166,25 +209,40 @@ def night(
     scenario.upload_tree(local_data / "tables" / "sink", client, s3_server.bucket, f"{prefix}/tables/sink")
     reset_group_offset(bootstrap, group, topic, *RESET)
 
+    args = stage_args(group)
     night_args = ["--run-id", NIGHT, "--set", f"ingest.groups=[{group}]"]
-    with spark_submit(
-        spark_cluster, s3_server, cluster_jars, bootstrap, s3_data, "nightly", night_args, work_dir
-    ) as running:
-        # Meanwhile, the same night in this process's local session (tests/conftest.py), over the copy.
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            local_code = main(
-                ["nightly", "--fail-on", "error", "--json", *night_args,
-                 "--set", f"paths.data_dir={local_data}", "--set", f"kafka.bootstrap_servers={bootstrap}"]
-            )  # fmt: skip
-        local_summary = json.loads(out.getvalue().strip().splitlines()[-1])
+    local: dict[str, Local] = {}
+    local_findings: list[tuple[Any, ...]] = []
+    stages: dict[str, Submitted] = {}
+    for stage in STAGES:
+        with submit(stage, args[stage]) as running:
+            if not local:
+                # Meanwhile, the same stages and night in this process's local session, over the copy.
+                for same in STAGES:
+                    local[same] = run_locally(same, args[same], local_data, bootstrap)
+                local_findings = rows(read_table(str(local_data / "tables" / "findings")), FINDING_COLUMNS)
+                local["nightly"] = run_locally("nightly", night_args, local_data, bootstrap)
+            stages[stage] = running.finish()
+        assert stages[stage].returncode in (0, 1), stages[stage].stderr[-6000:]
+    findings = rows(read_table(f"{s3_data}/tables/findings", s3_server), FINDING_COLUMNS)
+    with submit("nightly", night_args) as running:
         nightly = running.finish()
-    return Night(job, topic, group, s3_data, local_data, stream, nightly, local_code, local_summary, work_dir)
+    return Night(
+        job, topic, group, s3_data, local_data, stream, stages, nightly, local, (findings, local_findings),
+        work_dir,
+    )  # fmt: skip
+
+
+def both(night: Night, s3: S3Server, table: str, columns: tuple[str, ...]) -> tuple[list[Any], list[Any]]:
+    """``table``'s rows (``columns``, sorted) on s3a and in the local copy."""
+    on_s3 = rows(read_table(f"{night.s3_data}/tables/{table}", s3), columns)
+    local = rows(read_table(str(night.local_data / "tables" / table)), columns)
+    return on_s3, local
 
 
 def test_the_readme_block_has_the_submit_lines_the_tier_runs() -> None:
     block = readme.cluster_block()
-    assert {"stream", "nightly"} <= set(block.invocations)
+    assert set(block.invocations) == {"stream", "nightly", *STAGES}
     assert "python -m zipfile -c offset_audit.zip app checks" in block.prelude
 
 
@@ -208,27 +266,19 @@ def test_micro_batches_ran_in_the_workers_executors(night: Night) -> None:
     assert {t.executor_id for t in reads} <= set(executors), (reads, executors)
 
 
-def test_nightly_on_the_cluster_over_s3a_finds_what_it_finds_locally(
+def test_each_stage_on_the_cluster_over_s3a_finds_what_it_finds_locally(
     night: Night, s3_server: S3Server
 ) -> None:
-    assert night.nightly.returncode in (0, 1), night.nightly.stderr[-6000:]
-    summary = night.nightly.summary()
-    assert [(s["step"], s["status"]) for s in summary["steps"]] == [
-        (s["step"], s["status"]) for s in night.local_summary["steps"]
-    ]
-    assert [s["status"] for s in summary["steps"]] == ["done"] * 5
-    assert (night.nightly.returncode, summary["findings"], summary["failed_expectations"]) == (
-        night.local_code,
-        night.local_summary["findings"],
-        night.local_summary["failed_expectations"],
-    )
+    codes = {stage: night.stages[stage].returncode for stage in STAGES}
+    assert codes == {stage: night.local[stage].code for stage in STAGES}
+    reconcile, local_reconcile = night.stages["reconcile"].summary(), night.local["reconcile"].summary
+    for key in ("findings", "failing_findings", "partitions", "gaps_suspected"):
+        assert reconcile[key] == local_reconcile[key], key
+    assert night.stages["forensics"].summary()["failing"] == night.local["forensics"].summary["failing"]
+    check, local_check = night.stages["check"].summary(), night.local["check"].summary
+    assert check["failing_expectations"] == local_check["failing_expectations"]
 
-    def both(table: str, columns: tuple[str, ...]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        on_s3 = rows(read_table(f"{night.s3_data}/tables/{table}", s3_server), columns)
-        local = rows(read_table(str(night.local_data / "tables" / table)), columns)
-        return on_s3, local
-
-    findings, expected = both("findings", FINDING_COLUMNS)
+    findings, expected = both(night, s3_server, "findings", FINDING_COLUMNS)
     assert findings == expected
     by_type = {(r[1], r[7], r[10], r[11]) for r in findings}
     assert ("GAP", *GAP) in by_type
@@ -239,34 +289,53 @@ def test_nightly_on_the_cluster_over_s3a_finds_what_it_finds_locally(
         ("partition_summary", SUMMARY_COLUMNS),
         ("restarts", RESTART_COLUMNS),
     ):
-        on_s3, local = both(table, columns)
+        on_s3, local = both(night, s3_server, table, columns)
         assert on_s3 == local, table
-    group_commits, local_commits = both("group_commits", ("partition", "committed_offset", "log_offset"))
+    group_commits, local_commits = both(night, s3_server, "group_commits", GROUP_COMMIT_COLUMNS)
     assert group_commits
     assert group_commits == local_commits
 
 
+def test_the_night_after_the_stages_adds_no_finding_on_the_cluster_as_locally(
+    night: Night, s3_server: S3Server
+) -> None:
+    assert night.nightly.returncode in (0, 1), night.nightly.stderr[-6000:]
+    summary, local = night.nightly.summary(), night.local["nightly"]
+    assert [(s["step"], s["status"]) for s in summary["steps"]] == [(step, "done") for step in STAGES]
+    assert [(s["step"], s["status"]) for s in local.summary["steps"]] == [(step, "done") for step in STAGES]
+    assert (night.nightly.returncode, summary["findings"], summary["failed_expectations"]) == (
+        local.code,
+        local.summary["findings"],
+        local.summary["failed_expectations"],
+    )
+    findings, local_findings = both(night, s3_server, "findings", FINDING_COLUMNS)
+    assert (findings, local_findings) == night.findings_before_night
+
+
 def test_decoding_and_sink_scans_ran_in_the_workers_executors(night: Night) -> None:
-    log_dir = night.nightly.event_log_dir
-    executors = executors_added(log_dir)
-    assert "driver" not in executors
-    decode = tasks_reading_kafka(log_dir)
-    scans = tasks_scanning(log_dir, f"{night.s3_data}/tables/sink")
+    ingest, reconcile = night.stages["ingest-offsets"].event_log_dir, night.stages["reconcile"].event_log_dir
+    decode = tasks_reading_kafka(ingest)
+    scans = tasks_scanning(reconcile, f"{night.s3_data}/tables/sink")
     assert decode, "no task read __consumer_offsets"
     assert scans, "no task scanned the sink"
-    assert {t.executor_id for t in decode + scans} <= set(executors), (decode, scans, executors)
+    for log_dir, tasks in ((ingest, decode), (reconcile, scans)):
+        executors = executors_added(log_dir)
+        assert "driver" not in executors
+        assert {t.executor_id for t in tasks} <= set(executors), (tasks, executors)
 
 
 def test_the_dashboard_and_data_docs_are_on_the_drivers_disk(night: Night) -> None:
-    summary = night.nightly.summary()
-    report = Path(summary["report"])
-    assert report.is_relative_to(night.work_dir), report
-    assert report.is_file()
-    assert (night.work_dir / "local-nightly" / "data_docs" / "index.html").is_file()
+    for run in (night.stages["report"], night.nightly):
+        summary = run.summary()
+        report = Path(summary["report"])
+        assert report.is_relative_to(night.work_dir), report
+        assert report.is_file()
+    for run_name in ("check", "nightly"):
+        assert (night.work_dir / f"local-{run_name}" / "data_docs" / "index.html").is_file()
 
 
 def test_no_secret_appears_in_any_output_or_event_log(night: Night) -> None:
-    for run in (night.stream, night.nightly):
+    for run in (night.stream, *night.stages.values(), night.nightly):
         written = run.stdout + run.stderr + json.dumps(event_log(run.event_log_dir))
         assert S3_SECRET_KEY not in written
         assert KAFKA_PASSWORD not in written  # in conf/cluster.yaml's sasl.jaas.config and librdkafka's
