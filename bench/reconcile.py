@@ -296,6 +296,10 @@ def main() -> None:
             else None
         )
         run(args, s3.endpoint if s3 else None, cluster, home)
+    # Each executor fetched its own copy of the jars (the AWS SDK bundle alone is 600 MB); the
+    # executors' logs beside them stay.
+    for jar in home.glob("worker-*/app-*/*/*.jar"):
+        jar.unlink()
 
 
 def run(
