@@ -287,7 +287,7 @@ def main() -> None:
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     # Server logs and worker dirs of this run, kept for a look afterwards.
-    home = Path(tempfile.mkdtemp(prefix="servers-", dir=args.dir))
+    home = Path(tempfile.mkdtemp(prefix="servers-", dir=args.dir)).resolve()
     with contextlib.ExitStack() as stack:
         s3 = stack.enter_context(servers.s3_server(home, S3_BUCKET)) if args.s3a else None
         cluster = (
