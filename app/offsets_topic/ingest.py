@@ -61,6 +61,9 @@ KIND_GROUP_TOMBSTONE = "group_tombstone"
 KIND_SKIPPED = "skipped"  # a record type the audit does not read (types 3+)
 KIND_OTHER_GROUP = "other_group"  # an offset/group record of a group that is not audited
 KIND_ERROR = "error"
+# Internal to the decode step, never in a table: a record the JVM decoder leaves to the Python one
+# (app/offsets_topic/jvm_decode.py), carried with its raw bytes until that decoder has run.
+KIND_ROUTED = "routed"
 KINDS = (
     KIND_COMMIT,
     KIND_TOMBSTONE,

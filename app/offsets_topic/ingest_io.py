@@ -22,13 +22,14 @@ transactional is unknown: group_commits.transactional is null (see app/offsets_t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import time
 import typing
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from delta.tables import DeltaTable
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from app.config import AppConfig
@@ -59,6 +61,7 @@ from app.offsets_topic.ingest import (
     KIND_ERROR,
     KIND_GROUP_METADATA,
     KIND_GROUP_TOMBSTONE,
+    KIND_ROUTED,
     KIND_TOMBSTONE,
     PartitionProgress,
     PartitionRange,
@@ -76,7 +79,7 @@ from app.offsets_topic.ingest import (
     to_group_events,
     total_progress,
 )
-from app.offsets_topic.jvm_decode import decode
+from app.offsets_topic.jvm_decode import decode_or_route, decode_routed
 from app.storage import delta_rows
 
 log = logging.getLogger(__name__)
@@ -344,6 +347,78 @@ def plan_ingest(
     return IngestPlan(run_id, topic, count, tuple(groups), stored, tuple(ranges), seq)
 
 
+ProgressRow = tuple[int, str, int | None, int]  # (log_partition, kind, record_type, records)
+
+
+def _progress_rows(decoded: DataFrame) -> list[ProgressRow]:
+    return [
+        (int(r.log_partition), str(r.kind), r.record_type, int(r.records))
+        for r in progress_counts(decoded).collect()
+    ]
+
+
+@contextlib.contextmanager
+def decoded_once(
+    kafka_df: DataFrame, groups: Collection[str]
+) -> Iterator[tuple[DataFrame, list[ProgressRow]]]:
+    """The decoded records (DECODED_SCHEMA, one row per record) and their progress counts, with Kafka
+    read once and the Python decoder run only over the records the JVM left to it, if any.
+
+    The JVM's pass is persisted while the counts are taken: that one action reads Kafka, and every
+    append after it reads the cache. The routed records (group metadata, malformed bytes: few on a
+    busy cluster) are then decoded in Python from the cached raw bytes, persisted too, so each record
+    is decoded once whatever the number of appends. (A recomputation after eviction is still correct:
+    the ranges are fixed offsets.) Both are unpersisted on exit.
+    """
+    staged = decode_or_route(kafka_df, groups).persist(StorageLevel.MEMORY_AND_DISK)
+    held = [staged]
+    try:
+        counts = _progress_rows(staged)
+        decoded = staged
+        if any(kind == KIND_ROUTED for _, kind, _, _ in counts):
+            in_python = decode_routed(staged, groups).persist(StorageLevel.MEMORY_AND_DISK)
+            held.append(in_python)
+            counts = [c for c in counts if c[1] != KIND_ROUTED] + _progress_rows(in_python)
+            decoded = staged.where(F.col("kind") != KIND_ROUTED).unionByName(in_python)
+        yield decoded, counts
+    finally:
+        for df in held:
+            df.unpersist()
+
+
+# (table, schema, transform, the kinds it holds)
+_DATA_TARGETS: tuple[tuple[str, StructType, Callable[[DataFrame, str], DataFrame], tuple[str, ...]], ...] = (
+    (GROUP_COMMITS, GROUP_COMMITS_SCHEMA, to_group_commits, (KIND_COMMIT, KIND_TOMBSTONE)),
+    (GROUP_EVENTS, GROUP_EVENTS_SCHEMA, to_group_events, (KIND_GROUP_METADATA, KIND_GROUP_TOMBSTONE)),
+    (DECODE_ERRORS, DECODE_ERRORS_SCHEMA, to_decode_errors, (KIND_ERROR,)),
+)
+
+
+def _append_decoded(
+    spark: SparkSession,
+    cfg: AppConfig,
+    plan: IngestPlan,
+    decoded: DataFrame,
+    counts: Sequence[ProgressRow],
+    tables: Collection[str],
+) -> dict[str, int]:
+    """Each of `tables` gets its kinds of `decoded` in one idempotent append; rows appended per table."""
+    kinds = {kind for _, kind, _, n in counts if n > 0}
+    inserted = {}
+    marker = plan.marker()
+    for name, schema, transform, wanted in _DATA_TARGETS:
+        path = cfg.paths.table(name)
+        if name not in tables or kinds.isdisjoint(wanted):
+            # decode_errors and, for offset-only committers, group_events are usually empty: no
+            # commit for them. The table is still created for its readers.
+            ensure_table(spark, path, schema)
+            inserted[name] = 0
+            continue
+        append_run(spark, path, schema, transform(decoded, plan.run_id), plan.seq, marker)
+        inserted[name] = sum(n for _, kind, _, n in counts if kind in wanted)
+    return inserted
+
+
 def write_decoded(
     spark: SparkSession,
     cfg: AppConfig,
@@ -361,33 +436,9 @@ def write_decoded(
     # Set for this read only and restored after, as other jobs may share the session.
     previous = spark.conf.get(_DEPRECATED_OFFSET_FETCHING, None)
     spark.conf.set(_DEPRECATED_OFFSET_FETCHING, "true")
-    decoded = decode(read_offsets_topic(spark, cfg, bootstrap, todo), plan.groups)
-    # Four actions use the decoded rows; persisting keeps Kafka to one read and Python to one decode.
-    # (A recomputation after eviction is still correct: the ranges are fixed offsets.)
-    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        counts = [
-            (int(r.log_partition), str(r.kind), r.record_type, int(r.records))
-            for r in progress_counts(decoded).collect()
-        ]
-        kinds = {kind for _, kind, _, n in counts if n > 0}
-        targets = [
-            (GROUP_COMMITS, GROUP_COMMITS_SCHEMA, to_group_commits, (KIND_COMMIT, KIND_TOMBSTONE)),
-            (GROUP_EVENTS, GROUP_EVENTS_SCHEMA, to_group_events, (KIND_GROUP_METADATA, KIND_GROUP_TOMBSTONE)),
-            (DECODE_ERRORS, DECODE_ERRORS_SCHEMA, to_decode_errors, (KIND_ERROR,)),
-        ]
-        inserted = {}
-        marker = plan.marker()
-        for name, schema, transform, wanted in targets:
-            path = cfg.paths.table(name)
-            if name not in tables or kinds.isdisjoint(wanted):
-                # decode_errors and, for offset-only committers, group_events are usually empty: no
-                # commit for them. The table is still created for its readers.
-                ensure_table(spark, path, schema)
-                inserted[name] = 0
-                continue
-            append_run(spark, path, schema, transform(decoded, plan.run_id), plan.seq, marker)
-            inserted[name] = sum(n for _, kind, _, n in counts if kind in wanted)
+        with decoded_once(read_offsets_topic(spark, cfg, bootstrap, todo), plan.groups) as (decoded, counts):
+            inserted = _append_decoded(spark, cfg, plan, decoded, counts, tables)
     except InfrastructureError:
         raise
     except Exception as exc:
@@ -395,7 +446,6 @@ def write_decoded(
             raise KafkaUnavailableError(f"reading {plan.topic} through Spark failed: {exc}") from exc
         raise
     finally:
-        decoded.unpersist()
         if previous is None:
             spark.conf.unset(_DEPRECATED_OFFSET_FETCHING)
         else:

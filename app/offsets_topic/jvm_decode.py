@@ -18,8 +18,8 @@ from app.offsets_topic.ingest import (
     DECODED_SCHEMA,
     KAFKA_INPUT_COLUMNS,
     KIND_COMMIT,
-    KIND_ERROR,
     KIND_OTHER_GROUP,
+    KIND_ROUTED,
     KIND_SKIPPED,
     KIND_TOMBSTONE,
     decode_in_python,
@@ -156,14 +156,18 @@ def _route(kafka_df: DataFrame, groups: Collection[str]) -> DataFrame:
     return _staged(kafka_df.select(*KAFKA_INPUT_COLUMNS), stages)
 
 
-def _decoded_in_jvm(routed: DataFrame) -> DataFrame:
+def decode_or_route(kafka_df: DataFrame, groups: Collection[str] = ()) -> DataFrame:
+    """Kafka source rows -> DECODED_SCHEMA rows, exactly one per record, in one pass over the source:
+    the records the JVM decodes are final; the others come out as kind KIND_ROUTED with their raw
+    key and value, for `decode_routed`. Nothing else is decoded from them here."""
+    routed = _route(kafka_df, groups)
     c = F.col
-    kind = c(_JVM_KIND)
+    kind = F.coalesce(c(_JVM_KIND), F.lit(KIND_ROUTED))
     commit = kind == KIND_COMMIT
     keyed = kind.isin(KIND_COMMIT, KIND_TOMBSTONE)
-    rows = routed.where(kind.isNotNull())
+    to_python = kind == KIND_ROUTED
     rows = _staged(
-        rows,
+        routed,
         [
             {
                 "_d_epoch": F.when(commit & (c("_d_ver") >= 3), _int32("_d_vh", 10)),
@@ -174,9 +178,8 @@ def _decoded_in_jvm(routed: DataFrame) -> DataFrame:
         ],
     )
     parsed = {
-        "record_type": c("_d_type"),
-        # The rows kept have a kind; coalesce only tells Spark so, to keep DECODED_SCHEMA's non-null kind.
-        "kind": F.coalesce(kind, F.lit(KIND_ERROR)),
+        "record_type": F.when(~to_python, c("_d_type")),
+        "kind": kind,
         "group_id": F.when(keyed, c("_d_group")),
         "topic": F.when(keyed, c("_d_topic")),
         "partition": F.when(keyed, _int32("_d_kh", c("_d_glen") + c("_d_tlen") + 6)),
@@ -186,6 +189,8 @@ def _decoded_in_jvm(routed: DataFrame) -> DataFrame:
         "commit_time_ms": F.when(commit, _int64("_d_vh", c("_d_mat") + c("_d_mlen"))),
         "expire_time_ms": F.when(c("_d_expire") != -1, c("_d_expire")),
         "value_version": F.when(commit, c("_d_ver")),
+        "raw_key": F.when(to_python, c("key")),
+        "raw_value": F.when(to_python, c("value")),
         "log_partition": c("partition"),
         "log_offset": c("offset"),
         "log_time": c("timestamp"),
@@ -194,7 +199,7 @@ def _decoded_in_jvm(routed: DataFrame) -> DataFrame:
         *[
             (
                 parsed[f.name]
-                if f.name.startswith("log_")
+                if f.name.startswith("log_") or f.name == "kind"
                 else parsed.get(f.name, F.lit(None)).cast(f.dataType)
             ).alias(f.name)
             for f in DECODED_SCHEMA.fields
@@ -202,14 +207,31 @@ def _decoded_in_jvm(routed: DataFrame) -> DataFrame:
     )
 
 
+def decode_routed(staged: DataFrame, groups: Collection[str] = ()) -> DataFrame:
+    """The KIND_ROUTED rows of `decode_or_route` through the complete Python decoder: DECODED_SCHEMA
+    rows, one per routed record, none of them routed."""
+    require_columns(staged, DECODED_SCHEMA.fieldNames(), "decoded records")
+    c = F.col
+    as_source = staged.where(c("kind") == KIND_ROUTED).select(
+        c("log_partition").alias("partition"),
+        c("log_offset").alias("offset"),
+        c("log_time").alias("timestamp"),
+        c("raw_key").alias("key"),
+        c("raw_value").alias("value"),
+    )
+    return decode_in_python(as_source, groups)
+
+
 def decode_in_jvm(kafka_df: DataFrame, groups: Collection[str] = ()) -> DataFrame:
     """DECODED_SCHEMA rows of the records the JVM decodes; the others are left out (see `decode`)."""
-    return _decoded_in_jvm(_route(kafka_df, groups))
+    return decode_or_route(kafka_df, groups).where(F.col("kind") != KIND_ROUTED)
 
 
 def decode(kafka_df: DataFrame, groups: Collection[str] = ()) -> DataFrame:
     """Kafka source rows -> DECODED_SCHEMA rows, exactly one per record: the common records decoded in
-    the JVM, the rest by the Python decoder on the executors."""
-    routed = _route(kafka_df, groups)
-    in_python = decode_in_python(routed.where(F.col(_JVM_KIND).isNull()), groups)
-    return _decoded_in_jvm(routed).unionByName(in_python)
+    the JVM, the rest by the Python decoder on the executors.
+
+    As a plain plan this reads the source twice (once per branch of the union); the ingest stages
+    `decode_or_route` instead and reads Kafka once (app/offsets_topic/ingest_io.py)."""
+    staged = decode_or_route(kafka_df, groups)
+    return staged.where(F.col("kind") != KIND_ROUTED).unionByName(decode_routed(staged, groups))
