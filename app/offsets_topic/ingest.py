@@ -34,7 +34,6 @@ from app.contracts.tables import (
     DECODE_ERRORS_SCHEMA,
     GROUP_COMMITS_SCHEMA,
     GROUP_EVENTS_SCHEMA,
-    INGEST_POSITIONS_SCHEMA,
     conform,
     require_columns,
 )
@@ -197,13 +196,6 @@ def positions_rows(
 ) -> list[tuple[int, int, str, int]]:
     """Rows (log_partition, next_offset, ingest_run_id, updated_at ms) for the partitions this run read."""
     return [(p, positions[p], run_id, now_ms) for p in sorted(partitions) if p in positions]
-
-
-def positions_frame(df: DataFrame) -> DataFrame:
-    """(log_partition, next_offset, ingest_run_id, updated_at_ms) -> the ingest_positions contract."""
-    require_columns(df, ("log_partition", "next_offset", "ingest_run_id", "updated_at_ms"), "positions")
-    out = df.withColumn("updated_at", F.timestamp_millis("updated_at_ms"))
-    return conform(out, INGEST_POSITIONS_SCHEMA)
 
 
 # --- the executor-side decoder -------------------------------------------------------------------

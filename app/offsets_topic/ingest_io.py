@@ -23,6 +23,7 @@ transactional is unknown: group_commits.transactional is null (see app/offsets_t
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import json
 import logging
@@ -68,7 +69,6 @@ from app.offsets_topic.ingest import (
     kafka_read_options,
     merge_positions,
     plan_ranges,
-    positions_frame,
     positions_rows,
     progress_counts,
     select_partitions,
@@ -180,7 +180,6 @@ def read_positions(spark: SparkSession, path: str) -> dict[int, int]:
 
 # Delta's idempotent-append id for every data table of `ingest-offsets`; txnVersion is the run's seq.
 INGEST_TXN_APP_ID = "offset-audit.ingest-offsets"
-_COMMIT_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _HISTORY_DEPTH = 25  # recent commits searched for the last run's marker; ingest writes one per run
 
 
@@ -223,26 +222,6 @@ def run_markers(spark: SparkSession, path: str) -> list[dict[str, Any]]:
 
 def last_seq(markers: Sequence[dict[str, Any]]) -> int:
     return max((int(m["ingest_seq"]) for m in markers), default=-1)
-
-
-def upsert_positions(spark: SparkSession, path: str, rows: DataFrame, marker: str) -> None:
-    target = ensure_table(spark, path, INGEST_POSITIONS_SCHEMA)
-    # A MERGE takes no userMetadata option; the session setting applies to this one commit only.
-    previous = spark.conf.get(_COMMIT_USER_METADATA, None)
-    spark.conf.set(_COMMIT_USER_METADATA, marker)
-    try:
-        (
-            target.alias("t")
-            .merge(rows.alias("s"), "t.log_partition = s.log_partition")
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
-    finally:
-        if previous is None:
-            spark.conf.unset(_COMMIT_USER_METADATA)
-        else:
-            spark.conf.set(_COMMIT_USER_METADATA, previous)
 
 
 # --- the run -------------------------------------------------------------------------------------
@@ -454,15 +433,25 @@ def write_decoded(
 
 
 def store_positions(spark: SparkSession, cfg: AppConfig, plan: IngestPlan, clock: Clock) -> dict[int, int]:
-    """The last step of a run: one Delta commit moving every read partition to the end of its range."""
+    """The last step of a run: one Delta commit moving every read partition to the end of its range
+    (none when nothing was read)."""
     positions = merge_positions(plan.stored, plan.ranges)
     moved = [r.partition for r in plan.to_read]
-    rows = positions_rows(positions, moved, plan.run_id, clock())
-    if rows:
-        schema = "log_partition int, next_offset long, ingest_run_id string, updated_at_ms long"
-        frame = positions_frame(spark.createDataFrame(rows, schema))
-        upsert_positions(spark, cfg.paths.table(INGEST_POSITIONS), frame, plan.marker())
+    rows = [
+        {"log_partition": p, "next_offset": n, "ingest_run_id": rid, "updated_at": _utc(ms)}
+        for p, n, rid, ms in positions_rows(positions, moved, plan.run_id, clock())
+    ]
+    # A few rows on the driver: delta-rs commits them without a Spark job. The marker is the
+    # commit's userMetadata, read back by `run_markers` like the data tables' markers.
+    delta_rows.merge_rows(
+        spark, cfg.paths.table(INGEST_POSITIONS), INGEST_POSITIONS_SCHEMA, rows, "log_partition",
+        user_metadata=plan.marker(),
+    )  # fmt: skip
     return positions
+
+
+def _utc(epoch_ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.UTC)
 
 
 def log_progress(plan: IngestPlan, parts: Sequence[PartitionProgress], total: PartitionProgress) -> None:
