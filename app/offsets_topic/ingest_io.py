@@ -347,7 +347,8 @@ def decoded_once(
     append after it reads the cache. The routed records (group metadata, malformed bytes: few on a
     busy cluster) are then decoded in Python from the cached raw bytes, persisted too, so each record
     is decoded once whatever the number of appends. (A recomputation after eviction is still correct:
-    the ranges are fixed offsets.) Both are unpersisted on exit.
+    the ranges are fixed offsets.) Both are unpersisted on exit. A key of the counts may come twice,
+    once per decoder; `summarize_progress` adds them up.
     """
     staged = decode_or_route(kafka_df, groups).persist(StorageLevel.MEMORY_AND_DISK)
     held = [staged]
