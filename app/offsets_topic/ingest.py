@@ -2,10 +2,10 @@
 and the DataFrame transforms from decoded records to the group_commits / group_events / decode_errors
 contracts (shared/DESIGN.md sections 4 and 6). No I/O here; app/offsets_topic/ingest_io.py reads and writes.
 
-Decoding runs on the executors in two routes (see `decode`): the common records as Spark SQL expressions
-in the JVM, the rest through `DataFrame.mapInArrow` and the complete Python decoder; exactly one output
-row per input record. Every record therefore shows up in the counts (read, decoded,
-skipped by type, other groups, quarantined) without a second pass over Kafka.
+Decoding runs on the executors in two routes (app/offsets_topic/jvm_decode.py): the common records as
+Spark SQL expressions in the JVM, the rest through `DataFrame.mapInArrow` and the complete Python decoder
+over only those records; exactly one output row per input record. Every record therefore shows up in
+the counts (read, decoded, skipped by type, other groups, quarantined) from one read of Kafka.
 """
 
 from __future__ import annotations
