@@ -36,17 +36,23 @@ _JVM_KIND = "_jvm_kind"  # helper column: the kind decided in the JVM, null = ro
 
 
 def _uint(hex_col: str, byte_at: Column | int, n: int) -> Column:
-    """Unsigned big-endian integer of `n` <= 4 bytes at 0-based `byte_at` of a hex-encoded binary."""
+    """Unsigned big-endian integer of `n` <= 7 bytes at 0-based `byte_at` of a hex-encoded binary."""
     at = byte_at if isinstance(byte_at, Column) else F.lit(byte_at)
     return F.conv(F.substring(F.col(hex_col), at * 2 + 1, F.lit(2 * n)), 16, 10).cast("long")
 
 
+def _signed(unsigned: Column, bits: int) -> Column:
+    """The low `bits` (16 or 32) of a non-negative long, read as a two's complement int."""
+    half = 1 << (bits - 1)
+    return (F.pmod(unsigned + half, F.lit(1 << bits)) - half).cast("int")
+
+
 def _int16(hex_col: str, byte_at: Column | int) -> Column:
-    return (F.pmod(_uint(hex_col, byte_at, 2) + 0x8000, F.lit(0x10000)) - 0x8000).cast("int")
+    return _signed(_uint(hex_col, byte_at, 2), 16)
 
 
 def _int32(hex_col: str, byte_at: Column | int) -> Column:
-    return (F.pmod(_uint(hex_col, byte_at, 4) + 0x8000_0000, F.lit(0x1_0000_0000)) - 0x8000_0000).cast("int")
+    return _signed(_uint(hex_col, byte_at, 4), 32)
 
 
 def _int64(hex_col: str, byte_at: Column | int) -> Column:
@@ -77,11 +83,20 @@ def _route(kafka_df: DataFrame, groups: Collection[str]) -> DataFrame:
             "_d_kl": F.octet_length(key),
             "_d_vl": F.octet_length(value),
         },
+        # conv over the hex string is the costly step per field, so neighbouring fields share one:
+        # the key's first 4 bytes, and the value's bytes 10-15 (every valid offset commit value is
+        # longer than that; a shorter one is routed to Python).
+        {
+            "_d_k4": F.when(c("_d_kl") >= 4, _uint("_d_kh", 0, 4)),
+            "_d_v10": F.when(c("_d_vl") >= 16, _uint("_d_vh", 10, 6)),
+        },
         # Keys of types 0, 1 and 2: int16 type, int16 group length, group; types 0/1 go on with int16
         # topic length, topic, int32 partition, and nothing after it.
         {
-            "_d_type": F.when(c("_d_kl") >= 2, _int16("_d_kh", 0)),
-            "_d_glen": F.when(c("_d_kl") >= 4, _int16("_d_kh", 2)),
+            "_d_type": F.when(c("_d_kl") >= 4, _signed(F.shiftright(c("_d_k4"), 16), 16)).when(
+                c("_d_kl") >= 2, _int16("_d_kh", 0)
+            ),
+            "_d_glen": _signed(c("_d_k4"), 16),
             "_d_ver": F.when(c("_d_vl") >= 2, _int16("_d_vh", 0)),
         },
         {
@@ -92,10 +107,11 @@ def _route(kafka_df: DataFrame, groups: Collection[str]) -> DataFrame:
             # Offset commit values (the layouts `fast_commit_row` accepts): v0-v2 offset, metadata, commit
             # ts [v1: expire ts]; v3 offset, epoch, metadata, commit ts; v4+ the same with a compact
             # metadata string (one-byte uvarint length) and no tagged fields.
+            # The metadata length: bytes 10-11 (v0-v2), 14-15 (v3) or byte 14 (v4+) of the value.
             "_d_mlen": F.when(c("_d_ver") < 0, None)
-            .when((c("_d_ver") <= 2) & (c("_d_vl") >= 12), _int16("_d_vh", 10))
-            .when((c("_d_ver") == 3) & (c("_d_vl") >= 16), _int16("_d_vh", 14))
-            .when((c("_d_ver") >= 4) & (c("_d_vl") >= 15), _uint("_d_vh", 14, 1).cast("int") - 1),
+            .when(c("_d_ver") <= 2, _signed(F.shiftright(c("_d_v10"), 32), 16))
+            .when(c("_d_ver") == 3, _signed(c("_d_v10"), 16))
+            .otherwise((F.shiftright(c("_d_v10"), 8) % 256).cast("int") - 1),
             "_d_mat": F.when(c("_d_ver") <= 2, 12).when(c("_d_ver") == 3, 16).otherwise(15),
             "_d_tail": F.when(c("_d_ver") == 1, 16).when(c("_d_ver") >= 4, 9).otherwise(8),
         },
@@ -170,7 +186,7 @@ def decode_or_route(kafka_df: DataFrame, groups: Collection[str] = ()) -> DataFr
         routed,
         [
             {
-                "_d_epoch": F.when(commit & (c("_d_ver") >= 3), _int32("_d_vh", 10)),
+                "_d_epoch": F.when(commit & (c("_d_ver") >= 3), _signed(F.shiftright(c("_d_v10"), 16), 32)),
                 "_d_expire": F.when(
                     commit & (c("_d_ver") == 1), _int64("_d_vh", c("_d_mat") + c("_d_mlen") + 8)
                 ),
