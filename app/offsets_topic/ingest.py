@@ -2,10 +2,10 @@
 and the DataFrame transforms from decoded records to the group_commits / group_events / decode_errors
 contracts (shared/DESIGN.md sections 4 and 6). No I/O here; app/offsets_topic/ingest_io.py reads and writes.
 
-Decoding runs on the executors in two routes (see `decode`): the common records as Spark SQL expressions
-in the JVM, the rest through `DataFrame.mapInArrow` and the complete Python decoder; exactly one output
-row per input record. Every record therefore shows up in the counts (read, decoded,
-skipped by type, other groups, quarantined) without a second pass over Kafka.
+Decoding runs on the executors in two routes (app/offsets_topic/jvm_decode.py): the common records as
+Spark SQL expressions in the JVM, the rest through `DataFrame.mapInArrow` and the complete Python decoder
+over only those records; exactly one output row per input record. Every record therefore shows up in
+the counts (read, decoded, skipped by type, other groups, quarantined) from one read of Kafka.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from app.contracts.tables import (
     DECODE_ERRORS_SCHEMA,
     GROUP_COMMITS_SCHEMA,
     GROUP_EVENTS_SCHEMA,
-    INGEST_POSITIONS_SCHEMA,
     conform,
     require_columns,
 )
@@ -61,6 +60,9 @@ KIND_GROUP_TOMBSTONE = "group_tombstone"
 KIND_SKIPPED = "skipped"  # a record type the audit does not read (types 3+)
 KIND_OTHER_GROUP = "other_group"  # an offset/group record of a group that is not audited
 KIND_ERROR = "error"
+# Internal to the decode step, never in a table: a record the JVM decoder leaves to the Python one
+# (app/offsets_topic/jvm_decode.py), carried with its raw bytes until that decoder has run.
+KIND_ROUTED = "routed"
 KINDS = (
     KIND_COMMIT,
     KIND_TOMBSTONE,
@@ -194,13 +196,6 @@ def positions_rows(
 ) -> list[tuple[int, int, str, int]]:
     """Rows (log_partition, next_offset, ingest_run_id, updated_at ms) for the partitions this run read."""
     return [(p, positions[p], run_id, now_ms) for p in sorted(partitions) if p in positions]
-
-
-def positions_frame(df: DataFrame) -> DataFrame:
-    """(log_partition, next_offset, ingest_run_id, updated_at_ms) -> the ingest_positions contract."""
-    require_columns(df, ("log_partition", "next_offset", "ingest_run_id", "updated_at_ms"), "positions")
-    out = df.withColumn("updated_at", F.timestamp_millis("updated_at_ms"))
-    return conform(out, INGEST_POSITIONS_SCHEMA)
 
 
 # --- the executor-side decoder -------------------------------------------------------------------

@@ -22,13 +22,15 @@ transactional is unknown: group_commits.transactional is null (see app/offsets_t
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import functools
 import json
 import logging
 import time
 import typing
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +39,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from delta.tables import DeltaTable
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from app.config import AppConfig
@@ -59,13 +62,13 @@ from app.offsets_topic.ingest import (
     KIND_ERROR,
     KIND_GROUP_METADATA,
     KIND_GROUP_TOMBSTONE,
+    KIND_ROUTED,
     KIND_TOMBSTONE,
     PartitionProgress,
     PartitionRange,
     kafka_read_options,
     merge_positions,
     plan_ranges,
-    positions_frame,
     positions_rows,
     progress_counts,
     select_partitions,
@@ -76,7 +79,7 @@ from app.offsets_topic.ingest import (
     to_group_events,
     total_progress,
 )
-from app.offsets_topic.jvm_decode import decode
+from app.offsets_topic.jvm_decode import decode_or_route, decode_routed
 from app.storage import delta_rows
 
 log = logging.getLogger(__name__)
@@ -177,7 +180,6 @@ def read_positions(spark: SparkSession, path: str) -> dict[int, int]:
 
 # Delta's idempotent-append id for every data table of `ingest-offsets`; txnVersion is the run's seq.
 INGEST_TXN_APP_ID = "offset-audit.ingest-offsets"
-_COMMIT_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _HISTORY_DEPTH = 25  # recent commits searched for the last run's marker; ingest writes one per run
 
 
@@ -220,26 +222,6 @@ def run_markers(spark: SparkSession, path: str) -> list[dict[str, Any]]:
 
 def last_seq(markers: Sequence[dict[str, Any]]) -> int:
     return max((int(m["ingest_seq"]) for m in markers), default=-1)
-
-
-def upsert_positions(spark: SparkSession, path: str, rows: DataFrame, marker: str) -> None:
-    target = ensure_table(spark, path, INGEST_POSITIONS_SCHEMA)
-    # A MERGE takes no userMetadata option; the session setting applies to this one commit only.
-    previous = spark.conf.get(_COMMIT_USER_METADATA, None)
-    spark.conf.set(_COMMIT_USER_METADATA, marker)
-    try:
-        (
-            target.alias("t")
-            .merge(rows.alias("s"), "t.log_partition = s.log_partition")
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
-    finally:
-        if previous is None:
-            spark.conf.unset(_COMMIT_USER_METADATA)
-        else:
-            spark.conf.set(_COMMIT_USER_METADATA, previous)
 
 
 # --- the run -------------------------------------------------------------------------------------
@@ -344,6 +326,79 @@ def plan_ingest(
     return IngestPlan(run_id, topic, count, tuple(groups), stored, tuple(ranges), seq)
 
 
+ProgressRow = tuple[int, str, int | None, int]  # (log_partition, kind, record_type, records)
+
+
+def _progress_rows(decoded: DataFrame) -> list[ProgressRow]:
+    return [
+        (int(r.log_partition), str(r.kind), r.record_type, int(r.records))
+        for r in progress_counts(decoded).collect()
+    ]
+
+
+@contextlib.contextmanager
+def decoded_once(
+    kafka_df: DataFrame, groups: Collection[str]
+) -> Iterator[tuple[DataFrame, list[ProgressRow]]]:
+    """The decoded records (DECODED_SCHEMA, one row per record) and their progress counts, with Kafka
+    read once and the Python decoder run only over the records the JVM left to it, if any.
+
+    The JVM's pass is persisted while the counts are taken: that one action reads Kafka, and every
+    append after it reads the cache. The routed records (group metadata, malformed bytes: few on a
+    busy cluster) are then decoded in Python from the cached raw bytes, persisted too, so each record
+    is decoded once whatever the number of appends. (A recomputation after eviction is still correct:
+    the ranges are fixed offsets.) Both are unpersisted on exit. A key of the counts may come twice,
+    once per decoder; `summarize_progress` adds them up.
+    """
+    staged = decode_or_route(kafka_df, groups).persist(StorageLevel.MEMORY_AND_DISK)
+    held = [staged]
+    try:
+        counts = _progress_rows(staged)
+        decoded = staged
+        if any(kind == KIND_ROUTED for _, kind, _, _ in counts):
+            in_python = decode_routed(staged, groups).persist(StorageLevel.MEMORY_AND_DISK)
+            held.append(in_python)
+            counts = [c for c in counts if c[1] != KIND_ROUTED] + _progress_rows(in_python)
+            decoded = staged.where(F.col("kind") != KIND_ROUTED).unionByName(in_python)
+        yield decoded, counts
+    finally:
+        for df in held:
+            df.unpersist()
+
+
+# (table, schema, transform, the kinds it holds)
+_DATA_TARGETS: tuple[tuple[str, StructType, Callable[[DataFrame, str], DataFrame], tuple[str, ...]], ...] = (
+    (GROUP_COMMITS, GROUP_COMMITS_SCHEMA, to_group_commits, (KIND_COMMIT, KIND_TOMBSTONE)),
+    (GROUP_EVENTS, GROUP_EVENTS_SCHEMA, to_group_events, (KIND_GROUP_METADATA, KIND_GROUP_TOMBSTONE)),
+    (DECODE_ERRORS, DECODE_ERRORS_SCHEMA, to_decode_errors, (KIND_ERROR,)),
+)
+
+
+def _append_decoded(
+    spark: SparkSession,
+    cfg: AppConfig,
+    plan: IngestPlan,
+    decoded: DataFrame,
+    counts: Sequence[ProgressRow],
+    tables: Collection[str],
+) -> dict[str, int]:
+    """Each of `tables` gets its kinds of `decoded` in one idempotent append; rows appended per table."""
+    kinds = {kind for _, kind, _, n in counts if n > 0}
+    inserted = {}
+    marker = plan.marker()
+    for name, schema, transform, wanted in _DATA_TARGETS:
+        path = cfg.paths.table(name)
+        if name not in tables or kinds.isdisjoint(wanted):
+            # decode_errors and, for offset-only committers, group_events are usually empty: no
+            # commit for them. The table is still created for its readers.
+            ensure_table(spark, path, schema)
+            inserted[name] = 0
+            continue
+        append_run(spark, path, schema, transform(decoded, plan.run_id), plan.seq, marker)
+        inserted[name] = sum(n for _, kind, _, n in counts if kind in wanted)
+    return inserted
+
+
 def write_decoded(
     spark: SparkSession,
     cfg: AppConfig,
@@ -361,33 +416,9 @@ def write_decoded(
     # Set for this read only and restored after, as other jobs may share the session.
     previous = spark.conf.get(_DEPRECATED_OFFSET_FETCHING, None)
     spark.conf.set(_DEPRECATED_OFFSET_FETCHING, "true")
-    decoded = decode(read_offsets_topic(spark, cfg, bootstrap, todo), plan.groups)
-    # Four actions use the decoded rows; persisting keeps Kafka to one read and Python to one decode.
-    # (A recomputation after eviction is still correct: the ranges are fixed offsets.)
-    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        counts = [
-            (int(r.log_partition), str(r.kind), r.record_type, int(r.records))
-            for r in progress_counts(decoded).collect()
-        ]
-        kinds = {kind for _, kind, _, n in counts if n > 0}
-        targets = [
-            (GROUP_COMMITS, GROUP_COMMITS_SCHEMA, to_group_commits, (KIND_COMMIT, KIND_TOMBSTONE)),
-            (GROUP_EVENTS, GROUP_EVENTS_SCHEMA, to_group_events, (KIND_GROUP_METADATA, KIND_GROUP_TOMBSTONE)),
-            (DECODE_ERRORS, DECODE_ERRORS_SCHEMA, to_decode_errors, (KIND_ERROR,)),
-        ]
-        inserted = {}
-        marker = plan.marker()
-        for name, schema, transform, wanted in targets:
-            path = cfg.paths.table(name)
-            if name not in tables or kinds.isdisjoint(wanted):
-                # decode_errors and, for offset-only committers, group_events are usually empty: no
-                # commit for them. The table is still created for its readers.
-                ensure_table(spark, path, schema)
-                inserted[name] = 0
-                continue
-            append_run(spark, path, schema, transform(decoded, plan.run_id), plan.seq, marker)
-            inserted[name] = sum(n for _, kind, _, n in counts if kind in wanted)
+        with decoded_once(read_offsets_topic(spark, cfg, bootstrap, todo), plan.groups) as (decoded, counts):
+            inserted = _append_decoded(spark, cfg, plan, decoded, counts, tables)
     except InfrastructureError:
         raise
     except Exception as exc:
@@ -395,7 +426,6 @@ def write_decoded(
             raise KafkaUnavailableError(f"reading {plan.topic} through Spark failed: {exc}") from exc
         raise
     finally:
-        decoded.unpersist()
         if previous is None:
             spark.conf.unset(_DEPRECATED_OFFSET_FETCHING)
         else:
@@ -404,15 +434,25 @@ def write_decoded(
 
 
 def store_positions(spark: SparkSession, cfg: AppConfig, plan: IngestPlan, clock: Clock) -> dict[int, int]:
-    """The last step of a run: one Delta commit moving every read partition to the end of its range."""
+    """The last step of a run: one Delta commit moving every read partition to the end of its range
+    (none when nothing was read)."""
     positions = merge_positions(plan.stored, plan.ranges)
     moved = [r.partition for r in plan.to_read]
-    rows = positions_rows(positions, moved, plan.run_id, clock())
-    if rows:
-        schema = "log_partition int, next_offset long, ingest_run_id string, updated_at_ms long"
-        frame = positions_frame(spark.createDataFrame(rows, schema))
-        upsert_positions(spark, cfg.paths.table(INGEST_POSITIONS), frame, plan.marker())
+    rows = [
+        {"log_partition": p, "next_offset": n, "ingest_run_id": rid, "updated_at": _utc(ms)}
+        for p, n, rid, ms in positions_rows(positions, moved, plan.run_id, clock())
+    ]
+    # A few rows on the driver: delta-rs commits them without a Spark job. The marker is the
+    # commit's userMetadata, read back by `run_markers` like the data tables' markers.
+    delta_rows.merge_rows(
+        spark, cfg.paths.table(INGEST_POSITIONS), INGEST_POSITIONS_SCHEMA, rows, "log_partition",
+        user_metadata=plan.marker(),
+    )  # fmt: skip
     return positions
+
+
+def _utc(epoch_ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.UTC)
 
 
 def log_progress(plan: IngestPlan, parts: Sequence[PartitionProgress], total: PartitionProgress) -> None:

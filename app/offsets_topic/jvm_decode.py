@@ -18,8 +18,8 @@ from app.offsets_topic.ingest import (
     DECODED_SCHEMA,
     KAFKA_INPUT_COLUMNS,
     KIND_COMMIT,
-    KIND_ERROR,
     KIND_OTHER_GROUP,
+    KIND_ROUTED,
     KIND_SKIPPED,
     KIND_TOMBSTONE,
     decode_in_python,
@@ -36,17 +36,23 @@ _JVM_KIND = "_jvm_kind"  # helper column: the kind decided in the JVM, null = ro
 
 
 def _uint(hex_col: str, byte_at: Column | int, n: int) -> Column:
-    """Unsigned big-endian integer of `n` <= 4 bytes at 0-based `byte_at` of a hex-encoded binary."""
+    """Unsigned big-endian integer of `n` <= 7 bytes at 0-based `byte_at` of a hex-encoded binary."""
     at = byte_at if isinstance(byte_at, Column) else F.lit(byte_at)
     return F.conv(F.substring(F.col(hex_col), at * 2 + 1, F.lit(2 * n)), 16, 10).cast("long")
 
 
+def _signed(unsigned: Column, bits: int) -> Column:
+    """The low `bits` (16 or 32) of a non-negative long, read as a two's complement int."""
+    half = 1 << (bits - 1)
+    return (F.pmod(unsigned + half, F.lit(1 << bits)) - half).cast("int")
+
+
 def _int16(hex_col: str, byte_at: Column | int) -> Column:
-    return (F.pmod(_uint(hex_col, byte_at, 2) + 0x8000, F.lit(0x10000)) - 0x8000).cast("int")
+    return _signed(_uint(hex_col, byte_at, 2), 16)
 
 
 def _int32(hex_col: str, byte_at: Column | int) -> Column:
-    return (F.pmod(_uint(hex_col, byte_at, 4) + 0x8000_0000, F.lit(0x1_0000_0000)) - 0x8000_0000).cast("int")
+    return _signed(_uint(hex_col, byte_at, 4), 32)
 
 
 def _int64(hex_col: str, byte_at: Column | int) -> Column:
@@ -77,11 +83,20 @@ def _route(kafka_df: DataFrame, groups: Collection[str]) -> DataFrame:
             "_d_kl": F.octet_length(key),
             "_d_vl": F.octet_length(value),
         },
+        # conv over the hex string is the costly step per field, so neighbouring fields share one:
+        # the key's first 4 bytes, and the value's bytes 10-15 (every valid offset commit value is
+        # longer than that; a shorter one is routed to Python).
+        {
+            "_d_k4": F.when(c("_d_kl") >= 4, _uint("_d_kh", 0, 4)),
+            "_d_v10": F.when(c("_d_vl") >= 16, _uint("_d_vh", 10, 6)),
+        },
         # Keys of types 0, 1 and 2: int16 type, int16 group length, group; types 0/1 go on with int16
         # topic length, topic, int32 partition, and nothing after it.
         {
-            "_d_type": F.when(c("_d_kl") >= 2, _int16("_d_kh", 0)),
-            "_d_glen": F.when(c("_d_kl") >= 4, _int16("_d_kh", 2)),
+            "_d_type": F.when(c("_d_kl") >= 4, _signed(F.shiftright(c("_d_k4"), 16), 16)).when(
+                c("_d_kl") >= 2, _int16("_d_kh", 0)
+            ),
+            "_d_glen": _signed(c("_d_k4"), 16),
             "_d_ver": F.when(c("_d_vl") >= 2, _int16("_d_vh", 0)),
         },
         {
@@ -92,10 +107,11 @@ def _route(kafka_df: DataFrame, groups: Collection[str]) -> DataFrame:
             # Offset commit values (the layouts `fast_commit_row` accepts): v0-v2 offset, metadata, commit
             # ts [v1: expire ts]; v3 offset, epoch, metadata, commit ts; v4+ the same with a compact
             # metadata string (one-byte uvarint length) and no tagged fields.
+            # The metadata length: bytes 10-11 (v0-v2), 14-15 (v3) or byte 14 (v4+) of the value.
             "_d_mlen": F.when(c("_d_ver") < 0, None)
-            .when((c("_d_ver") <= 2) & (c("_d_vl") >= 12), _int16("_d_vh", 10))
-            .when((c("_d_ver") == 3) & (c("_d_vl") >= 16), _int16("_d_vh", 14))
-            .when((c("_d_ver") >= 4) & (c("_d_vl") >= 15), _uint("_d_vh", 14, 1).cast("int") - 1),
+            .when(c("_d_ver") <= 2, _signed(F.shiftright(c("_d_v10"), 32), 16))
+            .when(c("_d_ver") == 3, _signed(c("_d_v10"), 16))
+            .otherwise((F.shiftright(c("_d_v10"), 8) % 256).cast("int") - 1),
             "_d_mat": F.when(c("_d_ver") <= 2, 12).when(c("_d_ver") == 3, 16).otherwise(15),
             "_d_tail": F.when(c("_d_ver") == 1, 16).when(c("_d_ver") >= 4, 9).otherwise(8),
         },
@@ -156,17 +172,21 @@ def _route(kafka_df: DataFrame, groups: Collection[str]) -> DataFrame:
     return _staged(kafka_df.select(*KAFKA_INPUT_COLUMNS), stages)
 
 
-def _decoded_in_jvm(routed: DataFrame) -> DataFrame:
+def decode_or_route(kafka_df: DataFrame, groups: Collection[str] = ()) -> DataFrame:
+    """Kafka source rows -> DECODED_SCHEMA rows, exactly one per record, in one pass over the source:
+    the records the JVM decodes are final; the others come out as kind KIND_ROUTED with their raw
+    key and value, for `decode_routed`. Nothing else is decoded from them here."""
+    routed = _route(kafka_df, groups)
     c = F.col
-    kind = c(_JVM_KIND)
+    kind = F.coalesce(c(_JVM_KIND), F.lit(KIND_ROUTED))
     commit = kind == KIND_COMMIT
     keyed = kind.isin(KIND_COMMIT, KIND_TOMBSTONE)
-    rows = routed.where(kind.isNotNull())
+    to_python = kind == KIND_ROUTED
     rows = _staged(
-        rows,
+        routed,
         [
             {
-                "_d_epoch": F.when(commit & (c("_d_ver") >= 3), _int32("_d_vh", 10)),
+                "_d_epoch": F.when(commit & (c("_d_ver") >= 3), _signed(F.shiftright(c("_d_v10"), 16), 32)),
                 "_d_expire": F.when(
                     commit & (c("_d_ver") == 1), _int64("_d_vh", c("_d_mat") + c("_d_mlen") + 8)
                 ),
@@ -174,9 +194,8 @@ def _decoded_in_jvm(routed: DataFrame) -> DataFrame:
         ],
     )
     parsed = {
-        "record_type": c("_d_type"),
-        # The rows kept have a kind; coalesce only tells Spark so, to keep DECODED_SCHEMA's non-null kind.
-        "kind": F.coalesce(kind, F.lit(KIND_ERROR)),
+        "record_type": F.when(~to_python, c("_d_type")),
+        "kind": kind,
         "group_id": F.when(keyed, c("_d_group")),
         "topic": F.when(keyed, c("_d_topic")),
         "partition": F.when(keyed, _int32("_d_kh", c("_d_glen") + c("_d_tlen") + 6)),
@@ -186,6 +205,8 @@ def _decoded_in_jvm(routed: DataFrame) -> DataFrame:
         "commit_time_ms": F.when(commit, _int64("_d_vh", c("_d_mat") + c("_d_mlen"))),
         "expire_time_ms": F.when(c("_d_expire") != -1, c("_d_expire")),
         "value_version": F.when(commit, c("_d_ver")),
+        "raw_key": F.when(to_python, c("key")),
+        "raw_value": F.when(to_python, c("value")),
         "log_partition": c("partition"),
         "log_offset": c("offset"),
         "log_time": c("timestamp"),
@@ -194,7 +215,7 @@ def _decoded_in_jvm(routed: DataFrame) -> DataFrame:
         *[
             (
                 parsed[f.name]
-                if f.name.startswith("log_")
+                if f.name.startswith("log_") or f.name == "kind"
                 else parsed.get(f.name, F.lit(None)).cast(f.dataType)
             ).alias(f.name)
             for f in DECODED_SCHEMA.fields
@@ -202,14 +223,31 @@ def _decoded_in_jvm(routed: DataFrame) -> DataFrame:
     )
 
 
+def decode_routed(staged: DataFrame, groups: Collection[str] = ()) -> DataFrame:
+    """The KIND_ROUTED rows of `decode_or_route` through the complete Python decoder: DECODED_SCHEMA
+    rows, one per routed record, none of them routed."""
+    require_columns(staged, DECODED_SCHEMA.fieldNames(), "decoded records")
+    c = F.col
+    as_source = staged.where(c("kind") == KIND_ROUTED).select(
+        c("log_partition").alias("partition"),
+        c("log_offset").alias("offset"),
+        c("log_time").alias("timestamp"),
+        c("raw_key").alias("key"),
+        c("raw_value").alias("value"),
+    )
+    return decode_in_python(as_source, groups)
+
+
 def decode_in_jvm(kafka_df: DataFrame, groups: Collection[str] = ()) -> DataFrame:
     """DECODED_SCHEMA rows of the records the JVM decodes; the others are left out (see `decode`)."""
-    return _decoded_in_jvm(_route(kafka_df, groups))
+    return decode_or_route(kafka_df, groups).where(F.col("kind") != KIND_ROUTED)
 
 
 def decode(kafka_df: DataFrame, groups: Collection[str] = ()) -> DataFrame:
     """Kafka source rows -> DECODED_SCHEMA rows, exactly one per record: the common records decoded in
-    the JVM, the rest by the Python decoder on the executors."""
-    routed = _route(kafka_df, groups)
-    in_python = decode_in_python(routed.where(F.col(_JVM_KIND).isNull()), groups)
-    return _decoded_in_jvm(routed).unionByName(in_python)
+    the JVM, the rest by the Python decoder on the executors.
+
+    As a plain plan this reads the source twice (once per branch of the union); the ingest stages
+    `decode_or_route` instead and reads Kafka once (app/offsets_topic/ingest_io.py)."""
+    staged = decode_or_route(kafka_df, groups)
+    return staged.where(F.col("kind") != KIND_ROUTED).unionByName(decode_routed(staged, groups))

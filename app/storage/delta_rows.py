@@ -139,9 +139,13 @@ def merge_rows(
     rows: Sequence[Mapping[str, Any]],
     key: str | Sequence[str],
     keep: Sequence[str] = (),
+    user_metadata: str | None = None,
 ) -> None:
     """Upsert ``rows`` by ``key`` (one column or several) in one Delta commit: matched rows take
-    every column but the key and ``keep``; new rows are inserted whole. No rows, no commit."""
+    every column but the key and ``keep``; new rows are inserted whole. No rows, no commit.
+    ``user_metadata`` becomes the commit's userMetadata, as Spark's writer option of that name."""
+    from deltalake import CommitProperties
+
     where = backend.location(spark, path)
     table = _ensure(where, schema)
     if not rows:
@@ -155,6 +159,9 @@ def merge_rows(
                 predicate=" AND ".join(f't."{k}" = s."{k}"' for k in keys),
                 source_alias="s",
                 target_alias="t",
+                commit_properties=CommitProperties(
+                    custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata}
+                ),
             )
             .when_matched_update(updates={f'"{c}"': f's."{c}"' for c in updated})
             .when_not_matched_insert_all()

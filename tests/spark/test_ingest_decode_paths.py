@@ -1,9 +1,11 @@
 """The two decoders of `ingest-offsets` agree: every record kind decoded in the JVM (Spark SQL over the
 binary key and value) gives the row the complete Python decoder gives, and what the JVM path does not
-take is routed to Python, so the combined decode keeps exactly one row per record."""
+take is routed to Python, so the combined decode keeps exactly one row per record, also as the ingest
+stages it (one read of the source, Python only over the routed records)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -16,7 +18,9 @@ from app.offsets_topic.ingest import (
     KIND_SKIPPED,
     KIND_TOMBSTONE,
     decode_in_python,
+    progress_counts,
 )
+from app.offsets_topic.ingest_io import decoded_once
 from app.offsets_topic.jvm_decode import decode, decode_in_jvm
 from tests.unit.kafka_bytes import (
     Member,
@@ -78,6 +82,14 @@ def frame(spark: SparkSession, records: list[tuple[bytes | None, bytes | None]])
     return spark.createDataFrame(rows, schema)
 
 
+def per_key(counts: Any) -> Counter[tuple[Any, ...]]:
+    """Records per (log_partition, kind, record_type), however many rows a key was counted in."""
+    total: Counter[tuple[Any, ...]] = Counter()
+    for partition, kind, record_type, n in counts:
+        total[(partition, kind, record_type)] += n
+    return total
+
+
 def by_offset(df: Any) -> dict[int, Any]:
     return {r.log_offset: r.asDict() for r in df.collect()}
 
@@ -104,3 +116,7 @@ def test_jvm_and_python_decoders_give_identical_rows(spark: SparkSession, groups
     combined = decode(df, groups)
     assert combined.schema == DECODED_SCHEMA
     assert by_offset(combined) == python, "one row per record, each equal to the Python decoder's"
+    with decoded_once(df, groups) as (once, counts):
+        assert by_offset(once) == python, "the ingest's staged decode gives the same rows"
+        expected = [tuple(r) for r in progress_counts(decode_in_python(df, groups)).collect()]
+        assert per_key(counts) == per_key(expected), "and counts every record by kind"
