@@ -130,12 +130,12 @@ def test_over_a_window_last_nights_exempt_checkpoint_is_judged_and_older_verdict
 def test_a_nights_check_validates_the_ledger_and_commits_of_its_window(
     spark: SparkSession, cfg: AppConfig
 ) -> None:
-    old_duplicate = checkpoint(1, 0, {0: 10})[:1]
+    old_checkpoint = checkpoint(1, 0, {0: 10})
     save(
         ledger_df(
             spark,
-            old_duplicate,
-            old_duplicate,  # validated (and reported) by an earlier night
+            old_checkpoint,
+            old_checkpoint[:1],  # its snapshot written twice: validated (and reported) by an earlier night
             checkpoint(2, 4000, {0: 20}),
             ev("CHECKPOINT_SNAPSHOT", 5000, cp=3, offsets={0: 25}),
         ),
@@ -158,6 +158,8 @@ def test_a_nights_check_validates_the_ledger_and_commits_of_its_window(
     ]
     rows = next(e for e in night.outcomes if e.suite == "ledger" and "not_be_null(job_name)" in e.label)
     assert rows.observed["element_count"] == 5  # checkpoint 2's four events and checkpoint 3's snapshot
+    commits = next(e for e in night.outcomes if e.suite == "group_commits" and "(group_id)" in e.label)
+    assert commits.observed["element_count"] == 1  # the commit at 4002 s
 
 
 def test_the_commit_check_compares_the_offsets_reconcile_computed(
