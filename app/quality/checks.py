@@ -87,9 +87,11 @@ VALIDATION_RESULTS_SCHEMA: Final = StructType(
 # seconds with pandas, while Spark pays a job per metric bundle whatever the size.
 DRIVER_MAX_ROWS: Final = 200_000
 
-# Rows written up to this long after their time (a retried micro-batch, a writer catching up) are
-# still validated by the next night: a night's window starts this much before reconcile's.
-WINDOW_OVERLAP: Final = timedelta(hours=1)
+# A night's window starts this much before its reconcile window. A night validates every row
+# written before it reads the ledger, whatever its time, so only a row written after the previous
+# night read it with a time before that night's start could escape: the ledger's writers append a
+# micro-batch's events seconds after their time, and this leaves room for a slow commit.
+WINDOW_OVERLAP: Final = timedelta(minutes=2)
 
 # run ids end up in a Delta replaceWhere predicate: keep them to characters that need no quoting.
 _RUN_ID = re.compile(r"^[A-Za-z0-9._:-]+$")
@@ -662,15 +664,18 @@ def read_for_check(
     max_rows: int,
     where: Where | None = None,
     columns: Sequence[str] | None = None,
+    route_by: Where | None = None,
 ) -> pa.Table | DataFrame | None:
     """The table's rows to validate (``where``: the same filter for delta-rs and for Spark):
     Arrow read by delta-rs when ``on_driver`` says they are few, else a Spark DataFrame; None when
-    there is no table yet."""
+    there is no table yet. ``route_by`` counts other rows of the table for that choice: the rows
+    a derived frame is made of can be many more than the frame's."""
     dataset = delta_rows.dataset(spark, path)
     if dataset is None:
         return None
     arrow_filter = None if where is None else where[0]
-    if on_driver(dataset.count_rows(filter=arrow_filter), max_rows):
+    counted = arrow_filter if route_by is None else route_by[0]
+    if on_driver(dataset.count_rows(filter=counted), max_rows):
         table: pa.Table = dataset.to_table(
             columns=None if columns is None else list(columns), filter=arrow_filter
         )
@@ -682,20 +687,26 @@ def read_for_check(
 
 def read_inputs(spark: SparkSession, cfg: AppConfig, since: datetime | None, max_rows: int) -> CheckInputs:
     """What a check validates: with ``since``, the ledger and group commits from ``since`` less
-    ``WINDOW_OVERLAP``, and the checkpoint events of reconcile's look-back before it; else all."""
+    ``WINDOW_OVERLAP``, and the checkpoint events of reconcile's look-back before it; else all.
+
+    The checkpoint events take the window's route: the completion frame has a row per checkpoint
+    of the window, however many events the look-back holds (a few narrow columns, which the
+    driver aggregates in DuckDB)."""
     from app.storage.tables import tables_from_config
 
     t = tables_from_config(cfg)
     start = None if since is None else since - WINDOW_OVERLAP
     context = None if start is None else start - timedelta(days=cfg.reconcile.baseline_lookback_days)
+    window = None if start is None else ledger_window(start)
     return CheckInputs(
-        ledger=read_for_check(spark, t.ledger, max_rows, None if start is None else ledger_window(start)),
+        ledger=read_for_check(spark, t.ledger, max_rows, window),
         checkpoints=read_for_check(
             spark,
             t.ledger,
             max_rows,
             checkpoint_events(context),
             ("job_name", "run_id", "checkpoint_id", "event_type", "event_time"),
+            route_by=window,
         ),
         group_commits=read_for_check(
             spark, t.group_commits, max_rows, None if start is None else commits_window(start)

@@ -143,7 +143,7 @@ def test_a_nights_check_validates_the_ledger_and_commits_of_its_window(
         "ledger",
     )
     save(commits_df(spark, gc(3, 0, 10), gc(4002, 0, 20)), cfg, "group_commits")
-    since = at(4000)  # the overlap reaches back an hour: to 400 s, past the old rows at 0-2 s
+    since = at(4000)  # the overlap reaches back two minutes: to 3880 s, past the old rows at 0-2 s
     options = q.CheckOptions(build_docs=False, write_results=False, since=since)
 
     night = q.run_checks(spark, cfg, "check-night", now=at(6000), options=options)
