@@ -530,10 +530,18 @@ def validate_suites(
     context = gx_context(data_docs_dir)
     # The frames are handed over as batches: GE computes in pandas on the driver, or on the
     # session that made the frame.
-    sources = {
-        "pandas": context.data_sources.add_pandas(name="offset_audit_driver"),
-        "spark": context.data_sources.add_spark(name="offset_audit"),
-    }
+    sources: dict[str, Any] = {}
+
+    def source(route: str) -> Any:
+        # Made when first needed: GE's Spark source gets (or starts) a session, which a night
+        # whose tables all fit on the driver never needs.
+        if route not in sources:
+            if route == "pandas":
+                sources[route] = context.data_sources.add_pandas(name="offset_audit_driver")
+            else:
+                sources[route] = context.data_sources.add_spark(name="offset_audit")
+        return sources[route]
+
     run = RunIdentifier(run_name=run_id, run_time=now)
     outcomes: list[SuiteOutcome] = []
     for spec in specs:
@@ -543,7 +551,7 @@ def validate_suites(
             continue
         started = time.monotonic()
         route = "pandas" if isinstance(df, pd.DataFrame) else "spark"
-        asset = sources[route].add_dataframe_asset(name=spec.name)
+        asset = source(route).add_dataframe_asset(name=spec.name)
         batch = asset.add_batch_definition_whole_dataframe("whole")
         suite = context.suites.add(gx.ExpectationSuite(name=spec.name))
         for c in spec.checks:
