@@ -52,10 +52,13 @@ def short_observed(observed: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.quality.checks import CheckOptions, run_checks
+    from app.quality import preload
     from app.runtime.session import spark_session
 
+    preload.start()  # Great Expectations' import overlaps with the Spark session's start
     spark = spark_session(cfg)
+    from app.quality.checks import CheckOptions, run_checks
+
     summary = run_checks(
         spark,
         cfg,

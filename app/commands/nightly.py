@@ -22,8 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.cli import EXIT_FINDINGS, EXIT_INFRA, EXIT_OK, EXIT_USAGE, emit
     from app.nightly.run import Nightly, summary_text
+    from app.quality import preload
     from app.runtime.session import kafka_bootstrap, spark_session
 
+    preload.start()  # Great Expectations' import overlaps with the Spark session's start
     nightly = Nightly(
         spark_session(cfg), cfg, lambda: kafka_bootstrap(cfg), args.run_id, screenshot=args.screenshot
     )

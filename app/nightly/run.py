@@ -106,6 +106,10 @@ class Nightly:
     def run(self) -> NightlyResult:
         state = load_state(self.spark, self.cfg, self.run_id)
         state.setdefault("started_at", self.now.isoformat())
+        if state["steps"].get("check", {}).get("status") != "done":
+            from app.quality import preload
+
+            preload.start()  # Great Expectations' import overlaps with ingest and reconcile
         result = NightlyResult(self.run_id, state["started_at"])
         steps: dict[str, Callable[[], dict[str, Any]]] = {
             "ingest-offsets": self._ingest,
@@ -282,17 +286,38 @@ class Nightly:
     def _check(self) -> dict[str, Any]:
         from app.quality.checks import CheckOptions, run_checks
 
+        since = self._window_start()
         summary = run_checks(
             self.spark,
             self.cfg,
             self.run_id,
             now=self.now,
-            options=CheckOptions(reconcile_run_id=self.run_id),
+            options=CheckOptions(reconcile_run_id=self.run_id, since=since),
         )
         failed: dict[str, int] = {}
         for outcome in summary.failed(SEVERITIES[-1]):
             failed[outcome.severity] = failed.get(outcome.severity, 0) + 1
-        return {"failed_by_severity": failed, "data_docs": summary.data_docs}
+        return {
+            "failed_by_severity": failed,
+            "data_docs": summary.data_docs,
+            "since": None if since is None else since.isoformat(),
+        }
+
+    def _window_start(self) -> datetime | None:
+        """Where this night's reconcile window starts (None: the first night, everything). The
+        check validates the ledger and group commits from there: the rows since the last night
+        that succeeded, since a failed night leaves its reconcile run pending and the next
+        night's window starts where the last successful one ended."""
+        from app.storage import delta_rows
+
+        runs = tables_from_config(self.cfg).runs
+        rows = delta_rows.read_columns(self.spark, runs, ["run_id", "command", "window_start"]) or []
+        starts = [
+            delta_rows.instant(r["window_start"])
+            for r in rows
+            if r["run_id"] == self.run_id and r["command"] == "reconcile" and r["window_start"] is not None
+        ]
+        return min(starts, default=None)
 
     def _report(self) -> dict[str, Any]:
         from app.report.gather import build_report

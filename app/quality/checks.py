@@ -2,21 +2,30 @@
 
 Three parts, kept apart:
 
-- pure ``DataFrame -> DataFrame`` builders of the frames the suites validate (the stored tables, and
-  the derived frames that turn cross-row rules into column expectations);
+- builders of the frames the suites validate (the stored tables, and the derived frames that turn
+  cross-row rules into column expectations), twice over the same rules: DuckDB over Arrow on the
+  driver, and pure ``DataFrame -> DataFrame`` transforms for Spark;
 - the GE runner: an ephemeral context, typed outcomes, and Data Docs built to ``checks.data_docs_dir``.
-  Where a frame is validated is decided in one place, by its size (``on_driver``): a small frame
-  (every audit table of a normal night) is collected once and validated by GE's pandas data source
-  on the driver; a large one is handed to GE's Spark data source on the application's session, which
-  runs a Spark job per metric bundle. Both run the same suites and report the same results; on tiny
-  tables the Spark route costs tens of seconds of job scheduling for a few hundred rows;
+  Where a table is validated is decided in one place, by its size (``on_driver``): a small table
+  (every audit table of a normal night) is read by delta-rs into Arrow, its frames are built by
+  DuckDB and validated by GE's pandas data source on the driver, with no Spark job at all; a large
+  one is read by Spark and handed to GE's Spark data source on the application's session, which
+  runs a Spark job per metric bundle. Both run the same suites and report the same results; on
+  tiny tables the Spark route costs tens of seconds of job scheduling for a few hundred rows;
 - I/O: reading the tables (a missing table skips its suites) and writing the outcomes to the
   ``validation_results`` Delta table, one row per expectation and run.
+
+The ledger and the group commits only grow, so a night validates its window of them (``since``: the
+night's reconcile window, which a failed night does not move), with an overlap for rows written
+late; findings and partition summaries are validated whole or by reconcile run as before.
 
 Rule for "a completion for every snapshot": every checkpoint with a CHECKPOINT_SNAPSHOT has a
 CHECKPOINT_COMPLETED in the same job and run, except the newest snapshotted checkpoint of each run.
 That one may legitimately be in flight (the run is still going) or lost with the run (killed while
-checkpointing); the restart forensics judge those, not this invariant.
+checkpointing); the restart forensics judge those, not this invariant. Over a window, the frame
+holds the checkpoints snapshotted or completed in the window and each run's newest checkpoint
+snapshotted before it (exempt last night, judged now that the run went on), judged against the
+checkpoint events of the reconcile look-back.
 """
 
 from __future__ import annotations
@@ -25,14 +34,15 @@ import json
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType, TimestampType
@@ -44,8 +54,13 @@ from app.contracts.tables import (
     PARTITION_SUMMARY_SCHEMA,
     require_columns,
 )
-from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, EVENT_CHECKPOINT_SNAPSHOT, SEVERITIES
-from app.errors import UsageError
+from app.contracts.vocabulary import (
+    EVENT_CHECKPOINT_COMPLETED,
+    EVENT_CHECKPOINT_SNAPSHOT,
+    RUN_SUCCEEDED,
+    SEVERITIES,
+)
+from app.errors import SchemaMismatchError, UsageError
 from app.storage import delta_rows
 from checks.suites import SuiteSpec, all_suites
 
@@ -71,6 +86,12 @@ VALIDATION_RESULTS_SCHEMA: Final = StructType(
 # A few hundred thousand rows of an audit table fit easily in the driver's memory and validate in
 # seconds with pandas, while Spark pays a job per metric bundle whatever the size.
 DRIVER_MAX_ROWS: Final = 200_000
+
+# A night's window starts this much before its reconcile window. A night validates every row
+# written before it reads the ledger, whatever its time, so only a row written after the previous
+# night read it with a time before that night's start could escape: the ledger's writers append a
+# micro-batch's events seconds after their time, and this leaves room for a slow commit.
+WINDOW_OVERLAP: Final = timedelta(minutes=2)
 
 # run ids end up in a Delta replaceWhere predicate: keep them to characters that need no quoting.
 _RUN_ID = re.compile(r"^[A-Za-z0-9._:-]+$")
@@ -152,7 +173,7 @@ class CheckSummary:
         }
 
 
-# --- frames (pure) -------------------------------------------------------------------------------
+# --- frames for Spark (pure) --------------------------------------------------------------------
 
 
 def ledger_frame(ledger: DataFrame) -> DataFrame:
@@ -167,9 +188,11 @@ def ledger_frame(ledger: DataFrame) -> DataFrame:
     )
 
 
-def checkpoint_completion(ledger: DataFrame) -> DataFrame:
+def checkpoint_completion(ledger: DataFrame, since: datetime | None = None) -> DataFrame:
     """One row per snapshotted checkpoint that should have completed (all but each run's newest);
-    ``snapshot_without_completion`` names it ('job/run/checkpoint') when it never completed."""
+    ``snapshot_without_completion`` names it ('job/run/checkpoint') when it never completed. With
+    ``since``, only the checkpoints whose verdict the rows from ``since`` on can change (module
+    docstring); ``ledger`` then holds the checkpoint events of the look-back too."""
     require_columns(ledger, ("job_name", "run_id", "checkpoint_id", "event_type", "event_time"), "ledger")
     key = ["job_name", "run_id", "checkpoint_id"]
     with_cp = ledger.where(F.col("checkpoint_id").isNotNull())
@@ -183,17 +206,25 @@ def checkpoint_completion(ledger: DataFrame) -> DataFrame:
         .groupBy(*key)
         .agg(F.min("event_time").alias("completed_at"))
     )
-    newest = F.max("checkpoint_id").over(Window.partitionBy("job_name", "run_id"))
+    run = Window.partitionBy("job_name", "run_id")
+    before = F.when(F.col("snapshot_at") < F.lit(since), F.col("checkpoint_id"))
     missing = F.when(
         F.col("completed_at").isNull(),
         F.concat_ws("/", "job_name", "run_id", F.col("checkpoint_id").cast("string")),
     )
-    return (
-        snapshots.withColumn("_newest_cp", newest)
+    judged = (
+        snapshots.withColumn("_newest_cp", F.max("checkpoint_id").over(run))
+        .withColumn("_newest_before", F.max(before).over(run) if since is not None else F.lit(None))
         .where(F.col("checkpoint_id") < F.col("_newest_cp"))
         .join(completions, on=key, how="left")
-        .select(*key, "snapshot_at", "completed_at", missing.alias("snapshot_without_completion"))
     )
+    if since is not None:
+        judged = judged.where(
+            (F.col("snapshot_at") >= F.lit(since))
+            | (F.col("completed_at") >= F.lit(since))
+            | (F.col("checkpoint_id") == F.col("_newest_before"))
+        )
+    return judged.select(*key, "snapshot_at", "completed_at", missing.alias("snapshot_without_completion"))
 
 
 def commits_vs_checkpoints(summary: DataFrame) -> DataFrame:
@@ -224,26 +255,180 @@ def confirmed_gaps(findings: DataFrame, reconcile_run_id: str | None) -> DataFra
     return of_run(findings, reconcile_run_id).where(is_confirmed_gap)
 
 
-def build_frames(
-    tables: Mapping[str, DataFrame | None], reconcile_run_id: str | None
-) -> dict[str, DataFrame | None]:
-    """The frame of every suite (``SuiteSpec.frame``); None where its table does not exist."""
-    ledger, commits = tables.get("ledger"), tables.get("group_commits")
-    findings, summary = tables.get("findings"), tables.get("partition_summary")
-    if summary is not None:
-        require_columns(summary, PARTITION_SUMMARY_SCHEMA.fieldNames(), "partition_summary")
-    return {
-        "ledger": None if ledger is None else ledger_frame(ledger),
-        "checkpoint_completion": None if ledger is None else checkpoint_completion(ledger),
-        "group_commits": commits,
-        "commits_vs_checkpoints": (
-            None if summary is None else commits_vs_checkpoints(of_run(summary, reconcile_run_id))
-        ),
-        "findings": findings,
-        "confirmed_gaps": None if findings is None else confirmed_gaps(findings, reconcile_run_id),
-        # Thresholds apply to the latest state; older summaries were checked by earlier runs.
-        "partition_summary": None if summary is None else of_run(summary, reconcile_run_id),
+# --- frames on the driver (DuckDB and Arrow, the same rules) -------------------------------------
+
+_DETAIL_FIELDS: Final = ("reason", "error", "attempt")
+
+
+def _require(table: pa.Table, columns: Sequence[str], name: str) -> None:
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise SchemaMismatchError(f"{name} lacks required columns {missing}; has {table.column_names}")
+
+
+def _duckdb() -> Any:
+    import duckdb
+
+    db = duckdb.connect(":memory:")
+    db.execute("SET TimeZone = 'UTC'")  # timestamps come back as Spark's route gives them
+    return db
+
+
+def ledger_rows(ledger: pa.Table) -> pa.Table:
+    """``ledger_frame`` on the driver. Spark's get_json_object yields null for text that is not
+    JSON, where DuckDB would raise: json_valid guards it."""
+    _require(ledger, LEDGER_SCHEMA.fieldNames(), "ledger")
+    cols = ", ".join(f'"{c}"' for c in LEDGER_SCHEMA.fieldNames())
+    details = ", ".join(
+        f"CASE WHEN json_valid(detail) THEN json_extract_string(detail, '$.{f}') END AS detail_{f}"
+        for f in _DETAIL_FIELDS
+    )
+    db = _duckdb()
+    db.register("ledger", ledger)
+    out: pa.Table = db.sql(f"SELECT {cols}, {details} FROM ledger").to_arrow_table()
+    return out
+
+
+_COMPLETION_SQL: Final = """
+WITH events AS (
+    SELECT job_name, run_id, checkpoint_id, event_type, event_time
+    FROM ledger WHERE checkpoint_id IS NOT NULL
+), snapshots AS (
+    SELECT job_name, run_id, checkpoint_id, min(event_time) AS snapshot_at
+    FROM events WHERE event_type = $snapshot GROUP BY job_name, run_id, checkpoint_id
+), completions AS (
+    SELECT job_name, run_id, checkpoint_id, min(event_time) AS completed_at
+    FROM events WHERE event_type = $completed GROUP BY job_name, run_id, checkpoint_id
+), judged AS (
+    SELECT *,
+        max(checkpoint_id) OVER run AS newest,
+        max(CASE WHEN snapshot_at < $since THEN checkpoint_id END) OVER run AS newest_before
+    FROM snapshots
+    WINDOW run AS (PARTITION BY job_name, run_id)
+)
+SELECT s.job_name, s.run_id, s.checkpoint_id, s.snapshot_at, c.completed_at,
+    CASE WHEN c.completed_at IS NULL
+        THEN concat_ws('/', s.job_name, s.run_id, CAST(s.checkpoint_id AS VARCHAR)) END
+        AS snapshot_without_completion
+FROM judged s LEFT JOIN completions c
+    ON s.job_name = c.job_name AND s.run_id = c.run_id AND s.checkpoint_id = c.checkpoint_id
+WHERE s.checkpoint_id < s.newest
+    AND ($since IS NULL OR s.snapshot_at >= $since OR c.completed_at >= $since
+         OR s.checkpoint_id = s.newest_before)
+ORDER BY s.job_name, s.run_id, s.checkpoint_id
+"""
+
+
+def checkpoint_completion_rows(ledger: pa.Table, since: datetime | None = None) -> pa.Table:
+    """``checkpoint_completion`` on the driver, ordered by job, run and checkpoint."""
+    _require(ledger, ("job_name", "run_id", "checkpoint_id", "event_type", "event_time"), "ledger")
+    db = _duckdb()
+    db.register("ledger", ledger)
+    params = {
+        "snapshot": EVENT_CHECKPOINT_SNAPSHOT,
+        "completed": EVENT_CHECKPOINT_COMPLETED,
+        "since": since,
     }
+    sql = _COMPLETION_SQL.replace("$since", "CAST($since AS TIMESTAMPTZ)")
+    out: pa.Table = db.sql(sql, params=params).to_arrow_table()
+    return out
+
+
+def of_run_rows(table: pa.Table, reconcile_run_id: str | None) -> pa.Table:
+    if reconcile_run_id is None:
+        return table
+    return table.filter(pc.field("reconcile_run_id") == reconcile_run_id)
+
+
+def commits_vs_checkpoint_rows(summary: pa.Table) -> pa.Table:
+    """``commits_vs_checkpoints`` on the driver."""
+    _require(summary, PARTITION_SUMMARY_SCHEMA.fieldNames(), "partition_summary")
+    rows = summary.filter(pc.field("last_committed_offset").is_valid())
+    completed = pc.coalesce(rows.column("last_checkpoint_offset"), pa.scalar(0, pa.int64()))
+    return pa.table(
+        {
+            "job_name": rows.column("job_name"),
+            "group_id": rows.column("group_id"),
+            "topic": rows.column("topic"),
+            "partition": rows.column("partition"),
+            "committed_offset": rows.column("last_committed_offset"),
+            "commit_time": rows.column("last_commit_time"),
+            "completed_offset": completed,
+        }
+    )
+
+
+def confirmed_gap_rows(findings: pa.Table, reconcile_run_id: str | None) -> pa.Table:
+    _require(findings, FINDINGS_SCHEMA.fieldNames(), "findings")
+    is_confirmed_gap = (pc.field("finding_type") == "GAP") & (pc.field("status") == "confirmed")
+    return of_run_rows(findings, reconcile_run_id).filter(is_confirmed_gap)
+
+
+# --- every frame ---------------------------------------------------------------------------------
+
+Frame: TypeAlias = pd.DataFrame | DataFrame  # validated on the driver (pandas) or with Spark
+
+
+@dataclass(frozen=True)
+class CheckInputs:
+    """The tables a check reads, each as Arrow (small: the driver route) or a Spark DataFrame
+    (large), None where the table does not exist. ``checkpoints`` holds the ledger's checkpoint
+    events the completion rule needs (the whole ledger when not windowed)."""
+
+    ledger: pa.Table | DataFrame | None = None
+    checkpoints: pa.Table | DataFrame | None = None
+    group_commits: pa.Table | DataFrame | None = None
+    findings: pa.Table | DataFrame | None = None
+    partition_summary: pa.Table | DataFrame | None = None
+    since: datetime | None = None  # the window's start (checkpoint completion), None: whole tables
+
+
+def as_pandas(table: pa.Table) -> pd.DataFrame:
+    """Arrow as pandas with nullable integers and booleans (``_PANDAS_TYPES``)."""
+    return table.to_pandas(types_mapper=_PANDAS_TYPES.get)
+
+
+def _driver_frames(i: CheckInputs, run: str | None) -> dict[str, Frame | None]:
+    def local(t: pa.Table | DataFrame | None, make: Callable[[pa.Table], pa.Table]) -> Frame | None:
+        return None if not isinstance(t, pa.Table) else as_pandas(make(t))
+
+    return {
+        "ledger": local(i.ledger, ledger_rows),
+        "checkpoint_completion": local(i.checkpoints, lambda t: checkpoint_completion_rows(t, i.since)),
+        "group_commits": local(i.group_commits, lambda t: t),
+        "commits_vs_checkpoints": local(
+            i.partition_summary, lambda t: commits_vs_checkpoint_rows(of_run_rows(t, run))
+        ),
+        "findings": local(i.findings, lambda t: t),
+        "confirmed_gaps": local(i.findings, lambda t: confirmed_gap_rows(t, run)),
+        # Thresholds apply to the latest state; older summaries were checked by earlier runs.
+        "partition_summary": local(i.partition_summary, lambda t: of_run_rows(t, run)),
+    }
+
+
+def _spark_frames(i: CheckInputs, run: str | None) -> dict[str, Frame | None]:
+    def big(t: pa.Table | DataFrame | None, make: Callable[[DataFrame], DataFrame]) -> Frame | None:
+        return make(t) if isinstance(t, DataFrame) else None
+
+    return {
+        "ledger": big(i.ledger, ledger_frame),
+        "checkpoint_completion": big(i.checkpoints, lambda df: checkpoint_completion(df, i.since)),
+        "group_commits": big(i.group_commits, lambda df: df),
+        "commits_vs_checkpoints": big(
+            i.partition_summary, lambda df: commits_vs_checkpoints(of_run(df, run))
+        ),
+        "findings": big(i.findings, lambda df: df),
+        "confirmed_gaps": big(i.findings, lambda df: confirmed_gaps(df, run)),
+        "partition_summary": big(i.partition_summary, lambda df: of_run(df, run)),
+    }
+
+
+def build_frames(inputs: CheckInputs, reconcile_run_id: str | None) -> dict[str, Frame | None]:
+    """The frame of every suite (``SuiteSpec.frame``): pandas for a table read on the driver, Spark
+    for a large one; None where its table does not exist."""
+    driver = _driver_frames(inputs, reconcile_run_id)
+    spark = _spark_frames(inputs, reconcile_run_id)
+    return {name: driver[name] if driver[name] is not None else spark[name] for name in driver}
 
 
 # --- Great Expectations --------------------------------------------------------------------------
@@ -324,26 +509,19 @@ _PANDAS_TYPES: Final[Mapping[pa.DataType, Any]] = {
 }
 
 
-def on_driver(df: DataFrame, max_rows: int = DRIVER_MAX_ROWS) -> pd.DataFrame | None:
-    """The one place that decides where a frame is validated: the frame as pandas when it has at
-    most ``max_rows`` rows (one Spark job, reading at most ``max_rows + 1`` rows), else None
-    (validate it with Spark)."""
-    if max_rows <= 0:
-        return None
-    table = df.limit(max_rows + 1).toArrow()
-    if table.num_rows > max_rows:
-        return None
-    return table.to_pandas(types_mapper=_PANDAS_TYPES.get)
+def on_driver(rows: int, max_rows: int = DRIVER_MAX_ROWS) -> bool:
+    """The one place that decides where a table is validated: on the driver (delta-rs, DuckDB,
+    GE's pandas source) when it has at most ``max_rows`` rows to validate, else with Spark."""
+    return max_rows > 0 and rows <= max_rows
 
 
 def validate_suites(
     specs: Sequence[SuiteSpec],
-    frames: Mapping[str, DataFrame | None],
+    frames: Mapping[str, Frame | None],
     *,
     run_id: str,
     now: datetime,
     data_docs_dir: str | None = None,
-    driver_max_rows: int = DRIVER_MAX_ROWS,
 ) -> tuple[tuple[SuiteOutcome, ...], str | None]:
     """Run every suite over its frame; returns the outcomes and the Data Docs index URL."""
     import great_expectations as gx
@@ -352,12 +530,19 @@ def validate_suites(
     context = gx_context(data_docs_dir)
     # The frames are handed over as batches: GE computes in pandas on the driver, or on the
     # session that made the frame.
-    sources = {
-        "pandas": context.data_sources.add_pandas(name="offset_audit_driver"),
-        "spark": context.data_sources.add_spark(name="offset_audit"),
-    }
+    sources: dict[str, Any] = {}
+
+    def source(route: str) -> Any:
+        # Made when first needed: GE's Spark source gets (or starts) a session, which a night
+        # whose tables all fit on the driver never needs.
+        if route not in sources:
+            if route == "pandas":
+                sources[route] = context.data_sources.add_pandas(name="offset_audit_driver")
+            else:
+                sources[route] = context.data_sources.add_spark(name="offset_audit")
+        return sources[route]
+
     run = RunIdentifier(run_name=run_id, run_time=now)
-    collected: dict[str, pd.DataFrame | None] = {}  # frame name -> pandas (None: use Spark)
     outcomes: list[SuiteOutcome] = []
     for spec in specs:
         df = frames.get(spec.frame)
@@ -365,11 +550,8 @@ def validate_suites(
             outcomes.append(SuiteOutcome(spec.name, spec.table, skipped=f"table {spec.table} does not exist"))
             continue
         started = time.monotonic()
-        if spec.frame not in collected:
-            collected[spec.frame] = on_driver(df, driver_max_rows)
-        local = collected[spec.frame]
-        route = "spark" if local is None else "pandas"
-        asset = sources[route].add_dataframe_asset(name=spec.name)
+        route = "pandas" if isinstance(df, pd.DataFrame) else "spark"
+        asset = source(route).add_dataframe_asset(name=spec.name)
         batch = asset.add_batch_definition_whole_dataframe("whole")
         suite = context.suites.add(gx.ExpectationSuite(name=spec.name))
         for c in spec.checks:
@@ -377,8 +559,8 @@ def validate_suites(
         definition = context.validation_definitions.add(
             gx.ValidationDefinition(name=spec.name, data=batch, suite=suite)
         )
-        if local is not None:
-            result = definition.run(batch_parameters={"dataframe": local}, run_id=run)
+        if isinstance(df, pd.DataFrame):
+            result = definition.run(batch_parameters={"dataframe": df}, run_id=run)
         else:
             cached = df.persist()  # GE runs one Spark job per metric bundle over the same frame
             try:
@@ -427,19 +609,120 @@ def write_results(spark: SparkSession, path: str, summary: CheckSummary) -> None
 
 
 def latest_reconcile_run(spark: SparkSession, runs_path: str) -> str | None:
-    """The newest successful reconcile run (reconcile's audit_runs), or None before the first."""
-    from app.storage.tables import read_delta
+    """The newest successful reconcile run (reconcile's audit_runs), or None before the first;
+    read from the driver (no Spark job for a few run records)."""
+    rows = delta_rows.read_columns(spark, runs_path, ["run_id", "command", "status", "finished_at"]) or []
+    done = [r for r in rows if r["command"] == "reconcile" and r["status"] == RUN_SUCCEEDED]
+    latest = max(done, key=lambda r: (delta_rows.instant(r["finished_at"]), r["run_id"]), default=None)
+    return None if latest is None else str(latest["run_id"])
 
-    runs = read_delta(spark, runs_path)
-    if runs is None:
-        return None
-    row = (
-        runs.where((F.col("command") == "reconcile") & (F.col("status") == "succeeded"))
-        .orderBy(F.col("finished_at").desc(), F.col("run_id").desc())
-        .select("run_id")
-        .first()
+
+def _at(start: datetime) -> pa.Scalar:
+    return pa.scalar(start, pa.timestamp("us", tz="UTC"))
+
+
+# A window as a filter for delta-rs and the same filter for Spark (built only on the Spark route).
+Where: TypeAlias = tuple[pc.Expression, Callable[[], Column]]
+
+
+def ledger_window(start: datetime) -> Where:
+    """Ledger rows from ``start`` on, and those without a time (the not-null checks must see
+    them); event_date prunes the partitions."""
+    arrow = ((pc.field("event_date") >= start.date()) | pc.field("event_date").is_null()) & (
+        (pc.field("event_time") >= _at(start)) | pc.field("event_time").is_null()
     )
-    return None if row is None else str(row["run_id"])
+
+    def spark() -> Column:
+        return ((F.col("event_date") >= F.lit(start.date())) | F.col("event_date").isNull()) & (
+            (F.col("event_time") >= F.lit(start)) | F.col("event_time").isNull()
+        )
+
+    return arrow, spark
+
+
+def checkpoint_events(start: datetime | None) -> Where:
+    """The ledger's checkpoint snapshots and completions (from ``start``'s day on, when given)."""
+    types = [EVENT_CHECKPOINT_SNAPSHOT, EVENT_CHECKPOINT_COMPLETED]
+    arrow = pc.field("checkpoint_id").is_valid() & pc.field("event_type").isin(types)
+    if start is not None:
+        arrow = arrow & (pc.field("event_date") >= start.date())
+
+    def spark() -> Column:
+        cond = F.col("checkpoint_id").isNotNull() & F.col("event_type").isin(types)
+        return cond if start is None else cond & (F.col("event_date") >= F.lit(start.date()))
+
+    return arrow, spark
+
+
+def commits_window(start: datetime) -> Where:
+    """Group commits committed or logged from ``start`` on, and those with neither time."""
+    committed, logged = pc.field("commit_time"), pc.field("log_time")
+    arrow = (committed >= _at(start)) | (logged >= _at(start)) | (committed.is_null() & logged.is_null())
+
+    def spark() -> Column:
+        c, g = F.col("commit_time"), F.col("log_time")
+        return (c >= F.lit(start)) | (g >= F.lit(start)) | (c.isNull() & g.isNull())
+
+    return arrow, spark
+
+
+def read_for_check(
+    spark: SparkSession,
+    path: str,
+    max_rows: int,
+    where: Where | None = None,
+    columns: Sequence[str] | None = None,
+    route_by: Where | None = None,
+) -> pa.Table | DataFrame | None:
+    """The table's rows to validate (``where``: the same filter for delta-rs and for Spark):
+    Arrow read by delta-rs when ``on_driver`` says they are few, else a Spark DataFrame; None when
+    there is no table yet. ``route_by`` counts other rows of the table for that choice: the rows
+    a derived frame is made of can be many more than the frame's."""
+    dataset = delta_rows.dataset(spark, path)
+    if dataset is None:
+        return None
+    arrow_filter = None if where is None else where[0]
+    counted = arrow_filter if route_by is None else route_by[0]
+    if on_driver(dataset.count_rows(filter=counted), max_rows):
+        table: pa.Table = dataset.to_table(
+            columns=None if columns is None else list(columns), filter=arrow_filter
+        )
+        return table
+    df = spark.read.format("delta").load(path)
+    df = df if where is None else df.where(where[1]())
+    return df if columns is None else df.select(*columns)
+
+
+def read_inputs(spark: SparkSession, cfg: AppConfig, since: datetime | None, max_rows: int) -> CheckInputs:
+    """What a check validates: with ``since``, the ledger and group commits from ``since`` less
+    ``WINDOW_OVERLAP``, and the checkpoint events of reconcile's look-back before it; else all.
+
+    The checkpoint events take the window's route: the completion frame has a row per checkpoint
+    of the window, however many events the look-back holds (a few narrow columns, which the
+    driver aggregates in DuckDB)."""
+    from app.storage.tables import tables_from_config
+
+    t = tables_from_config(cfg)
+    start = None if since is None else since - WINDOW_OVERLAP
+    context = None if start is None else start - timedelta(days=cfg.reconcile.baseline_lookback_days)
+    window = None if start is None else ledger_window(start)
+    return CheckInputs(
+        ledger=read_for_check(spark, t.ledger, max_rows, window),
+        checkpoints=read_for_check(
+            spark,
+            t.ledger,
+            max_rows,
+            checkpoint_events(context),
+            ("job_name", "run_id", "checkpoint_id", "event_type", "event_time"),
+            route_by=window,
+        ),
+        group_commits=read_for_check(
+            spark, t.group_commits, max_rows, None if start is None else commits_window(start)
+        ),
+        findings=read_for_check(spark, t.findings, max_rows),
+        partition_summary=read_for_check(spark, t.partition_summary, max_rows),
+        since=start,
+    )
 
 
 def results_table_path(cfg: AppConfig) -> str:
@@ -455,8 +738,9 @@ class CheckOptions:
     build_docs: bool = True
     write_results: bool = True
     reconcile_run_id: str | None = None  # default: the latest successful reconcile run
-    extra_tables: Mapping[str, DataFrame] = field(default_factory=dict)  # tests inject frames
-    driver_max_rows: int = DRIVER_MAX_ROWS  # frames up to this size are validated on the driver
+    # Validate the ledger and group commits from here on (a night's window); None: whole tables.
+    since: datetime | None = None
+    driver_max_rows: int = DRIVER_MAX_ROWS  # tables up to this size are validated on the driver
 
 
 def run_checks(
@@ -467,30 +751,21 @@ def run_checks(
     options: CheckOptions | None = None,
 ) -> CheckSummary:
     """Read the audit tables, validate every suite, keep the outcomes and build Data Docs."""
-    from app.storage.tables import read_delta, tables_from_config
+    from app.storage.tables import tables_from_config
 
     if not _RUN_ID.match(run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits and . _ : - only")
     opts = options or CheckOptions()
     evaluated_at = now or datetime.now(UTC)
-    t = tables_from_config(cfg)
-    tables: dict[str, DataFrame | None] = {
-        "ledger": read_delta(spark, t.ledger),
-        "group_commits": read_delta(spark, t.group_commits),
-        "findings": read_delta(spark, t.findings),
-        "partition_summary": read_delta(spark, t.partition_summary),
-    }
-    tables.update(opts.extra_tables)
-    reconcile_run = opts.reconcile_run_id or latest_reconcile_run(spark, t.runs)
-    frames = build_frames(tables, reconcile_run)
+    reconcile_run = opts.reconcile_run_id or latest_reconcile_run(spark, tables_from_config(cfg).runs)
+    inputs = read_inputs(spark, cfg, opts.since, opts.driver_max_rows)
     docs_dir = data_docs_dir(cfg) if opts.build_docs else None
     suites, docs = validate_suites(
         all_suites(cfg.checks),
-        frames,
+        build_frames(inputs, reconcile_run),
         run_id=run_id,
         now=evaluated_at,
         data_docs_dir=docs_dir,
-        driver_max_rows=opts.driver_max_rows,
     )
     results_path = results_table_path(cfg) if opts.write_results else None
     summary = CheckSummary(run_id, evaluated_at, suites, reconcile_run, docs, results_path)

@@ -1,21 +1,28 @@
 """Reading for `offset-audit report`: the audit tables aggregated into the small rows the dashboard
 shows, then rendered by ``app.report.render`` and written as one HTML file.
 
+The tables are read on the driver by delta-rs into Arrow, in one pass each and only the columns
+the page needs (of the ledger, its checkpoint completions alone), and aggregated by DuckDB: the
+same numbers Spark computed in a dozen jobs, without a Spark job. The dashboard's rows are what
+Spark's ``collect`` gave (timestamps as naive local times), so the page does not change.
+
 A table that does not exist yet (a fresh deployment, a command not run) is an empty section and a
-note on the page, never an error. Only aggregates and the bounded findings list reach the driver.
+note on the page, never an error. Only aggregates and the bounded findings list reach Python.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
 
 from app.config import AppConfig
 from app.contracts import vocabulary as vocab
@@ -23,7 +30,8 @@ from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, SEVERITIES
 from app.incidents.grouping import incident_order
 from app.quality.checks import data_docs_dir, latest_reconcile_run, results_table_path
 from app.report import render as rp
-from app.storage.tables import read_delta, tables_from_config
+from app.storage import delta_rows
+from app.storage.tables import tables_from_config
 
 log = logging.getLogger(__name__)
 
@@ -31,139 +39,166 @@ _FINDING_COLUMNS = (
     "finding_id", "finding_type", "severity", "status", "job_name", "group_id", "topic", "partition",
     "checkpoint_id", "run_id", "offset_start", "offset_end", "record_count", "detected_at", "evidence",
 )  # fmt: skip
+_CHECKPOINT_COLUMNS = ("event_type", "group_id", "job_name", "run_id", "checkpoint_id")
 
 
 @dataclass(frozen=True)
 class ReportTables:
-    ledger: DataFrame | None
-    findings: DataFrame | None
-    partition_summary: DataFrame | None
-    restarts: DataFrame | None
-    validation_results: DataFrame | None
-    incidents: DataFrame | None = None
+    ledger: pa.Table | None  # the checkpoint completions of groups (``_CHECKPOINT_COLUMNS``)
+    findings: pa.Table | None
+    partition_summary: pa.Table | None
+    restarts: pa.Table | None
+    validation_results: pa.Table | None
+    incidents: pa.Table | None = None
+
+
+def _read(
+    spark: SparkSession, path: str, columns: Sequence[str] | None = None, where: pc.Expression | None = None
+) -> pa.Table | None:
+    dataset = delta_rows.dataset(spark, path)
+    if dataset is None:
+        return None
+    table: pa.Table = dataset.to_table(columns=None if columns is None else list(columns), filter=where)
+    return table
 
 
 def read_tables(spark: SparkSession, cfg: AppConfig) -> ReportTables:
     t = tables_from_config(cfg)
+    completed = (
+        (pc.field("event_type") == EVENT_CHECKPOINT_COMPLETED)
+        & pc.field("group_id").is_valid()
+        & pc.field("checkpoint_id").is_valid()
+    )
     return ReportTables(
-        ledger=read_delta(spark, t.ledger),
-        findings=read_delta(spark, t.findings),
-        partition_summary=read_delta(spark, t.partition_summary),
-        restarts=read_delta(spark, t.restarts),
-        validation_results=read_delta(spark, results_table_path(cfg)),
-        incidents=read_delta(spark, t.incidents),
+        ledger=_read(spark, t.ledger, _CHECKPOINT_COLUMNS, completed),
+        findings=_read(spark, t.findings),
+        partition_summary=_read(spark, t.partition_summary),
+        restarts=_read(spark, t.restarts),
+        validation_results=_read(spark, results_table_path(cfg)),
+        incidents=_read(spark, t.incidents),
     )
 
 
-def _dicts(df: DataFrame) -> list[dict[str, Any]]:
-    return [r.asDict() for r in df.collect()]
+def _spark_value(value: Any) -> Any:
+    """What Spark's collect gives for a value: timestamps as naive local times."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone().replace(tzinfo=None)
+    return value
 
 
-def findings_by_day(findings: DataFrame) -> list[dict[str, Any]]:
-    return _dicts(
-        findings.groupBy(
-            F.date_format("detected_at", "yyyy-MM-dd").alias("day"), "finding_type", "severity"
-        ).agg(F.count(F.lit(1)).alias("count"))
+def _query(sql: str, params: Sequence[Any] = (), **tables: pa.Table) -> list[dict[str, Any]]:
+    """``sql`` over the given Arrow tables (by name) in DuckDB, as rows like Spark's collect."""
+    import duckdb
+
+    db = duckdb.connect(":memory:")
+    db.execute("SET TimeZone = 'UTC'")  # dates and days as Spark's UTC session computes them
+    for name, table in tables.items():
+        db.register(name, table)
+    rows = db.sql(sql, params=list(params)).to_arrow_table().to_pylist()
+    return [{k: _spark_value(v) for k, v in r.items()} for r in rows]
+
+
+def findings_by_day(findings: pa.Table) -> list[dict[str, Any]]:
+    return _query(
+        "SELECT strftime(detected_at, '%Y-%m-%d') AS day, finding_type, severity, count(*) AS count "
+        "FROM findings GROUP BY ALL ORDER BY ALL",
+        findings=findings,
     )
 
 
-def open_findings(findings: DataFrame, limit: int) -> list[dict[str, Any]]:
+def open_findings(findings: pa.Table, limit: int) -> list[dict[str, Any]]:
     """Everything not judged benign, most severe and newest first, at most ``limit`` rows."""
-    rank = F.array_position(F.array(*[F.lit(s) for s in SEVERITIES]), F.col("severity"))
-    rows = (
-        findings.where(F.col("status") != vocab.BENIGN)
-        .orderBy(rank.asc(), F.col("detected_at").desc(), F.col("finding_id"))
-        .select(*_FINDING_COLUMNS)
-        .limit(limit)
+    cols = ", ".join(f'"{c}"' for c in _FINDING_COLUMNS)
+    rows = _query(
+        # An unknown severity ranks first, as Spark's array_position (0 when absent) put it.
+        f"SELECT {cols} FROM findings WHERE status <> ? "
+        "ORDER BY coalesce(list_position(?, severity), 0), detected_at DESC, finding_id LIMIT ?",
+        [vocab.BENIGN, list(SEVERITIES), limit],
+        findings=findings,
     )
-    return [r | {"detected_at": str(r["detected_at"])} for r in _dicts(rows)]
+    return [r | {"detected_at": str(r["detected_at"])} for r in rows]
 
 
-def top_incidents(incidents: DataFrame, limit: int) -> list[dict[str, Any]]:
+def top_incidents(incidents: pa.Table, limit: int) -> list[dict[str, Any]]:
     """Most severe first, then the most records lost or duplicated; at most ``limit``."""
-    rows = _dicts(incidents)
+    rows = [{k: _spark_value(v) for k, v in r.items()} for r in incidents.to_pylist()]
     return sorted(rows, key=incident_order)[:limit]
 
 
-def latest_summary(summary: DataFrame, reconcile_run_id: str | None) -> DataFrame:
+def latest_summary(summary: pa.Table, reconcile_run_id: str | None) -> list[dict[str, Any]]:
     """One row per job/topic/partition: the given run's, else each partition's most advanced."""
     if reconcile_run_id is not None:
-        return summary.where(F.col("reconcile_run_id") == reconcile_run_id)
-    order = Window.partitionBy("job_name", "topic", "partition").orderBy(
-        F.col("last_checkpoint_id").desc_nulls_last(), F.col("reconcile_run_id").desc()
-    )
-    return (
-        summary.withColumn("_summary_rank", F.row_number().over(order))
-        .where(F.col("_summary_rank") == 1)
-        .drop("_summary_rank")
+        return _query("SELECT * FROM summary WHERE reconcile_run_id = ?", [reconcile_run_id], summary=summary)
+    return _query(
+        "SELECT * FROM summary QUALIFY row_number() OVER (PARTITION BY job_name, topic, partition "
+        "ORDER BY last_checkpoint_id DESC NULLS LAST, reconcile_run_id DESC) = 1",
+        summary=summary,
     )
 
 
-def unresolved_gap_records(findings: DataFrame) -> dict[tuple[str, str, int], int]:
-    rows = (
-        findings.where((F.col("finding_type") == vocab.GAP) & (F.col("status") != vocab.BENIGN))
-        .groupBy("job_name", "topic", "partition")
-        .agg(F.sum("record_count").alias("missing"))
-        .collect()
+def unresolved_gap_records(findings: pa.Table) -> dict[tuple[str, str, int], int]:
+    rows = _query(
+        "SELECT job_name, topic, partition, CAST(sum(record_count) AS BIGINT) AS missing FROM findings "
+        "WHERE finding_type = ? AND status <> ? GROUP BY ALL",
+        [vocab.GAP, vocab.BENIGN],
+        findings=findings,
     )
     return {(r["job_name"], r["topic"], r["partition"]): int(r["missing"] or 0) for r in rows}
 
 
-def checkpoint_commit_counts(ledger: DataFrame, findings: DataFrame | None) -> dict[str, tuple[int, int]]:
+def checkpoint_commit_counts(ledger: pa.Table, findings: pa.Table | None) -> dict[str, tuple[int, int]]:
     """Per group: completed checkpoints (ledger) and, of those, the ones with a SKIPPED_COMMIT
     finding (distinct job/run/checkpoint), so the dashboard's skip rate counts exactly what the
     findings call a skipped commit: superseded, failed or never attempted alike."""
-    checkpoint = F.struct("job_name", "run_id", "checkpoint_id")
-    completed = (
-        ledger.where(
-            F.col("group_id").isNotNull()
-            & F.col("checkpoint_id").isNotNull()
-            & (F.col("event_type") == EVENT_CHECKPOINT_COMPLETED)
-        )
-        .groupBy("group_id")
-        .agg(F.count_distinct(checkpoint).alias("c"))
-        .collect()
+    per_checkpoint = (
+        "SELECT group_id, count(DISTINCT {{'j': job_name, 'r': run_id, 'c': checkpoint_id}}) AS n "
+        "FROM {table} WHERE group_id IS NOT NULL AND checkpoint_id IS NOT NULL AND {kind} GROUP BY group_id"
+    )
+    completed = _query(
+        per_checkpoint.format(table="ledger", kind="event_type = ?"),
+        [EVENT_CHECKPOINT_COMPLETED],
+        ledger=ledger,
     )
     skipped = (
         []
         if findings is None
-        else findings.where(
-            (F.col("finding_type") == "SKIPPED_COMMIT")
-            & F.col("group_id").isNotNull()
-            & F.col("checkpoint_id").isNotNull()
-        )
-        .groupBy("group_id")
-        .agg(F.count_distinct(checkpoint).alias("s"))
-        .collect()
-    )
-    skips = {r["group_id"]: int(r["s"]) for r in skipped}
-    return {r["group_id"]: (int(r["c"]), skips.get(r["group_id"], 0)) for r in completed}
-
-
-def group_lags(summary: DataFrame) -> list[dict[str, Any]]:
-    return _dicts(
-        summary.where(F.col("group_id").isNotNull())
-        .groupBy("group_id")
-        .agg(
-            F.max("commit_lag_offsets").alias("lag_offsets"),
-            F.max("commit_lag_seconds").alias("lag_seconds"),
+        else _query(
+            per_checkpoint.format(table="findings", kind="finding_type = ?"),
+            ["SKIPPED_COMMIT"],
+            findings=findings,
         )
     )
+    skips = {r["group_id"]: int(r["n"]) for r in skipped}
+    return {r["group_id"]: (int(r["n"]), skips.get(r["group_id"], 0)) for r in completed}
 
 
-def latest_checks(results: DataFrame) -> tuple[str | None, list[dict[str, Any]]]:
-    latest = results.orderBy(F.col("evaluated_at").desc(), F.col("run_id").desc()).select("run_id").first()
-    if latest is None:
+def group_lags(summary: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    lags: dict[str, dict[str, Any]] = {}
+    for r in summary:
+        if r["group_id"] is None:
+            continue
+        lag = lags.setdefault(
+            r["group_id"], {"group_id": r["group_id"], "lag_offsets": None, "lag_seconds": None}
+        )
+        for out, col in (("lag_offsets", "commit_lag_offsets"), ("lag_seconds", "commit_lag_seconds")):
+            if r[col] is not None:
+                lag[out] = r[col] if lag[out] is None else max(lag[out], r[col])
+    return list(lags.values())
+
+
+def latest_checks(results: pa.Table) -> tuple[str | None, list[dict[str, Any]]]:
+    latest = _query(
+        "SELECT run_id FROM results ORDER BY evaluated_at DESC, run_id DESC LIMIT 1", results=results
+    )
+    if not latest:
         return None, []
-    run_id = str(latest["run_id"])
-    rows = _dicts(
-        results.where(F.col("run_id") == run_id)
-        .groupBy("suite")
-        .agg(
-            F.count(F.lit(1)).alias("evaluated"),
-            F.sum(F.when(~F.col("success"), 1).otherwise(0)).alias("failed"),
-        )
-        .orderBy("suite")
+    run_id = str(latest[0]["run_id"])
+    rows = _query(
+        "SELECT suite, count(*) AS evaluated, "
+        "CAST(sum(CASE WHEN NOT success THEN 1 ELSE 0 END) AS BIGINT) AS failed "
+        "FROM results WHERE run_id = ? GROUP BY suite ORDER BY suite",
+        [run_id],
+        results=results,
     )
     return run_id, rows
 
@@ -198,7 +233,7 @@ def gather(
     ]
     summary = None if t.partition_summary is None else latest_summary(t.partition_summary, reconcile_run)
     missing = {} if t.findings is None else unresolved_gap_records(t.findings)
-    completeness = [] if summary is None else rp.completeness_rows(_dicts(summary), missing)
+    completeness = [] if summary is None else rp.completeness_rows(summary, missing)
     lags = [] if summary is None else group_lags(summary)
     counts = {} if t.ledger is None else checkpoint_commit_counts(t.ledger, t.findings)
     check_run, checks = (None, []) if t.validation_results is None else latest_checks(t.validation_results)
@@ -210,7 +245,9 @@ def gather(
         findings_by_day=[] if t.findings is None else findings_by_day(t.findings),
         groups=rp.group_rows(lags, counts),
         completeness=completeness,
-        restarts=[] if t.restarts is None else rp.restart_rows(_dicts(t.restarts)),
+        restarts=[]
+        if t.restarts is None
+        else rp.restart_rows(_query("SELECT * FROM restarts", restarts=t.restarts)),
         findings=[] if t.findings is None else open_findings(t.findings, cfg.report.max_findings),
         incidents=[]
         if t.incidents is None

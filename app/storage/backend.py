@@ -2,13 +2,15 @@
 every storage.
 
 Spark does whatever scales with the data: the sink scan and any write of it, the decoded
-`__consumer_offsets` records of ingest-offsets, the quality checks and the dashboard's reads. The
+`__consumer_offsets` records of ingest-offsets, a quality check's table too large for the driver
+(``quality.checks.on_driver``). The
 driver-side work goes through delta-rs (the ``deltalake`` package), which commits in milliseconds
 without a Spark job or a task slot: the ledger's micro-batch appends, the ledger window and the
 group commits the reconciliation analyses on the driver in Arrow, and the small audit tables
 (findings, incidents, restarts and ingest positions MERGEd, partition summaries and run records
-appended). That split holds on local files and on object storage alike; this module is the only
-one that opens a table with delta-rs (``delta_rows`` and the ledger's micro-batch append go through
+appended), and the reads of the checks' small tables and of the dashboard. That split holds on
+local files and on object storage alike; this module is the only one that opens a table with
+delta-rs (``delta_rows`` and the ledger's micro-batch append go through
 `open_table` and `location`).
 
 delta-rs reaches object storage with the settings Spark uses. For s3a:// it takes the Hadoop

@@ -49,5 +49,7 @@ def test_the_skip_rate_counts_the_checkpoints_the_findings_call_skipped(
     skipped = read(spark, cfg, "findings").filter("finding_type = 'SKIPPED_COMMIT'").collect()
     assert [(f.checkpoint_id, f.severity) for f in skipped] == [(2, "info")]
 
-    counts = report_io.checkpoint_commit_counts(read(spark, cfg, "ledger"), read(spark, cfg, "findings"))
+    tables = report_io.read_tables(spark, cfg)
+    assert tables.ledger is not None
+    counts = report_io.checkpoint_commit_counts(tables.ledger, tables.findings)
     assert counts == {GROUP: (3, len(skipped))}

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
@@ -22,6 +23,7 @@ from app.reconcile.run import run_reconcile
 from app.report import gather as report_io
 from app.report import render as report
 from checks.suites import LEDGER_IDENTITY
+from tests.ledger_data import ledger_table
 from tests.spark.tables import (
     GROUP,
     JOB,
@@ -99,6 +101,65 @@ def test_snapshot_without_completion_is_named_except_the_newest_of_each_run(spar
         ("run-1", 2, f"{JOB}/run-1/2"),
         ("run-1", 3, None),
     }
+
+
+def test_over_a_window_last_nights_exempt_checkpoint_is_judged_and_older_verdicts_are_not_repeated(
+    spark: SparkSession,
+) -> None:
+    events = [
+        *ev("CHECKPOINT_SNAPSHOT", 0, cp=1, offsets={0: 5}),  # never completed: reported last night
+        *checkpoint(2, 2, {0: 10}),
+        *ev("CHECKPOINT_SNAPSHOT", 5, cp=3, offsets={0: 15}),  # newest last night: exempt then
+        # --- the window starts at 8
+        *checkpoint(4, 10, {0: 20}),
+        *ev("CHECKPOINT_SNAPSHOT", 20, cp=5, offsets={0: 25}),  # newest now: exempt
+        *ev("CHECKPOINT_SNAPSHOT", 3, run="run-2", cp=7, offsets={0: 25}),  # run-2: nothing new
+        *ev("CHECKPOINT_SNAPSHOT", 4, run="run-2", cp=8, offsets={0: 25}),
+    ]
+    expected = {("run-1", 3, f"{JOB}/run-1/3"), ("run-1", 4, None)}
+
+    on_spark = q.checkpoint_completion(ledger_df(spark, events), since=at(8))
+    on_driver = q.checkpoint_completion_rows(ledger_table(events), since=at(8)).to_pylist()
+
+    assert rows_of(on_spark, "run_id", "checkpoint_id", "snapshot_without_completion") == expected
+    assert [(r["run_id"], r["checkpoint_id"], r["snapshot_without_completion"]) for r in on_driver] == sorted(
+        expected, key=str
+    )
+
+
+def test_a_nights_check_validates_the_ledger_and_commits_of_its_window(
+    spark: SparkSession, cfg: AppConfig
+) -> None:
+    old_checkpoint = checkpoint(1, 0, {0: 10})
+    save(
+        ledger_df(
+            spark,
+            old_checkpoint,
+            old_checkpoint[:1],  # its snapshot written twice: validated (and reported) by an earlier night
+            checkpoint(2, 4000, {0: 20}),
+            ev("CHECKPOINT_SNAPSHOT", 5000, cp=3, offsets={0: 25}),
+        ),
+        cfg,
+        "ledger",
+    )
+    save(commits_df(spark, gc(3, 0, 10), gc(4002, 0, 20)), cfg, "group_commits")
+    since = at(4000)  # the overlap reaches back two minutes: to 3880 s, past the old rows at 0-2 s
+    options = q.CheckOptions(build_docs=False, write_results=False, since=since)
+
+    night = q.run_checks(spark, cfg, "check-night", now=at(6000), options=options)
+    whole = q.run_checks(spark, cfg, "check-all", options=dataclasses.replace(options, since=None))
+    window_on_spark = q.run_checks(
+        spark, cfg, "check-night-spark", options=dataclasses.replace(options, driver_max_rows=0)
+    )
+
+    assert night.failed() == window_on_spark.failed() == []
+    assert [e.label for e in whole.failed()] == [
+        f"expect_compound_columns_to_be_unique({list(LEDGER_IDENTITY)})"
+    ]
+    rows = next(e for e in night.outcomes if e.suite == "ledger" and "not_be_null(job_name)" in e.label)
+    assert rows.observed["element_count"] == 5  # checkpoint 2's four events and checkpoint 3's snapshot
+    commits = next(e for e in night.outcomes if e.suite == "group_commits" and "(group_id)" in e.label)
+    assert commits.observed["element_count"] == 1  # the commit at 4002 s
 
 
 def test_the_commit_check_compares_the_offsets_reconcile_computed(
@@ -327,14 +388,20 @@ def test_driver_and_spark_validation_give_the_same_outcomes(spark: SparkSession,
     assert outcomes(on_driver) == outcomes(on_spark)
 
 
-def test_only_frames_within_the_driver_limit_are_collected(spark: SparkSession) -> None:
-    df = spark.createDataFrame([(None, None), (2, True)], "n long, b boolean")
+def test_only_tables_within_the_driver_limit_are_read_on_the_driver(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "small")
+    spark.createDataFrame([(None, None), (2, True)], "n long, b boolean").write.format("delta").save(path)
 
-    local = q.on_driver(df, max_rows=2)
+    read = q.read_for_check(spark, path, max_rows=2)
 
-    assert local is not None
+    assert isinstance(read, pa.Table)
+    local = q.as_pandas(read)
     assert local["n"].isna().tolist() == [True, False]
     assert local["n"].iloc[1] == 2
     assert str(local["n"].dtype) == "Int64"  # not float64: a null keeps integers integral
     assert local["b"].isna().tolist() == [True, False]
-    assert q.on_driver(df, max_rows=1) is None
+    assert isinstance(q.read_for_check(spark, path, max_rows=1), DataFrame)
+    assert isinstance(q.read_for_check(spark, path, max_rows=0), DataFrame)
+    assert q.read_for_check(spark, str(tmp_path / "none"), max_rows=2) is None
