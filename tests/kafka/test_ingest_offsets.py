@@ -137,7 +137,9 @@ def formatter_records(bootstrap: str, partitions: list[int]) -> dict[int, list[d
     """Every offset record Kafka's OffsetsMessageFormatter prints per partition, read_committed, in order.
 
     The formatter ignores print.partition/print.offset, so each partition is read alone: the order of its
-    output is the log order, which is what the decoded rows are matched against.
+    output is the log order, which is what the decoded rows are matched against. The console consumer
+    ends after --timeout-ms without a record, which also covers its wait for the first one (group-less
+    assignment and metadata): 8 s proved too short on a machine at load 25, so it gets 30 s.
     """
     classpath = ":".join(str(j) for j in jvm.resolve_classpath("kafka"))
 
@@ -145,7 +147,7 @@ def formatter_records(bootstrap: str, partitions: list[int]) -> dict[int, list[d
         return [
             "java", "-Xmx256m", "-cp", classpath, "org.apache.kafka.tools.consumer.ConsoleConsumer",
             "--bootstrap-server", bootstrap, "--topic", OFFSETS_TOPIC, "--partition", str(partition),
-            "--offset", "earliest", "--timeout-ms", "8000",
+            "--offset", "earliest", "--timeout-ms", "30000",
             "--formatter", "org.apache.kafka.tools.consumer.OffsetsMessageFormatter",
             "--consumer-property", "exclude.internal.topics=false",
             "--isolation-level", "read_committed",
