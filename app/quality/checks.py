@@ -388,47 +388,54 @@ def as_pandas(table: pa.Table) -> pd.DataFrame:
     return table.to_pandas(types_mapper=_PANDAS_TYPES.get)
 
 
-def _driver_frames(i: CheckInputs, run: str | None) -> dict[str, Frame | None]:
-    def local(t: pa.Table | DataFrame | None, make: Callable[[pa.Table], pa.Table]) -> Frame | None:
-        return None if not isinstance(t, pa.Table) else as_pandas(make(t))
+# How a suite's frame is built from its CheckInputs table, on each route.
+_Builders: TypeAlias = tuple[str, Callable[[pa.Table], pa.Table], Callable[[DataFrame], DataFrame]]
 
+
+def _same(t: Any) -> Any:
+    return t
+
+
+def _frame_builders(run: str | None, since: datetime | None) -> dict[str, _Builders]:
+    """Suite frame -> (the CheckInputs field it is made from, its builder over an Arrow table read on
+    the driver, its builder over a Spark frame): one row per suite, so the routes cannot drift."""
     return {
-        "ledger": local(i.ledger, ledger_rows),
-        "checkpoint_completion": local(i.checkpoints, lambda t: checkpoint_completion_rows(t, i.since)),
-        "group_commits": local(i.group_commits, lambda t: t),
-        "commits_vs_checkpoints": local(
-            i.partition_summary, lambda t: commits_vs_checkpoint_rows(of_run_rows(t, run))
+        "ledger": ("ledger", ledger_rows, ledger_frame),
+        "checkpoint_completion": (
+            "checkpoints",
+            lambda t: checkpoint_completion_rows(t, since),
+            lambda df: checkpoint_completion(df, since),
         ),
-        "findings": local(i.findings, lambda t: t),
-        "confirmed_gaps": local(i.findings, lambda t: confirmed_gap_rows(t, run)),
+        "group_commits": ("group_commits", _same, _same),
+        "commits_vs_checkpoints": (
+            "partition_summary",
+            lambda t: commits_vs_checkpoint_rows(of_run_rows(t, run)),
+            lambda df: commits_vs_checkpoints(of_run(df, run)),
+        ),
+        "findings": ("findings", _same, _same),
+        "confirmed_gaps": (
+            "findings",
+            lambda t: confirmed_gap_rows(t, run),
+            lambda df: confirmed_gaps(df, run),
+        ),
         # Thresholds apply to the latest state; older summaries were checked by earlier runs.
-        "partition_summary": local(i.partition_summary, lambda t: of_run_rows(t, run)),
-    }
-
-
-def _spark_frames(i: CheckInputs, run: str | None) -> dict[str, Frame | None]:
-    def big(t: pa.Table | DataFrame | None, make: Callable[[DataFrame], DataFrame]) -> Frame | None:
-        return make(t) if isinstance(t, DataFrame) else None
-
-    return {
-        "ledger": big(i.ledger, ledger_frame),
-        "checkpoint_completion": big(i.checkpoints, lambda df: checkpoint_completion(df, i.since)),
-        "group_commits": big(i.group_commits, lambda df: df),
-        "commits_vs_checkpoints": big(
-            i.partition_summary, lambda df: commits_vs_checkpoints(of_run(df, run))
-        ),
-        "findings": big(i.findings, lambda df: df),
-        "confirmed_gaps": big(i.findings, lambda df: confirmed_gaps(df, run)),
-        "partition_summary": big(i.partition_summary, lambda df: of_run(df, run)),
+        "partition_summary": ("partition_summary", lambda t: of_run_rows(t, run), lambda df: of_run(df, run)),
     }
 
 
 def build_frames(inputs: CheckInputs, reconcile_run_id: str | None) -> dict[str, Frame | None]:
     """The frame of every suite (``SuiteSpec.frame``): pandas for a table read on the driver, Spark
     for a large one; None where its table does not exist."""
-    driver = _driver_frames(inputs, reconcile_run_id)
-    spark = _spark_frames(inputs, reconcile_run_id)
-    return {name: driver[name] if driver[name] is not None else spark[name] for name in driver}
+    frames: dict[str, Frame | None] = {}
+    for name, (field, on_arrow, on_spark) in _frame_builders(reconcile_run_id, inputs.since).items():
+        table = getattr(inputs, field)
+        if isinstance(table, pa.Table):
+            frames[name] = as_pandas(on_arrow(table))
+        elif isinstance(table, DataFrame):
+            frames[name] = on_spark(table)
+        else:
+            frames[name] = None
+    return frames
 
 
 # --- Great Expectations --------------------------------------------------------------------------
