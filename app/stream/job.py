@@ -38,10 +38,11 @@ from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import CheckpointFormatError, InfrastructureError
 from app.kafka.clients import librdkafka_conf, spark_kafka_options
 from app.kafka.commit import (
+    close_within,
     committed_offsets,
     committing_consumer,
-    make_commit_fn,
     offsets_for_timestamp,
+    open_commit_client,
     topic_partitions,
     watermarks,
 )
@@ -378,14 +379,16 @@ class StreamJob:
         ensure_sink(self.spark, self.sink_path)
         kconf = librdkafka_conf(self.cfg.kafka, self.bootstrap)
         meta_consumer = committing_consumer(kconf, self.scfg.group_id)
-        commit_consumer = committing_consumer(kconf, self.scfg.group_id)
+        commit_consumer, commit_fn = open_commit_client(
+            kconf, self.scfg.group_id, self.cfg.kafka.request_timeout_s
+        )
         try:
             partitions = topic_partitions(meta_consumer, self.scfg.topics, self.cfg.kafka.request_timeout_s)
             plan = self._plan(meta_consumer, partitions)
             result = StreamResult(self.run_id, plan.mode, plan.restored_checkpoint_id, notes=list(plan.notes))
             if self.audited:
                 result.recovered_events = self._write_startup_events(plan, partitions)
-                self._committer = self._new_committer(commit_consumer)
+                self._committer = self._new_committer(commit_fn)
             listener = _CompletionListener(self._on_progress)
             self.spark.streams.addListener(listener)
             try:
@@ -398,10 +401,9 @@ class StreamJob:
             return result
         finally:
             meta_consumer.close()
-            commit_consumer.close()
+            close_within(commit_consumer, self.scfg.commit_close_timeout_s)
 
-    def _new_committer(self, consumer: Any) -> OffsetCommitter:
-        commit_fn = make_commit_fn(consumer)
+    def _new_committer(self, commit_fn: CommitFn) -> OffsetCommitter:
         if self._commit_fn_wrapper is not None:
             commit_fn = self._commit_fn_wrapper(commit_fn)
         return OffsetCommitter(

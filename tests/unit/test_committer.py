@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from app.contracts.offsets import (
     EARLIEST_OFFSET,
@@ -40,7 +40,7 @@ from app.contracts.vocabulary import (
     EVENT_COMMIT_SUCCEEDED,
 )
 from app.errors import CommitFailedError, CommitterStateError, ConfigError, UnknownEngineError
-from app.kafka.commit import make_commit_fn
+from app.kafka.commit import CommitAnswers, make_commit_fn
 from app.stream.commit_outcome import CommitError, CommitResult, commit_error_from_kafka
 from app.stream.committer import MAX_NUM_PENDING_CHECKPOINTS, SUPERSEDED_WARNING, OffsetCommitter
 
@@ -499,10 +499,77 @@ class _RefusingConsumer:
 def test_commit_failures_carry_kafkas_retriable_classification(code: int, retriable: bool) -> None:
     # confluent-kafka's own flag is off for NOT_COORDINATOR; the ledger must still say retriable.
     consumer = _RefusingConsumer(KafkaError(code))
-    result = make_commit_fn(consumer)({("t", 0): 5})  # type: ignore[arg-type]
+    result = make_commit_fn(consumer, CommitAnswers(), 5.0)({("t", 0): 5})  # type: ignore[arg-type]
     assert result.error is not None
     assert (result.error.error, result.error.retriable) == (KafkaError(code).name(), retriable)
     assert consumer.polls == 1  # librdkafka's queued log lines are served after every commit
+
+
+class _AsyncConsumer:
+    """Answers asynchronous commits through the on_commit callback when polled, as librdkafka does;
+    `held` commits stay unanswered until `release()` (a coordinator that is gone, then back)."""
+
+    def __init__(self, answers: CommitAnswers) -> None:
+        self.answers = answers
+        self.hold = False
+        self.held: list[list[TopicPartition]] = []
+        self.ready: list[list[TopicPartition]] = []
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        assert asynchronous, "a synchronous commit waits for the coordinator without limit"
+        (self.held if self.hold else self.ready).append(offsets)
+
+    def release(self) -> None:
+        self.ready, self.held = self.held + self.ready, []
+
+    def poll(self, timeout: float) -> None:
+        while self.ready:
+            self.answers.on_commit(None, self.ready.pop(0))
+
+
+def test_an_answered_asynchronous_commit_is_acknowledged_per_partition() -> None:
+    answers = CommitAnswers()
+    commit = make_commit_fn(_AsyncConsumer(answers), answers, 30.0)  # type: ignore[arg-type]
+    result = commit({("t", 1): 7, ("t", 0): 5})
+    assert (result.acknowledged, result.errors, result.error) == ({("t", 0): 5, ("t", 1): 7}, {}, None)
+
+
+def test_an_unanswered_commit_ends_at_its_deadline_as_a_retriable_timeout() -> None:
+    answers = CommitAnswers()
+    consumer = _AsyncConsumer(answers)
+    consumer.hold = True
+    result = make_commit_fn(consumer, answers, 0.2)({("t", 0): 5})  # type: ignore[arg-type]
+    assert result.error is not None
+    assert (result.error.error, result.error.retriable) == ("_TIMED_OUT", True)
+    assert "within 0.2s" in result.error.message
+
+
+@pytest.mark.parametrize("next_offset", [5, 9], ids=["same offsets again", "newer offsets"])
+def test_a_late_answer_to_a_given_up_commit_is_never_taken_for_the_next_ones(next_offset: int) -> None:
+    answers = CommitAnswers()
+    consumer = _AsyncConsumer(answers)
+    commit = make_commit_fn(consumer, answers, 0.2)  # type: ignore[arg-type]
+    consumer.hold = True
+    assert commit({("t", 0): 5}).error is not None
+    consumer.hold = False
+    consumer.release()  # the coordinator is back: the old answer comes first, then the new one
+    result = commit({("t", 0): next_offset})
+    assert result.acknowledged == {("t", 0): next_offset}
+    assert answers.take(1) is None
+    assert answers.take(2) is None
+
+
+def test_commit_answers_pair_by_offsets_before_order() -> None:
+    answers = CommitAnswers()
+    first = answers.sent([TopicPartition("t", 0, 5)])
+    second = answers.sent([TopicPartition("t", 0, 9)])
+    answers.on_commit(None, [TopicPartition("t", 0, 9)])
+    answers.on_commit(None, [TopicPartition("t", 0, 5)])
+    taken_second, taken_first = answers.take(second), answers.take(first)
+    assert taken_second is not None
+    assert taken_second[1][0].offset == 9
+    assert taken_first is not None
+    assert taken_first[1][0].offset == 5
 
 
 # --- semantics: +1 for Flink legacy, unchanged for next-offset engines -----------------------------
