@@ -11,8 +11,9 @@ the counts (read, decoded, skipped by type, other groups, quarantined) from one 
 from __future__ import annotations
 
 import json
+import re
 import struct
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,8 +108,34 @@ DECODED_SCHEMA = StructType(
 )
 
 # Columns filled by the Python decoder, in DECODED_SCHEMA order (the first three pass through untouched).
-_DECODED_FIELDS = tuple(f.name for f in DECODED_SCHEMA.fields[3:])
-_ARROW_DECODED_SCHEMA = to_arrow_schema(DECODED_SCHEMA)
+DECODED_FIELDS = tuple(f.name for f in DECODED_SCHEMA.fields[3:])
+ARROW_DECODED_SCHEMA = to_arrow_schema(DECODED_SCHEMA)
+
+
+# --- where the decode runs ----------------------------------------------------------------------
+
+DECODE_ON_DRIVER = "driver"
+DECODE_ON_SPARK = "spark"
+
+
+def decode_path(setting: str, master: str) -> str:
+    """Where `ingest-offsets` reads and decodes: the one place that decides (config `ingest.decode_on`).
+
+    'auto' reads on the driver when Spark runs local (`local`, `local[N]`, `local[*]`, `local[N,F]`):
+    there the executors are threads of the driver process, so a Kafka consumer and delta-rs in that
+    process lose no parallelism and skip Spark's per-record overhead (several times faster, see
+    bench.ingest_offsets).
+    On a cluster the work goes to the executors through Spark. 'driver' and 'spark' force a path.
+    """
+    if setting in (DECODE_ON_DRIVER, DECODE_ON_SPARK):
+        return setting
+    if setting != "auto":
+        raise OffsetAuditError(f"ingest.decode_on must be auto, driver or spark, got '{setting}'")
+    # Not `local-cluster[...]`: Spark's test master whose executors are separate processes.
+    return DECODE_ON_DRIVER if _LOCAL_MASTER.fullmatch(master.strip()) else DECODE_ON_SPARK
+
+
+_LOCAL_MASTER = re.compile(r"local(\[[^\]]*\])?")
 
 
 # --- which partitions, which ranges --------------------------------------------------------------
@@ -201,7 +228,7 @@ def positions_rows(
 # --- the executor-side decoder -------------------------------------------------------------------
 
 
-def _group_prefix_filter(groups: Collection[str]) -> Callable[[bytes], bool] | None:
+def group_prefix_filter(groups: Collection[str]) -> Callable[[bytes], bool] | None:
     """A cheap test on raw key bytes: does this offset/group key belong to an audited group?
 
     Keys of types 0, 1 and 2 start with int16 type, int16 length and the group's UTF-8 bytes, so the
@@ -305,7 +332,7 @@ def fast_commit_row(key: bytes, value: bytes, record_type: int) -> tuple[Any, ..
 def decode_row(
     key: bytes | None, value: bytes | None, audited: Callable[[bytes], bool] | None
 ) -> tuple[Any, ...]:
-    """One record -> the decoder-filled columns of DECODED_SCHEMA (`_DECODED_FIELDS` order). Never raises."""
+    """One record -> the decoder-filled columns of DECODED_SCHEMA (`DECODED_FIELDS` order). Never raises."""
     if key is not None and len(key) >= 2:
         record_type = int.from_bytes(key[:2], "big", signed=True)
         known = record_type in OFFSET_COMMIT_KEY_TYPES or record_type == GROUP_METADATA_KEY_TYPE
@@ -348,9 +375,26 @@ def decode_row(
     )  # fmt: skip
 
 
-_NULLS_AFTER_TYPE = (None,) * (len(_DECODED_FIELDS) - 2)
-_NULLS_AFTER_GROUP = (None,) * (len(_DECODED_FIELDS) - 3)
-_NULLS_BEFORE_REASON = (None,) * (len(_DECODED_FIELDS) - 5)
+_NULLS_AFTER_TYPE = (None,) * (len(DECODED_FIELDS) - 2)
+_NULLS_AFTER_GROUP = (None,) * (len(DECODED_FIELDS) - 3)
+_NULLS_BEFORE_REASON = (None,) * (len(DECODED_FIELDS) - 5)
+
+
+def decoded_batch(
+    partitions: pa.Array, offsets: pa.Array, timestamps: pa.Array, rows: Sequence[tuple[Any, ...]]
+) -> pa.RecordBatch:
+    """A DECODED_SCHEMA batch from the records' log coordinates and their `decode_row` tuples."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(DECODED_FIELDS)
+    arrays: list[pa.Array] = [
+        partitions.cast(pa.int32()),
+        offsets.cast(pa.int64()),
+        timestamps.cast(pa.timestamp("us", tz="UTC")),
+    ]
+    arrays += [
+        pa.array(col, type=ARROW_DECODED_SCHEMA.field(name).type)
+        for name, col in zip(DECODED_FIELDS, columns, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_DECODED_SCHEMA)
 
 
 def make_batch_decoder(
@@ -363,22 +407,14 @@ def make_batch_decoder(
     group_list = tuple(groups)
 
     def decode_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        audited = _group_prefix_filter(group_list)
+        audited = group_prefix_filter(group_list)
         for batch in batches:
             keys = batch.column("key").to_pylist()
             values = batch.column("value").to_pylist()
             rows = [decode_row(k, v, audited) for k, v in zip(keys, values, strict=True)]
-            columns = list(zip(*rows, strict=True)) if rows else [()] * len(_DECODED_FIELDS)
-            arrays: list[pa.Array] = [
-                batch.column("partition").cast(pa.int32()),
-                batch.column("offset").cast(pa.int64()),
-                batch.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
-            ]
-            arrays += [
-                pa.array(col, type=_ARROW_DECODED_SCHEMA.field(name).type)
-                for name, col in zip(_DECODED_FIELDS, columns, strict=True)
-            ]
-            yield pa.RecordBatch.from_arrays(arrays, schema=_ARROW_DECODED_SCHEMA)
+            yield decoded_batch(
+                batch.column("partition"), batch.column("offset"), batch.column("timestamp"), rows
+            )
 
     return decode_batches
 
