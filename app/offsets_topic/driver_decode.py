@@ -20,13 +20,16 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from app.contracts.tables import DECODE_ERRORS_SCHEMA, GROUP_COMMITS_SCHEMA, GROUP_EVENTS_SCHEMA
 from app.offsets_topic.ingest import (
+    DECODED_FIELDS,
     KIND_COMMIT,
     KIND_ERROR,
     KIND_GROUP_METADATA,
     KIND_GROUP_TOMBSTONE,
     KIND_TOMBSTONE,
     decode_row,
-    decoded_batch,
+    decoded_columns,
+    fast_commit_key,
+    fast_commit_value,
     group_prefix_filter,
 )
 
@@ -38,12 +41,37 @@ _TS = pa.timestamp("us", tz="UTC")
 ProgressRow = tuple[int, str, int | None, int]  # (log_partition, kind, record_type, records)
 
 
+# Distinct record keys remembered per run: (group, topic, partition) repeats in every commit of that
+# partition, so the key is parsed once; a cluster has at most groups x partitions distinct keys, and
+# beyond this bound the memo is simply started again.
+_KEY_MEMO_SIZE = 200_000
+_COMMIT_TYPES = (0, 1)  # OFFSET_COMMIT_KEY_TYPES, as the second byte of a key whose first is 0
+_DENSE = 5 + 6  # kind, record_type, group, topic, partition + the commit value's six fields
+_NO_REST = (None,) * (len(DECODED_FIELDS) - _DENSE)
+
+
 def make_record_decoder(
     groups: Collection[str] = (),
 ) -> Callable[[Sequence[int], Sequence[int], Sequence[int], Sequence[Any], Sequence[Any]], pa.RecordBatch]:
     """A function (partitions, offsets, timestamps in epoch ms, keys, values) -> one DECODED_SCHEMA
-    batch with a row per record, in the given order. `groups` empty: every group is audited."""
+    batch with a row per record, in the given order. `groups` empty: every group is audited.
+
+    Every row equals `ingest.decode_row`'s; the common record (an offset commit of an audited group)
+    is built from two parts without the 20-field tuple: the key's (kind, type, group, topic, partition),
+    memoised per distinct key, and the value's six fields. Any other record is `decode_row`'s row."""
     audited = group_prefix_filter(tuple(groups))
+    memo: dict[bytes, tuple[Any, ...] | None] = {}
+
+    def commit_head(key: bytes) -> tuple[Any, ...] | None:
+        """(KIND_COMMIT, type, group, topic, partition) of an audited, well-formed commit key, else None."""
+        if len(memo) >= _KEY_MEMO_SIZE:
+            memo.clear()
+        head = None
+        if len(key) >= 4 and key[0] == 0 and key[1] in _COMMIT_TYPES and (audited is None or audited(key)):
+            parsed = fast_commit_key(key)
+            head = None if parsed is None else (KIND_COMMIT, key[1], *parsed)
+        memo[key] = head
+        return head
 
     def decode(
         partitions: Sequence[int],
@@ -52,10 +80,34 @@ def make_record_decoder(
         keys: Sequence[Any],
         values: Sequence[Any],
     ) -> pa.RecordBatch:
-        rows = [decode_row(k, v, audited) for k, v in zip(keys, values, strict=True)]
+        heads: list[tuple[Any, ...]] = []
+        tails: list[tuple[Any, ...]] = []
+        rest: dict[int, tuple[Any, ...]] = {}  # the fields after the dense ones, where any is set
+        for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+            if key is not None and value is not None:
+                head = memo[key] if key in memo else commit_head(key)
+                if head is not None:
+                    tail = fast_commit_value(value)
+                    if tail is not None:
+                        heads.append(head)
+                        tails.append(tail)
+                        continue
+            row = decode_row(key, value, audited)
+            heads.append(row[:5])
+            tails.append(row[5:_DENSE])
+            if row[_DENSE:] != _NO_REST:
+                rest[i] = row[_DENSE:]
+        n = len(heads)
+        columns: list[Sequence[Any]] = (
+            [*zip(*heads, strict=True), *zip(*tails, strict=True)] if n else [()] * _DENSE
+        )
+        for j in range(len(_NO_REST)):  # () is a column of nulls
+            columns.append([rest[i][j] if i in rest else None for i in range(n)] if rest else ())
         # Kafka's record timestamp in ms, which the Spark source's `timestamp` column holds too.
         times = pa.array(timestamps_ms, pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
-        return decoded_batch(pa.array(partitions, pa.int32()), pa.array(offsets, pa.int64()), times, rows)
+        return decoded_columns(
+            pa.array(partitions, pa.int32()), pa.array(offsets, pa.int64()), times, columns, n
+        )
 
     return decode
 

@@ -274,11 +274,8 @@ _NO_EPOCH = -1
 _NULLS_AFTER_COMMIT = (None,) * 9
 
 
-def fast_commit_row(key: bytes, value: bytes, record_type: int) -> tuple[Any, ...] | None:
-    """The common case, decoded with a few struct calls: a well-formed offset commit (v0-v4, no tagged
-    fields, short metadata). Returns None for anything else, and the caller falls back to the complete,
-    authoritative `decode_record`. On a busy cluster nearly every record takes this path, ~15x faster.
-    Unit tests hold it equal to `decode_record` on every version and on corrupted bytes."""
+def fast_commit_key(key: bytes) -> tuple[str, str, int] | None:
+    """(group, topic, partition) of a well-formed offset commit key (types 0/1), or None."""
     try:
         glen = _H.unpack_from(key, 2)[0]
         if glen < 0:
@@ -288,6 +285,15 @@ def fast_commit_row(key: bytes, value: bytes, record_type: int) -> tuple[Any, ..
         p_at = t_at + 2 + tlen
         if tlen < 0 or len(key) != p_at + 4:
             return None
+        return key[4:t_at].decode(), key[t_at + 2 : p_at].decode(), _I.unpack_from(key, p_at)[0]
+    except (struct.error, IndexError, UnicodeDecodeError):
+        return None
+
+
+def fast_commit_value(value: bytes) -> tuple[int, int | None, str, int, int | None, int] | None:
+    """(offset, leader epoch, metadata, commit ts, expire ts, version) of a well-formed offset commit
+    value (v0-v4, no tagged fields, metadata under 127 bytes in v4+), or None."""
+    try:
         version = _H.unpack_from(value, 0)[0]
         if version < 0:
             return None
@@ -320,13 +326,23 @@ def fast_commit_row(key: bytes, value: bytes, record_type: int) -> tuple[Any, ..
             expire = _Q.unpack_from(value, m_at + mlen + 8)[0]
             if expire == -1:
                 expire = None
-        return (
-            KIND_COMMIT, record_type, key[4:t_at].decode(), key[t_at + 2 : p_at].decode(),
-            _I.unpack_from(key, p_at)[0], offset, epoch, value[m_at : m_at + mlen].decode(), commit_ts,
-            expire, version, *_NULLS_AFTER_COMMIT,
-        )  # fmt: skip
+        return offset, epoch, value[m_at : m_at + mlen].decode(), commit_ts, expire, version
     except (struct.error, IndexError, UnicodeDecodeError):
         return None
+
+
+def fast_commit_row(key: bytes, value: bytes, record_type: int) -> tuple[Any, ...] | None:
+    """The common case, decoded with a few struct calls: a well-formed offset commit (v0-v4, no tagged
+    fields, short metadata). Returns None for anything else, and the caller falls back to the complete,
+    authoritative `decode_record`. On a busy cluster nearly every record takes this path, ~15x faster.
+    Unit tests hold it equal to `decode_record` on every version and on corrupted bytes."""
+    head = fast_commit_key(key)
+    if head is None:
+        return None
+    tail = fast_commit_value(value)
+    if tail is None:
+        return None
+    return (KIND_COMMIT, record_type, *head, *tail, *_NULLS_AFTER_COMMIT)
 
 
 def decode_row(
@@ -385,15 +401,26 @@ def decoded_batch(
 ) -> pa.RecordBatch:
     """A DECODED_SCHEMA batch from the records' log coordinates and their `decode_row` tuples."""
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(DECODED_FIELDS)
+    return decoded_columns(partitions, offsets, timestamps, columns, len(rows))
+
+
+def decoded_columns(
+    partitions: pa.Array,
+    offsets: pa.Array,
+    timestamps: pa.Array,
+    columns: Sequence[Sequence[Any]],
+    n: int,
+) -> pa.RecordBatch:
+    """A DECODED_SCHEMA batch of `n` rows from the log coordinates and one sequence per decoder-filled
+    field (`DECODED_FIELDS` order); an empty sequence stands for a column of nulls."""
     arrays: list[pa.Array] = [
         partitions.cast(pa.int32()),
         offsets.cast(pa.int64()),
         timestamps.cast(pa.timestamp("us", tz="UTC")),
     ]
-    arrays += [
-        pa.array(col, type=ARROW_DECODED_SCHEMA.field(name).type)
-        for name, col in zip(DECODED_FIELDS, columns, strict=True)
-    ]
+    for name, col in zip(DECODED_FIELDS, columns, strict=True):
+        type_ = ARROW_DECODED_SCHEMA.field(name).type
+        arrays.append(pa.array(col, type=type_) if len(col) or not n else pa.nulls(n, type_))
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_DECODED_SCHEMA)
 
 
