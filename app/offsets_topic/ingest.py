@@ -2,10 +2,12 @@
 and the DataFrame transforms from decoded records to the group_commits / group_events / decode_errors
 contracts (shared/DESIGN.md sections 4 and 6). No I/O here; app/offsets_topic/ingest_io.py reads and writes.
 
-Decoding runs on the executors in two routes (app/offsets_topic/jvm_decode.py): the common records as
-Spark SQL expressions in the JVM, the rest through `DataFrame.mapInArrow` and the complete Python decoder
-over only those records; exactly one output row per input record. Every record therefore shows up in
-the counts (read, decoded, skipped by type, other groups, quarantined) from one read of Kafka.
+On a cluster, decoding runs on the executors in two routes (app/offsets_topic/jvm_decode.py): the
+common records as Spark SQL expressions in the JVM, the rest through `DataFrame.mapInArrow` and the
+complete Python decoder over only those records; exactly one output row per input record. Every record
+therefore shows up in the counts (read, decoded, skipped by type, other groups, quarantined) from one
+read of Kafka. With a local master the driver decodes instead (app/offsets_topic/driver_decode.py, the
+same `decode_row`); `decode_path` is where that is decided.
 """
 
 from __future__ import annotations

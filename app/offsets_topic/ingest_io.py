@@ -1,10 +1,12 @@
-"""I/O of `ingest-offsets`: Kafka (Admin API and Spark's Kafka source) in, Delta tables out.
+"""I/O of `ingest-offsets`: Kafka (Admin API, and Spark's Kafka source or one consumer in the driver,
+as `ingest.decode_path` chooses) in, Delta tables out (through Spark, or delta-rs on the driver path).
 
 Atomicity of data and positions. Delta has no multi-table transactions, so a run is made idempotent and
 recoverable instead. Every run has a sequence number (`IngestPlan.seq`, increasing from run to run).
 group_commits, group_events and decode_errors are plain appends under Delta's idempotent transaction ids
-(`txnAppId` = INGEST_TXN_APP_ID, `txnVersion` = seq): Delta skips an append whose version the table has
-already committed, so writing a run's data twice never counts it twice. Each data commit records the
+(`txnAppId` = INGEST_TXN_APP_ID, `txnVersion` = seq; delta-rs writes the same `txn` action on the driver
+path): an append whose version the table has already committed is skipped, so writing a run's data
+twice never counts it twice. Each data commit records the
 run's plan (run id, seq, ranges) in its `userMetadata`. ingest_positions is written last, in one Delta
 commit for all partitions, which records the seq it completes.
 
