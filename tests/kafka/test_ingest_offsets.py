@@ -412,6 +412,28 @@ def test_a_run_crashed_on_the_spark_path_is_finished_on_the_driver_path(
     assert crashed_events == sorted((r["log_partition"], r["log_offset"]) for r in scenario.events)
 
 
+def test_a_capped_read_stops_at_each_ranges_end_and_the_next_run_continues_there(
+    spark: SparkSession, scenario: Scenario, tmp_path: Path
+) -> None:
+    """The driver path's consumer stops at the planned end of every range, also when the log goes on."""
+    cfg = ingest_config(scenario.cfg, tmp_path, scenario.bootstrap, scenario.groups)
+    capped = dataclasses.replace(cfg, ingest=dataclasses.replace(cfg.ingest, max_records_per_partition=2))
+    first = ingest_offsets(spark, capped, scenario.bootstrap, cfg.ingest.groups, run_id="capped")
+    # read_committed: a range's transaction markers and aborted records are never read, so up to 2.
+    assert all(p["read"] <= p["end"] - p["start"] <= 2 for p in first.partitions)
+    assert any(p["end"] - p["start"] == 2 for p in first.partitions), "the cap cut some range short"
+    rest = ingest_offsets(spark, cfg, scenario.bootstrap, cfg.ingest.groups, run_id="rest")
+    assert {p["partition"]: p["start"] for p in rest.partitions} == {
+        p["partition"]: p["end"] for p in first.partitions
+    }
+    rows = table_rows(spark, cfg, GROUP_COMMITS)
+    assert len(rows) == len({(r["log_partition"], r["log_offset"]) for r in rows}), "no record twice"
+    uncapped = ingest_config(scenario.cfg, tmp_path / "uncapped", scenario.bootstrap, scenario.groups)
+    ingest_offsets(spark, uncapped, scenario.bootstrap, cfg.ingest.groups, run_id="uncapped")
+    whole = {(r["log_partition"], r["log_offset"]) for r in table_rows(spark, uncapped, GROUP_COMMITS)}
+    assert {(r["log_partition"], r["log_offset"]) for r in rows} == whole, "and none missing"
+
+
 def test_undecodable_record_is_quarantined_with_bytes_and_reason(spark: SparkSession) -> None:
     kafka_like = spark.createDataFrame(
         [(2, 41, None, bytes([0, 1, 0]), b"\x00\x03")],
