@@ -197,6 +197,10 @@ class StreamConfig:
 
 
 INGEST_MODES = ("topic", "snapshot")
+# Where ingest-offsets reads and decodes __consumer_offsets: 'driver' (one Kafka consumer and delta-rs in
+# the driver process), 'spark' (Spark's Kafka source, decoded on the executors), 'auto' (driver when
+# Spark runs local, where the executors are the driver process anyway; spark on a cluster).
+INGEST_DECODE_ON = ("auto", "driver", "spark")
 
 
 @dataclass(frozen=True)
@@ -214,8 +218,11 @@ class IngestConfig:
     max_records_per_partition: int = 0
     # Spark tasks for the read; 0 = one per selected partition. More splits a hot partition's range.
     min_partitions: int = 0
+    decode_on: str = "auto"  # INGEST_DECODE_ON; see app/offsets_topic/ingest.py decode_path
 
     def __post_init__(self) -> None:
+        if self.decode_on not in INGEST_DECODE_ON:
+            raise ConfigError("ingest.decode_on", f"must be auto, driver or spark, got '{self.decode_on}'")
         if self.mode not in INGEST_MODES:
             raise ConfigError("ingest.mode", f"must be topic or snapshot, got '{self.mode}'")
         if not self.offsets_topic.strip():

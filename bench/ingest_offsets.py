@@ -7,18 +7,22 @@
 2. Produces real offset commits, never hand-made bytes: one group per `__consumer_offsets` partition,
    each committing all partitions of a wide topic per request (one record per topic partition), from
    several processes in parallel.
-3. Times, on the same records: Spark's Kafka source alone (every column into a no-op sink: the floor
-   of any Spark reader), the decode alone (the ingest's one read of Kafka, decoded and counted, no
-   Delta), the full ingest into Delta (decode + idempotent appends + positions), Kafka's console
-   consumer with OffsetsMessageFormatter, and selective ingests of 1 and of half the partitions (cost
-   should follow the partitions read).
+3. Times, on the same records: the full ingest into Delta as the CLI runs it (`ingest.decode_on`
+   auto: with a local master, one Kafka consumer and the decoder in the driver process, delta-rs
+   appends and positions), the same ingest forced onto the Spark path (Spark's Kafka source, decode
+   on the executors, Delta appends through Spark: what a cluster runs), Spark's Kafka source alone
+   (every column into a no-op sink: the floor of any Spark reader), Kafka's console consumer with
+   OffsetsMessageFormatter, and selective ingests of 1 and of half the partitions on the CLI's path
+   (cost should follow the partitions read).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import multiprocessing
+import os
 import shutil
 import statistics
 import subprocess
@@ -33,8 +37,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from app.config import AppConfig, IngestConfig, KafkaConfig, PathsConfig, SparkConfig, load_config
 from app.demo.local_kafka import LocalKafka
 from app.offsets_topic.decoder import partition_for_group
-from app.offsets_topic.ingest import PartitionRange
-from app.offsets_topic.ingest_io import decoded_once, ingest_offsets, log_bounds, read_offsets_topic
+from app.offsets_topic.ingest import DECODE_ON_SPARK, PartitionRange, decode_path
+from app.offsets_topic.ingest_io import ingest_offsets, log_bounds, read_offsets_topic
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session
 
@@ -122,10 +126,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="timed runs over the same records (0: produce only)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument(
+        "--spark-runs", type=int, default=None,
+        help="of the runs, how many also time the spark path (default: all; it is the slow one)",
+    )  # fmt: skip
+    ap.add_argument(
         "--work-dir", type=Path, default=None,
         help="keep the broker's data here; a later call with the same directory reuses the records",
     )  # fmt: skip
     args = ap.parse_args(argv)
+    if args.spark_runs is None:
+        args.spark_runs = args.runs
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     base: AppConfig = load_config("local", [f"paths.data_dir={work / 'data'}"], environ={})
@@ -165,29 +175,29 @@ def main(argv: list[str] | None = None) -> int:
             str(work / "warehouse"),
         )
 
-        def cfg_for(name: str, groups_: list[str]) -> AppConfig:
+        def cfg_for(name: str, groups_: list[str], decode_on: str = "auto") -> AppConfig:
             return dataclasses.replace(
                 base,
                 paths=PathsConfig(data_dir=str(work / "runs" / name), cache_dir=base.paths.cache_dir),
                 kafka=KafkaConfig(bootstrap_servers=bootstrap),
-                ingest=IngestConfig(groups=groups_),
+                ingest=IngestConfig(groups=groups_, decode_on=decode_on),
             )
 
-        def read_kafka(ranges: list[PartitionRange], decoded: bool) -> None:
+        def read_kafka(ranges: list[PartitionRange]) -> None:
             spark.conf.set("spark.sql.streaming.kafka.useDeprecatedOffsetFetching", "true")
             try:
                 kafka_df = read_offsets_topic(spark, cfg_for("noop", []), bootstrap, ranges)
-                if not decoded:
-                    kafka_df.write.format("noop").mode("overwrite").save()
-                    return
-                with decoded_once(kafka_df, ()):
-                    pass  # the ingest's one Kafka read, decoded and counted
+                kafka_df.write.format("noop").mode("overwrite").save()
             finally:
                 spark.conf.unset("spark.sql.streaming.kafka.useDeprecatedOffsetFetching")
 
-        # Warm-up: JVM, the Kafka connector's classes and a Delta write, on a tiny range.
-        read_kafka([PartitionRange(0, start[0], min(end[0], start[0] + 1000), None)], decoded=True)
-        ingest_offsets(spark, cfg_for("warm", groups[:1]), bootstrap, groups[:1], run_id="bench-warm")
+        cli_path = decode_path(base.ingest.decode_on, spark.sparkContext.master or "")
+        # Warm-up of both paths: JVM, the Kafka connector's classes, a Delta write, the consumer.
+        read_kafka([PartitionRange(0, start[0], min(end[0], start[0] + 1000), None)])
+        for path in ("auto", DECODE_ON_SPARK):
+            ingest_offsets(
+                spark, cfg_for(f"warm-{path}", groups[:1], path), bootstrap, groups[:1], "bench-warm"
+            )
 
         ranges = [PartitionRange(p, start[p], end[p], None) for p in all_parts]
         half = max(1, args.offsets_partitions // 2)
@@ -195,30 +205,36 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.runs):
             shutil.rmtree(work / "runs", ignore_errors=True)
             t0 = time.perf_counter()
-            read_kafka(ranges, decoded=False)
+            read_kafka(ranges)
             read_s = time.perf_counter() - t0
-
-            t0 = time.perf_counter()
-            read_kafka(ranges, decoded=True)
-            decode_s = time.perf_counter() - t0
 
             t0 = time.perf_counter()
             full = ingest_offsets(spark, cfg_for("full", []), bootstrap, run_id=f"bench-full-{i}")
             full_s = time.perf_counter() - t0
             records = full.total["read"]
 
+            spark_s = float("nan")
+            if i < args.spark_runs:
+                t0 = time.perf_counter()
+                on_spark = ingest_offsets(
+                    spark, cfg_for("spark", [], DECODE_ON_SPARK), bootstrap, run_id=f"bench-spark-{i}"
+                )
+                spark_s = time.perf_counter() - t0
+                assert on_spark.total == full.total, (on_spark.total, full.total)
+
             kafka_s, printed = formatter_seconds(
                 bootstrap, {p["partition"]: p["read"] for p in full.partitions}
             )
+            formatter_rate = printed / kafka_s
             run = {
                 "records": records,
                 "read_rate": records / read_s,
-                "decode_rate": records / decode_s,
                 "full_s": full_s,
                 "full_rate": records / full_s,
-                "formatter_rate": printed / kafka_s,
-                "ratio": (records / full_s) / (printed / kafka_s),
-                "decode_ratio": (records / decode_s) / (printed / kafka_s),
+                "spark_rate": records / spark_s,
+                "formatter_rate": formatter_rate,
+                "ratio": (records / full_s) / formatter_rate,
+                "spark_ratio": (records / spark_s) / formatter_rate,
             }
             for k in (1, half):
                 t0 = time.perf_counter()
@@ -228,24 +244,30 @@ def main(argv: list[str] | None = None) -> int:
                 run[f"sel{k}_time_share"] = (time.perf_counter() - t0) / full_s
                 run[f"sel{k}_record_share"] = res.total["read"] / records
             runs.append(run)
-            print(f"run {i + 1}: {records:,} records; ingest {full_s:.1f}s = {run['full_rate']:,.0f} rec/s; "
-                  f"formatter {kafka_s:.1f}s for {printed:,} = {run['formatter_rate']:,.0f} rec/s; "
-                  f"ratio {run['ratio']:.2f}x; decode only {run['decode_rate']:,.0f} rec/s; "
-                  f"Kafka read only {run['read_rate']:,.0f} rec/s")  # fmt: skip
+            print(f"run {i + 1}: {records:,} records; ingest ({cli_path} path) {full_s:.1f}s = "
+                  f"{run['full_rate']:,.0f} rec/s; "
+                  f"spark path {spark_s:.1f}s = {run['spark_rate']:,.0f} rec/s; "
+                  f"formatter {kafka_s:.1f}s for {printed:,} = {formatter_rate:,.0f} rec/s; "
+                  f"ratio {run['ratio']:.2f}x; Kafka source only {run['read_rate']:,.0f} rec/s; "
+                  f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
 
         print()
         print(f"input: {in_log:,} offset commit records in {args.offsets_partitions} __consumer_offsets "
-              f"partitions; Spark {args.master}, 2 shared cores; {len(runs)} runs")  # fmt: skip
+              f"partitions; Spark {args.master}, {os.cpu_count()} shared cores; {len(runs)} runs "
+              f"({args.spark_runs} with the spark path)")  # fmt: skip
 
         def col(name: str) -> list[float]:
             return [r[name] for r in runs]
 
+        def measured(name: str) -> list[float]:
+            return [x for x in col(name) if not math.isnan(x)] or [math.nan]  # nan: not measured
+
+        print(spread(f"ingest-offsets as the CLI runs it ({cli_path} path), rec/s", col("full_rate"), ""))
+        print(spread("ingest-offsets on the spark path (decode_on=spark), rec/s", measured("spark_rate"), ""))
         print(spread("spark Kafka source only (-> noop), rec/s", col("read_rate"), ""))
-        print(spread("spark decode only (one Kafka read, counted), rec/s", col("decode_rate"), ""))
-        print(spread("ingest-offsets full (decode + Delta + positions), rec/s", col("full_rate"), ""))
         print(spread("kafka OffsetsMessageFormatter (1 JVM per partition), rec/s", col("formatter_rate"), ""))
-        print(spread("ratio full ingest / formatter (same run)", col("ratio"), "x"))
-        print(spread("ratio decode only / formatter (same run)", col("decode_ratio"), "x"))
+        print(spread(f"ratio ingest ({cli_path} path) / formatter (same run)", col("ratio"), "x"))
+        print(spread("ratio ingest (spark path) / formatter (same run)", measured("spark_ratio"), "x"))
         print("selective ingest (only the audited groups' partitions), share of the full time:")
         for k in (1, half):
             share = median(col(f"sel{k}_record_share"))

@@ -2,17 +2,20 @@
 and the DataFrame transforms from decoded records to the group_commits / group_events / decode_errors
 contracts (shared/DESIGN.md sections 4 and 6). No I/O here; app/offsets_topic/ingest_io.py reads and writes.
 
-Decoding runs on the executors in two routes (app/offsets_topic/jvm_decode.py): the common records as
-Spark SQL expressions in the JVM, the rest through `DataFrame.mapInArrow` and the complete Python decoder
-over only those records; exactly one output row per input record. Every record therefore shows up in
-the counts (read, decoded, skipped by type, other groups, quarantined) from one read of Kafka.
+On a cluster, decoding runs on the executors in two routes (app/offsets_topic/jvm_decode.py): the
+common records as Spark SQL expressions in the JVM, the rest through `DataFrame.mapInArrow` and the
+complete Python decoder over only those records; exactly one output row per input record. Every record
+therefore shows up in the counts (read, decoded, skipped by type, other groups, quarantined) from one
+read of Kafka. With a local master the driver decodes instead (app/offsets_topic/driver_decode.py, the
+same `decode_row`); `decode_path` is where that is decided.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,8 +110,34 @@ DECODED_SCHEMA = StructType(
 )
 
 # Columns filled by the Python decoder, in DECODED_SCHEMA order (the first three pass through untouched).
-_DECODED_FIELDS = tuple(f.name for f in DECODED_SCHEMA.fields[3:])
-_ARROW_DECODED_SCHEMA = to_arrow_schema(DECODED_SCHEMA)
+DECODED_FIELDS = tuple(f.name for f in DECODED_SCHEMA.fields[3:])
+ARROW_DECODED_SCHEMA = to_arrow_schema(DECODED_SCHEMA)
+
+
+# --- where the decode runs ----------------------------------------------------------------------
+
+DECODE_ON_DRIVER = "driver"
+DECODE_ON_SPARK = "spark"
+
+
+def decode_path(setting: str, master: str) -> str:
+    """Where `ingest-offsets` reads and decodes: the one place that decides (config `ingest.decode_on`).
+
+    'auto' reads on the driver when Spark runs local (`local`, `local[N]`, `local[*]`, `local[N,F]`):
+    there the executors are threads of the driver process, so a Kafka consumer and delta-rs in that
+    process lose no parallelism and skip Spark's per-record overhead (several times faster, see
+    bench.ingest_offsets).
+    On a cluster the work goes to the executors through Spark. 'driver' and 'spark' force a path.
+    """
+    if setting in (DECODE_ON_DRIVER, DECODE_ON_SPARK):
+        return setting
+    if setting != "auto":
+        raise OffsetAuditError(f"ingest.decode_on must be auto, driver or spark, got '{setting}'")
+    # Not `local-cluster[...]`: Spark's test master whose executors are separate processes.
+    return DECODE_ON_DRIVER if _LOCAL_MASTER.fullmatch(master.strip()) else DECODE_ON_SPARK
+
+
+_LOCAL_MASTER = re.compile(r"local(\[[^\]]*\])?")
 
 
 # --- which partitions, which ranges --------------------------------------------------------------
@@ -201,7 +230,7 @@ def positions_rows(
 # --- the executor-side decoder -------------------------------------------------------------------
 
 
-def _group_prefix_filter(groups: Collection[str]) -> Callable[[bytes], bool] | None:
+def group_prefix_filter(groups: Collection[str]) -> Callable[[bytes], bool] | None:
     """A cheap test on raw key bytes: does this offset/group key belong to an audited group?
 
     Keys of types 0, 1 and 2 start with int16 type, int16 length and the group's UTF-8 bytes, so the
@@ -247,11 +276,8 @@ _NO_EPOCH = -1
 _NULLS_AFTER_COMMIT = (None,) * 9
 
 
-def fast_commit_row(key: bytes, value: bytes, record_type: int) -> tuple[Any, ...] | None:
-    """The common case, decoded with a few struct calls: a well-formed offset commit (v0-v4, no tagged
-    fields, short metadata). Returns None for anything else, and the caller falls back to the complete,
-    authoritative `decode_record`. On a busy cluster nearly every record takes this path, ~15x faster.
-    Unit tests hold it equal to `decode_record` on every version and on corrupted bytes."""
+def fast_commit_key(key: bytes) -> tuple[str, str, int] | None:
+    """(group, topic, partition) of a well-formed offset commit key (types 0/1), or None."""
     try:
         glen = _H.unpack_from(key, 2)[0]
         if glen < 0:
@@ -261,6 +287,15 @@ def fast_commit_row(key: bytes, value: bytes, record_type: int) -> tuple[Any, ..
         p_at = t_at + 2 + tlen
         if tlen < 0 or len(key) != p_at + 4:
             return None
+        return key[4:t_at].decode(), key[t_at + 2 : p_at].decode(), _I.unpack_from(key, p_at)[0]
+    except (struct.error, IndexError, UnicodeDecodeError):
+        return None
+
+
+def fast_commit_value(value: bytes) -> tuple[int, int | None, str, int, int | None, int] | None:
+    """(offset, leader epoch, metadata, commit ts, expire ts, version) of a well-formed offset commit
+    value (v0-v4, no tagged fields, metadata under 127 bytes in v4+), or None."""
+    try:
         version = _H.unpack_from(value, 0)[0]
         if version < 0:
             return None
@@ -293,19 +328,29 @@ def fast_commit_row(key: bytes, value: bytes, record_type: int) -> tuple[Any, ..
             expire = _Q.unpack_from(value, m_at + mlen + 8)[0]
             if expire == -1:
                 expire = None
-        return (
-            KIND_COMMIT, record_type, key[4:t_at].decode(), key[t_at + 2 : p_at].decode(),
-            _I.unpack_from(key, p_at)[0], offset, epoch, value[m_at : m_at + mlen].decode(), commit_ts,
-            expire, version, *_NULLS_AFTER_COMMIT,
-        )  # fmt: skip
+        return offset, epoch, value[m_at : m_at + mlen].decode(), commit_ts, expire, version
     except (struct.error, IndexError, UnicodeDecodeError):
         return None
+
+
+def fast_commit_row(key: bytes, value: bytes, record_type: int) -> tuple[Any, ...] | None:
+    """The common case, decoded with a few struct calls: a well-formed offset commit (v0-v4, no tagged
+    fields, short metadata). Returns None for anything else, and the caller falls back to the complete,
+    authoritative `decode_record`. On a busy cluster nearly every record takes this path, ~15x faster.
+    Unit tests hold it equal to `decode_record` on every version and on corrupted bytes."""
+    head = fast_commit_key(key)
+    if head is None:
+        return None
+    tail = fast_commit_value(value)
+    if tail is None:
+        return None
+    return (KIND_COMMIT, record_type, *head, *tail, *_NULLS_AFTER_COMMIT)
 
 
 def decode_row(
     key: bytes | None, value: bytes | None, audited: Callable[[bytes], bool] | None
 ) -> tuple[Any, ...]:
-    """One record -> the decoder-filled columns of DECODED_SCHEMA (`_DECODED_FIELDS` order). Never raises."""
+    """One record -> the decoder-filled columns of DECODED_SCHEMA (`DECODED_FIELDS` order). Never raises."""
     if key is not None and len(key) >= 2:
         record_type = int.from_bytes(key[:2], "big", signed=True)
         known = record_type in OFFSET_COMMIT_KEY_TYPES or record_type == GROUP_METADATA_KEY_TYPE
@@ -348,9 +393,37 @@ def decode_row(
     )  # fmt: skip
 
 
-_NULLS_AFTER_TYPE = (None,) * (len(_DECODED_FIELDS) - 2)
-_NULLS_AFTER_GROUP = (None,) * (len(_DECODED_FIELDS) - 3)
-_NULLS_BEFORE_REASON = (None,) * (len(_DECODED_FIELDS) - 5)
+_NULLS_AFTER_TYPE = (None,) * (len(DECODED_FIELDS) - 2)
+_NULLS_AFTER_GROUP = (None,) * (len(DECODED_FIELDS) - 3)
+_NULLS_BEFORE_REASON = (None,) * (len(DECODED_FIELDS) - 5)
+
+
+def decoded_batch(
+    partitions: pa.Array, offsets: pa.Array, timestamps: pa.Array, rows: Sequence[tuple[Any, ...]]
+) -> pa.RecordBatch:
+    """A DECODED_SCHEMA batch from the records' log coordinates and their `decode_row` tuples."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(DECODED_FIELDS)
+    return decoded_columns(partitions, offsets, timestamps, columns, len(rows))
+
+
+def decoded_columns(
+    partitions: pa.Array,
+    offsets: pa.Array,
+    timestamps: pa.Array,
+    columns: Sequence[Sequence[Any]],
+    n: int,
+) -> pa.RecordBatch:
+    """A DECODED_SCHEMA batch of `n` rows from the log coordinates and one sequence per decoder-filled
+    field (`DECODED_FIELDS` order); an empty sequence stands for a column of nulls."""
+    arrays: list[pa.Array] = [
+        partitions.cast(pa.int32()),
+        offsets.cast(pa.int64()),
+        timestamps.cast(pa.timestamp("us", tz="UTC")),
+    ]
+    for name, col in zip(DECODED_FIELDS, columns, strict=True):
+        type_ = ARROW_DECODED_SCHEMA.field(name).type
+        arrays.append(pa.array(col, type=type_) if len(col) or not n else pa.nulls(n, type_))
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_DECODED_SCHEMA)
 
 
 def make_batch_decoder(
@@ -363,22 +436,14 @@ def make_batch_decoder(
     group_list = tuple(groups)
 
     def decode_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        audited = _group_prefix_filter(group_list)
+        audited = group_prefix_filter(group_list)
         for batch in batches:
             keys = batch.column("key").to_pylist()
             values = batch.column("value").to_pylist()
             rows = [decode_row(k, v, audited) for k, v in zip(keys, values, strict=True)]
-            columns = list(zip(*rows, strict=True)) if rows else [()] * len(_DECODED_FIELDS)
-            arrays: list[pa.Array] = [
-                batch.column("partition").cast(pa.int32()),
-                batch.column("offset").cast(pa.int64()),
-                batch.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
-            ]
-            arrays += [
-                pa.array(col, type=_ARROW_DECODED_SCHEMA.field(name).type)
-                for name, col in zip(_DECODED_FIELDS, columns, strict=True)
-            ]
-            yield pa.RecordBatch.from_arrays(arrays, schema=_ARROW_DECODED_SCHEMA)
+            yield decoded_batch(
+                batch.column("partition"), batch.column("offset"), batch.column("timestamp"), rows
+            )
 
     return decode_batches
 

@@ -167,3 +167,38 @@ def merge_rows(
             .when_not_matched_insert_all()
             .execute()
         )
+
+
+def append_once(
+    spark: SparkSession | None,
+    path: str,
+    schema: StructType,
+    batches: Iterable[pa.RecordBatch],
+    app_id: str,
+    version: int,
+    user_metadata: str,
+) -> bool:
+    """Append ``batches`` in one Delta commit under the idempotent transaction id (``app_id``,
+    ``version``), as Spark's ``txnAppId``/``txnVersion`` writer options do: nothing is written, and
+    False returned, when the table has committed ``version`` of ``app_id`` or a later one. The
+    batches are streamed to the Parquet writer, not collected first. ``user_metadata`` becomes the
+    commit's userMetadata."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    where = backend.location(spark, path)
+    table = _ensure(where, schema)
+    done = table.transaction_version(app_id)
+    if done is not None and done >= version:
+        return False
+    reader = pa.RecordBatchReader.from_batches(to_arrow_schema(schema), batches)
+    with backend.storage_errors(where, "append to"):
+        write_deltalake(
+            table,
+            reader,
+            mode="append",
+            commit_properties=CommitProperties(
+                custom_metadata={"userMetadata": user_metadata},
+                app_transactions=[Transaction(app_id, version)],
+            ),
+        )
+    return True

@@ -388,6 +388,52 @@ def test_crash_between_data_and_positions_neither_loses_nor_duplicates(
     assert {r["ingest_run_id"] for r in after} == {"crashed", "retry"}
 
 
+def test_a_run_crashed_on_the_spark_path_is_finished_on_the_driver_path(
+    spark: SparkSession, scenario: Scenario, tmp_path: Path
+) -> None:
+    """Both paths append under the same Delta transaction id and run marker: a run whose group_commits
+    the Spark path wrote before it died is finished by the driver path (the CLI's with a local master)
+    without writing that table twice, and the tables it lacked get their rows."""
+    cfg = ingest_config(scenario.cfg, tmp_path, scenario.bootstrap, scenario.groups)
+    on_spark = dataclasses.replace(cfg, ingest=dataclasses.replace(cfg.ingest, decode_on="spark"))
+    plan = plan_ingest(spark, on_spark, scenario.bootstrap, "crashed", cfg.ingest.groups)
+    write_decoded(spark, on_spark, scenario.bootstrap, plan, [GROUP_COMMITS])  # died after one table
+    before = len(table_rows(spark, cfg, GROUP_COMMITS))
+    assert before >= 13
+    retry = ingest_offsets(spark, cfg, scenario.bootstrap, cfg.ingest.groups, run_id="retry")
+    assert any("crashed" in w and "group_events" in w for w in retry.warnings), retry.warnings
+    commits = table_rows(spark, cfg, GROUP_COMMITS)
+    assert len(commits) == before + retry.inserted[GROUP_COMMITS]
+    assert len({(r["log_partition"], r["log_offset"]) for r in commits}) == len(commits), "no record twice"
+    events = table_rows(spark, cfg, GROUP_EVENTS)
+    crashed_events = sorted(
+        (r["log_partition"], r["log_offset"]) for r in events if r["ingest_run_id"] == "crashed"
+    )
+    assert crashed_events == sorted((r["log_partition"], r["log_offset"]) for r in scenario.events)
+
+
+def test_a_capped_read_stops_at_each_ranges_end_and_the_next_run_continues_there(
+    spark: SparkSession, scenario: Scenario, tmp_path: Path
+) -> None:
+    """The driver path's consumer stops at the planned end of every range, also when the log goes on."""
+    cfg = ingest_config(scenario.cfg, tmp_path, scenario.bootstrap, scenario.groups)
+    capped = dataclasses.replace(cfg, ingest=dataclasses.replace(cfg.ingest, max_records_per_partition=2))
+    first = ingest_offsets(spark, capped, scenario.bootstrap, cfg.ingest.groups, run_id="capped")
+    # read_committed: a range's transaction markers and aborted records are never read, so up to 2.
+    assert all(p["read"] <= p["end"] - p["start"] <= 2 for p in first.partitions)
+    assert any(p["end"] - p["start"] == 2 for p in first.partitions), "the cap cut some range short"
+    rest = ingest_offsets(spark, cfg, scenario.bootstrap, cfg.ingest.groups, run_id="rest")
+    assert {p["partition"]: p["start"] for p in rest.partitions} == {
+        p["partition"]: p["end"] for p in first.partitions
+    }
+    rows = table_rows(spark, cfg, GROUP_COMMITS)
+    assert len(rows) == len({(r["log_partition"], r["log_offset"]) for r in rows}), "no record twice"
+    uncapped = ingest_config(scenario.cfg, tmp_path / "uncapped", scenario.bootstrap, scenario.groups)
+    ingest_offsets(spark, uncapped, scenario.bootstrap, cfg.ingest.groups, run_id="uncapped")
+    whole = {(r["log_partition"], r["log_offset"]) for r in table_rows(spark, uncapped, GROUP_COMMITS)}
+    assert {(r["log_partition"], r["log_offset"]) for r in rows} == whole, "and none missing"
+
+
 def test_undecodable_record_is_quarantined_with_bytes_and_reason(spark: SparkSession) -> None:
     kafka_like = spark.createDataFrame(
         [(2, 41, None, bytes([0, 1, 0]), b"\x00\x03")],

@@ -1,16 +1,25 @@
-"""The two decoders of `ingest-offsets` agree: every record kind decoded in the JVM (Spark SQL over the
+"""The decoders of `ingest-offsets` agree: every record kind decoded in the JVM (Spark SQL over the
 binary key and value) gives the row the complete Python decoder gives, and what the JVM path does not
 take is routed to Python, so the combined decode keeps exactly one row per record, also as the ingest
-stages it (one read of the source, Python only over the routed records)."""
+stages it (one read of the source, Python only over the routed records). The driver path (a Kafka
+consumer's records decoded in the driver into Arrow) gives the same rows and the same table rows."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
+from app.contracts.tables import DECODE_ERRORS_SCHEMA, GROUP_COMMITS_SCHEMA, GROUP_EVENTS_SCHEMA
+from app.offsets_topic import driver_decode
 from app.offsets_topic.ingest import (
     DECODED_SCHEMA,
     KIND_COMMIT,
@@ -19,9 +28,13 @@ from app.offsets_topic.ingest import (
     KIND_TOMBSTONE,
     decode_in_python,
     progress_counts,
+    to_decode_errors,
+    to_group_commits,
+    to_group_events,
 )
 from app.offsets_topic.ingest_io import decoded_once
 from app.offsets_topic.jvm_decode import decode, decode_in_jvm
+from app.storage.delta_rows import instant
 from tests.unit.kafka_bytes import (
     Member,
     group_metadata_key,
@@ -82,7 +95,7 @@ def frame(spark: SparkSession, records: list[tuple[bytes | None, bytes | None]])
     return spark.createDataFrame(rows, schema)
 
 
-def per_key(counts: Any) -> Counter[tuple[Any, ...]]:
+def per_key(counts: Iterable[Any]) -> Counter[tuple[Any, ...]]:
     """Records per (log_partition, kind, record_type), however many rows a key was counted in."""
     total: Counter[tuple[Any, ...]] = Counter()
     for partition, kind, record_type, n in counts:
@@ -120,3 +133,60 @@ def test_jvm_and_python_decoders_give_identical_rows(spark: SparkSession, groups
         assert by_offset(once) == python, "the ingest's staged decode gives the same rows"
         expected = [tuple(r) for r in progress_counts(decode_in_python(df, groups)).collect()]
         assert per_key(counts) == per_key(expected), "and counts every record by kind"
+
+
+_MS_FIELDS = ("commit_time_ms", "expire_time_ms", "state_time_ms")
+
+
+def spark_rows(df: Any) -> list[dict[str, Any]]:
+    """Rows as the driver path's Arrow gives them: Spark's naive local times made UTC-aware."""
+    return [{k: instant(v) for k, v in r.asDict().items()} for r in df.collect()]
+
+
+@pytest.mark.parametrize("groups", [(), ("g", "grüppe")], ids=["all-groups", "audited-groups"])
+def test_driver_decoder_gives_the_spark_paths_rows_and_tables(
+    spark: SparkSession, groups: tuple[str, ...]
+) -> None:
+    """The driver path (records from a Kafka consumer, decoded in the driver, Arrow) gives for every
+    record kind the row of the Spark SQL path and of the complete Python decoder, and the same
+    group_commits, group_events and decode_errors rows, malformed (quarantined) records included."""
+    others = [(offset_commit_key("other", "t", 0), b"garbage"), (group_metadata_key("other"), None)]
+    records = COMMON + ROUTED + others
+    times_ms = [1_700_000_000_000 + 7 * i for i in range(len(records))]
+    rows = [
+        (7, i, datetime.fromtimestamp(ms / 1000, UTC), k, v)
+        for i, ((k, v), ms) in enumerate(zip(records, times_ms, strict=True))
+    ]
+    schema = "partition int not null, offset long not null, timestamp timestamp, key binary, value binary"
+    df = spark.createDataFrame(rows, schema)
+    keys, values = [k for k, _ in records], [v for _, v in records]
+    decode_on_driver = driver_decode.make_record_decoder(groups)
+    # Two calls: the second finds the commit keys already parsed (memoised), and must give the same.
+    for _ in range(2):
+        on_driver = decode_on_driver([7] * len(records), list(range(len(records))), times_ms, keys, values)
+        python = {r["log_offset"]: r for r in spark_rows(decode_in_python(df, groups))}
+        assert len(python) == len(records)
+        assert {r["log_offset"]: r for r in on_driver.to_pylist()} == python
+    combined = decode(df, groups)
+    assert {r["log_offset"]: r for r in spark_rows(combined)} == python, "the Spark SQL path gives the same"
+    progress = per_key(driver_decode.progress_rows(on_driver))
+    assert progress == per_key(tuple(r) for r in progress_counts(decode_in_python(df, groups)).collect())
+    # Timestamps beyond what a TIMESTAMP holds (the extreme commit values of COMMON) fail both paths'
+    # table transforms alike; the tables are compared over the others.
+    in_range = [o for o, r in python.items() if all(abs(r[c] or 0) < 2**53 for c in _MS_FIELDS)]
+    on_driver = on_driver.filter(pc.is_in(on_driver.column("log_offset"), pa.array(in_range, pa.int64())))
+    combined = combined.where(F.col("log_offset").isin(in_range))
+    for to_spark, to_arrow, contract in [
+        (to_group_commits, driver_decode.to_group_commits, GROUP_COMMITS_SCHEMA),
+        (to_group_events, driver_decode.to_group_events, GROUP_EVENTS_SCHEMA),
+        (to_decode_errors, driver_decode.to_decode_errors, DECODE_ERRORS_SCHEMA),
+    ]:
+        expected = spark_rows(to_spark(combined, "run-1"))
+        got = to_arrow(on_driver, "run-1")
+        on_spark = to_arrow_schema(to_spark(combined, "run-1").schema)
+        assert [(f.name, f.type) for f in got.schema] == [(f.name, f.type) for f in on_spark]
+        assert got.schema == to_arrow_schema(contract), "the contract's columns, types and nullability"
+        assert sorted(got.to_pylist(), key=lambda r: r["log_offset"]) == sorted(
+            expected, key=lambda r: r["log_offset"]
+        ), to_spark.__name__
+        assert expected, f"{to_spark.__name__} has rows to compare"

@@ -1,0 +1,193 @@
+"""The driver's decoder of `__consumer_offsets`: records as a Kafka consumer returns them -> Arrow
+batches of the decoded rows and of the group_commits / group_events / decode_errors contracts.
+
+Pure functions over bytes and Arrow: no Kafka, no Delta (app/offsets_topic/ingest_io.py does the I/O).
+Each record goes through `ingest.decode_row`, the function the Spark path's Python decoder runs too:
+the common records (offset commits v0-v4, tombstones, skipped types, other groups) by a few struct
+calls, everything else by the complete `decoder.decode_record`, malformed bytes as KIND_ERROR rows. The
+Arrow transforms below give exactly the columns and types of `ingest.to_group_commits` and its siblings,
+and tests hold the two paths to identical rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from app.contracts.tables import DECODE_ERRORS_SCHEMA, GROUP_COMMITS_SCHEMA, GROUP_EVENTS_SCHEMA
+from app.offsets_topic.ingest import (
+    DECODED_FIELDS,
+    KIND_COMMIT,
+    KIND_ERROR,
+    KIND_GROUP_METADATA,
+    KIND_GROUP_TOMBSTONE,
+    KIND_TOMBSTONE,
+    decode_row,
+    decoded_columns,
+    fast_commit_key,
+    fast_commit_value,
+    group_prefix_filter,
+)
+
+ARROW_GROUP_COMMITS = to_arrow_schema(GROUP_COMMITS_SCHEMA)
+ARROW_GROUP_EVENTS = to_arrow_schema(GROUP_EVENTS_SCHEMA)
+ARROW_DECODE_ERRORS = to_arrow_schema(DECODE_ERRORS_SCHEMA)
+_TS = pa.timestamp("us", tz="UTC")
+
+ProgressRow = tuple[int, str, int | None, int]  # (log_partition, kind, record_type, records)
+
+
+# Distinct record keys remembered per run: (group, topic, partition) repeats in every commit of that
+# partition, so the key is parsed once; a cluster has at most groups x partitions distinct keys, and
+# beyond this bound the memo is simply started again.
+_KEY_MEMO_SIZE = 200_000
+_COMMIT_TYPES = (0, 1)  # OFFSET_COMMIT_KEY_TYPES, as the second byte of a key whose first is 0
+_DENSE = 5 + 6  # kind, record_type, group, topic, partition + the commit value's six fields
+_NO_REST = (None,) * (len(DECODED_FIELDS) - _DENSE)
+
+
+def make_record_decoder(
+    groups: Collection[str] = (),
+) -> Callable[[Sequence[int], Sequence[int], Sequence[int], Sequence[Any], Sequence[Any]], pa.RecordBatch]:
+    """A function (partitions, offsets, timestamps in epoch ms, keys, values) -> one DECODED_SCHEMA
+    batch with a row per record, in the given order. `groups` empty: every group is audited.
+
+    Every row equals `ingest.decode_row`'s; the common record (an offset commit of an audited group)
+    is built from two parts without the 20-field tuple: the key's (kind, type, group, topic, partition),
+    memoised per distinct key, and the value's six fields. Any other record is `decode_row`'s row."""
+    audited = group_prefix_filter(tuple(groups))
+    memo: dict[bytes, tuple[Any, ...] | None] = {}
+
+    def commit_head(key: bytes) -> tuple[Any, ...] | None:
+        """(KIND_COMMIT, type, group, topic, partition) of an audited, well-formed commit key, else None."""
+        if len(memo) >= _KEY_MEMO_SIZE:
+            memo.clear()
+        head = None
+        if len(key) >= 4 and key[0] == 0 and key[1] in _COMMIT_TYPES and (audited is None or audited(key)):
+            parsed = fast_commit_key(key)
+            head = None if parsed is None else (KIND_COMMIT, key[1], *parsed)
+        memo[key] = head
+        return head
+
+    def decode(
+        partitions: Sequence[int],
+        offsets: Sequence[int],
+        timestamps_ms: Sequence[int],
+        keys: Sequence[Any],
+        values: Sequence[Any],
+    ) -> pa.RecordBatch:
+        heads: list[tuple[Any, ...]] = []
+        tails: list[tuple[Any, ...]] = []
+        rest: dict[int, tuple[Any, ...]] = {}  # the fields after the dense ones, where any is set
+        for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+            if key is not None and value is not None:
+                head = memo[key] if key in memo else commit_head(key)
+                if head is not None:
+                    tail = fast_commit_value(value)
+                    if tail is not None:
+                        heads.append(head)
+                        tails.append(tail)
+                        continue
+            row = decode_row(key, value, audited)
+            heads.append(row[:5])
+            tails.append(row[5:_DENSE])
+            if row[_DENSE:] != _NO_REST:
+                rest[i] = row[_DENSE:]
+        n = len(heads)
+        columns: list[Sequence[Any]] = (
+            [*zip(*heads, strict=True), *zip(*tails, strict=True)] if n else [()] * _DENSE
+        )
+        for j in range(len(_NO_REST)):  # () is a column of nulls
+            columns.append([rest[i][j] if i in rest else None for i in range(n)] if rest else ())
+        # Kafka's record timestamp in ms, which the Spark source's `timestamp` column holds too.
+        times = pa.array(timestamps_ms, pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
+        return decoded_columns(
+            pa.array(partitions, pa.int32()), pa.array(offsets, pa.int64()), times, columns, n
+        )
+
+    return decode
+
+
+def progress_rows(decoded: pa.RecordBatch | pa.Table) -> list[ProgressRow]:
+    """(log_partition, kind, record_type, records) of decoded rows, as `ingest.progress_counts`."""
+    table = decoded if isinstance(decoded, pa.Table) else pa.Table.from_batches([decoded])
+    counts = table.group_by(["log_partition", "kind", "record_type"], use_threads=False).aggregate(
+        [("log_offset", "count")]
+    )
+    return [
+        (r["log_partition"], r["kind"], r["record_type"], r["log_offset_count"]) for r in counts.to_pylist()
+    ]
+
+
+def _of_kinds(decoded: pa.RecordBatch, kinds: tuple[str, ...]) -> pa.RecordBatch:
+    return decoded.filter(pc.is_in(decoded.column("kind"), value_set=pa.array(kinds)))
+
+
+def _ms(decoded: pa.RecordBatch, name: str) -> pa.Array:
+    return decoded.column(name).cast(pa.timestamp("ms", tz="UTC")).cast(_TS)
+
+
+def _constant(value: Any, n: int, type_: pa.DataType) -> pa.Array:
+    return pa.array([value] * n, type=type_) if value is not None else pa.nulls(n, type_)
+
+
+def _batch(schema: pa.Schema, columns: dict[str, pa.Array]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([columns[f.name].cast(f.type) for f in schema], schema=schema)
+
+
+def to_group_commits(decoded: pa.RecordBatch, run_id: str) -> pa.RecordBatch:
+    """Offset commits and tombstones -> group_commits rows (`ingest.to_group_commits` on Arrow)."""
+    rows = _of_kinds(decoded, (KIND_COMMIT, KIND_TOMBSTONE))
+    n = rows.num_rows
+    col = rows.column
+    return _batch(
+        ARROW_GROUP_COMMITS,
+        {
+            "group_id": col("group_id"), "topic": col("topic"), "partition": col("partition"),
+            "committed_offset": col("committed_offset"), "leader_epoch": col("leader_epoch"),
+            "metadata": col("metadata"), "commit_time": _ms(rows, "commit_time_ms"),
+            "expire_time": _ms(rows, "expire_time_ms"), "record_kind": col("kind"),
+            "value_version": col("value_version"), "transactional": pa.nulls(n, pa.bool_()),
+            "log_partition": col("log_partition"), "log_offset": col("log_offset"),
+            "log_time": col("log_time"), "ingest_run_id": _constant(run_id, n, pa.string()),
+        },
+    )  # fmt: skip
+
+
+def to_group_events(decoded: pa.RecordBatch, run_id: str) -> pa.RecordBatch:
+    """Group metadata and group tombstones -> group_events rows (`ingest.to_group_events` on Arrow)."""
+    rows = _of_kinds(decoded, (KIND_GROUP_METADATA, KIND_GROUP_TOMBSTONE))
+    n = rows.num_rows
+    col = rows.column
+    record_kind = pc.if_else(
+        pc.equal(col("kind"), KIND_GROUP_METADATA), pa.scalar("metadata"), pa.scalar("tombstone")
+    )
+    return _batch(
+        ARROW_GROUP_EVENTS,
+        {
+            "group_id": col("group_id"), "record_kind": record_kind, "value_version": col("value_version"),
+            "protocol_type": col("protocol_type"), "generation": col("generation"),
+            "protocol": col("protocol"), "leader": col("leader"),
+            "state_time": _ms(rows, "state_time_ms"), "members": col("members"),
+            "log_partition": col("log_partition"), "log_offset": col("log_offset"),
+            "log_time": col("log_time"), "ingest_run_id": _constant(run_id, n, pa.string()),
+        },
+    )  # fmt: skip
+
+
+def to_decode_errors(decoded: pa.RecordBatch, run_id: str) -> pa.RecordBatch:
+    """Malformed records with their bytes and reason -> decode_errors rows."""
+    rows = _of_kinds(decoded, (KIND_ERROR,))
+    col = rows.column
+    return _batch(
+        ARROW_DECODE_ERRORS,
+        {
+            "log_partition": col("log_partition"), "log_offset": col("log_offset"),
+            "log_time": col("log_time"), "raw_key": col("raw_key"), "raw_value": col("raw_value"),
+            "reason": col("reason"), "ingest_run_id": _constant(run_id, rows.num_rows, pa.string()),
+        },
+    )  # fmt: skip
