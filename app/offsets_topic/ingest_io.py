@@ -27,20 +27,16 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
-import gc
-import itertools
 import json
 import logging
 import time
-import typing
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka.admin import AdminClient
 from delta.tables import DeltaTable
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -58,20 +54,15 @@ from app.errors import InfrastructureError, KafkaUnavailableError
 from app.kafka.clients import (
     admin_client,
     is_retriable,
-    librdkafka_conf,
     raise_partition_errors,
     retry_kafka,
     spark_kafka_options,
 )
-from app.offsets_topic import driver_decode
+from app.offsets_topic import driver_io
+from app.offsets_topic.driver_io import log_bounds, offsets_topic_partition_count
 from app.offsets_topic.ingest import (
     DECODE_ON_DRIVER,
-    KIND_COMMIT,
-    KIND_ERROR,
-    KIND_GROUP_METADATA,
-    KIND_GROUP_TOMBSTONE,
     KIND_ROUTED,
-    KIND_TOMBSTONE,
     PartitionProgress,
     PartitionRange,
     decode_path,
@@ -89,20 +80,18 @@ from app.offsets_topic.ingest import (
     total_progress,
 )
 from app.offsets_topic.jvm_decode import decode_or_route, decode_routed
+from app.offsets_topic.tables import (
+    DATA_TABLES,
+    DECODE_ERRORS,
+    GROUP_COMMITS,
+    GROUP_EVENTS,
+    INGEST_POSITIONS,
+    INGEST_TXN_APP_ID,
+    TABLE_KINDS,
+)
 from app.storage import delta_rows
 
 log = logging.getLogger(__name__)
-
-GROUP_COMMITS = "group_commits"
-GROUP_EVENTS = "group_events"
-DECODE_ERRORS = "decode_errors"
-INGEST_POSITIONS = "ingest_positions"
-TABLE_SCHEMAS: Mapping[str, StructType] = {
-    GROUP_COMMITS: GROUP_COMMITS_SCHEMA,
-    GROUP_EVENTS: GROUP_EVENTS_SCHEMA,
-    DECODE_ERRORS: DECODE_ERRORS_SCHEMA,
-    INGEST_POSITIONS: INGEST_POSITIONS_SCHEMA,
-}
 
 _DEPRECATED_OFFSET_FETCHING = "spark.sql.streaming.kafka.useDeprecatedOffsetFetching"
 
@@ -118,45 +107,6 @@ def new_run_id() -> str:
 
 
 # --- Kafka ---------------------------------------------------------------------------------------
-
-
-def offsets_topic_partition_count(admin: AdminClient, bootstrap: str, topic: str, timeout_s: float) -> int:
-    """Partitions of the offsets topic as the cluster reports them; 0 if it does not exist yet."""
-    md = retry_kafka(
-        lambda left: admin.list_topics(topic=topic, timeout=left),
-        f"metadata request to {bootstrap}",
-        timeout_s,
-    )
-    info = md.topics.get(topic)
-    if info is None or info.error is not None:
-        # The broker creates __consumer_offsets on the first group request; no topic means no commits yet.
-        return 0
-    return len(info.partitions)
-
-
-def log_bounds(
-    admin: AdminClient, bootstrap: str, topic: str, partitions: Sequence[int], timeout_s: float
-) -> tuple[dict[int, int], dict[int, int]]:
-    """(log start, last stable offset) per partition. The LSO bounds a read_committed read."""
-
-    def ask(spec: OffsetSpec, left: float) -> dict[int, int]:
-        request = {TopicPartition(topic, p): spec for p in partitions}
-        futures = admin.list_offsets(
-            request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=left
-        )
-        return {tp.partition: f.result(left).offset for tp, f in futures.items()}
-
-    # confluent-kafka's OffsetSpec factories carry no annotations; the casts only name what they return.
-    earliest = typing.cast(Callable[[], OffsetSpec], OffsetSpec.earliest)()
-    latest = typing.cast(Callable[[], OffsetSpec], OffsetSpec.latest)()
-    deadline = time.monotonic() + timeout_s  # one budget for both requests
-    start = retry_kafka(functools.partial(ask, earliest), f"list_offsets(earliest) at {bootstrap}", timeout_s)
-    end = retry_kafka(
-        functools.partial(ask, latest),
-        f"list_offsets(latest, read_committed) at {bootstrap}",
-        max(deadline - time.monotonic(), 0.001),
-    )
-    return start, end
 
 
 def read_offsets_topic(
@@ -187,8 +137,6 @@ def read_positions(spark: SparkSession, path: str) -> dict[int, int]:
     return {int(r["log_partition"]): int(r["next_offset"]) for r in rows}
 
 
-# Delta's idempotent-append id for every data table of `ingest-offsets`; txnVersion is the run's seq.
-INGEST_TXN_APP_ID = "offset-audit.ingest-offsets"
 _HISTORY_DEPTH = 25  # recent commits searched for the last run's marker; ingest writes one per run
 
 
@@ -303,9 +251,6 @@ class IngestResult:
         }
 
 
-DATA_TABLES = (GROUP_COMMITS, GROUP_EVENTS, DECODE_ERRORS)
-
-
 def next_seq(spark: SparkSession, cfg: AppConfig, clock: Clock) -> int:
     """A seq above every one committed: the clock, or one more than the last seq if the clock lags."""
     seen = max(last_seq(run_markers(spark, cfg.paths.table(t))) for t in (*DATA_TABLES, INGEST_POSITIONS))
@@ -377,9 +322,9 @@ def decoded_once(
 
 # (table, schema, transform, the kinds it holds)
 _DATA_TARGETS: tuple[tuple[str, StructType, Callable[[DataFrame, str], DataFrame], tuple[str, ...]], ...] = (
-    (GROUP_COMMITS, GROUP_COMMITS_SCHEMA, to_group_commits, (KIND_COMMIT, KIND_TOMBSTONE)),
-    (GROUP_EVENTS, GROUP_EVENTS_SCHEMA, to_group_events, (KIND_GROUP_METADATA, KIND_GROUP_TOMBSTONE)),
-    (DECODE_ERRORS, DECODE_ERRORS_SCHEMA, to_decode_errors, (KIND_ERROR,)),
+    (GROUP_COMMITS, GROUP_COMMITS_SCHEMA, to_group_commits, TABLE_KINDS[GROUP_COMMITS]),
+    (GROUP_EVENTS, GROUP_EVENTS_SCHEMA, to_group_events, TABLE_KINDS[GROUP_EVENTS]),
+    (DECODE_ERRORS, DECODE_ERRORS_SCHEMA, to_decode_errors, TABLE_KINDS[DECODE_ERRORS]),
 )
 
 
@@ -426,7 +371,7 @@ def write_decoded(
              plan.run_id, "driver" if path == DECODE_ON_DRIVER else "executors", cfg.ingest.decode_on,
              master)  # fmt: skip
     if path == DECODE_ON_DRIVER:
-        return write_decoded_on_driver(spark, cfg, bootstrap, plan, tables)
+        return driver_io.write_decoded_on_driver(spark, cfg, bootstrap, plan, tables)
     # Spark's default Admin-based offset fetching lists topics without internal ones, so `assign` on
     # __consumer_offsets finds no partitions ("Assigned: Set()"); the consumer-based path sees them.
     # Set for this read only and restored after, as other jobs may share the session.
@@ -446,200 +391,6 @@ def write_decoded(
             spark.conf.unset(_DEPRECATED_OFFSET_FETCHING)
         else:
             spark.conf.set(_DEPRECATED_OFFSET_FETCHING, previous)
-    return summarize_progress(counts), inserted
-
-
-# --- the driver path: one Kafka consumer, the decoder in this process, delta-rs -------------------
-
-_CONSUME_BATCH = 20_000  # records per consume() call: large enough that per-call costs vanish
-_PROGRESS_EVERY_S = 30.0  # a long read says how far it is, as Spark's progress bar would
-# librdkafka's defaults fetch at most 1 MB per partition per request, which leaves the decoder waiting
-# for the fetcher; a bulk read of the whole topic wants larger fetches and a deeper queue. Config
-# (kafka.client, kafka.librdkafka) overrides them.
-_FETCH_DEFAULTS = {
-    "max.partition.fetch.bytes": 16 * 1024 * 1024,
-    "fetch.max.bytes": 64 * 1024 * 1024,
-    "queued.max.messages.kbytes": 256 * 1024,
-}
-RawRecords = tuple[list[int], list[int], list[int], list[bytes | None], list[bytes | None]]
-
-
-def consume_ranges(
-    cfg: AppConfig, bootstrap: str, topic: str, ranges: Sequence[PartitionRange]
-) -> Iterator[RawRecords]:
-    """The records of `ranges` (committed records only), as (partitions, offsets, timestamps ms, keys,
-    values) per consume() call, each partition in log order, stopping at each range's end.
-
-    read_committed hides aborted records and transaction markers, so the offsets delivered may stop
-    short of a range's end: a partition is done at the first record at or beyond its end, or when the
-    consumer reports the end of what is committed (partition EOF), which is at or beyond the planned end
-    (`log_end` is the last stable offset when the run was planned). Retriable errors are left to
-    librdkafka, which retries them itself; when nothing arrives for kafka.request_timeout_s the read
-    fails with KafkaUnavailableError, as any other Kafka request of the run.
-    """
-    ends = {r.partition: r.end for r in ranges if r.size > 0}
-    if not ends:
-        return
-    total = sum(r.size for r in ranges if r.size > 0)
-    timeout = cfg.kafka.request_timeout_s
-    user = {**cfg.kafka.client, **cfg.kafka.librdkafka}
-    conf = librdkafka_conf(
-        cfg.kafka,
-        bootstrap,
-        **{k: v for k, v in _FETCH_DEFAULTS.items() if k not in user},
-        **{
-            # librdkafka wants a group id; with assign() and no commit it never joins or writes it.
-            "group.id": "offset-audit-ingest-offsets",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            # A range start that retention removed meanwhile is an error, never a silent jump.
-            "auto.offset.reset": "error",
-        },
-    )
-    consumer = Consumer(conf)
-    try:
-        consumer.assign([TopicPartition(topic, r.partition, r.start) for r in ranges if r.size > 0])
-        read, last_answer = 0, time.monotonic()
-        last_log, last_error = last_answer, "no record"
-        while ends:
-            parts: list[int] = []
-            offsets: list[int] = []
-            times: list[int] = []
-            keys: list[bytes | None] = []
-            values: list[bytes | None] = []
-            done: set[int] = set()
-            messages = consumer.consume(_CONSUME_BATCH, timeout=1.0)
-            for m in messages:
-                error = m.error()
-                p = m.partition()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        if p is not None and p in ends and (m.offset() or 0) >= ends[p]:
-                            done.add(p)
-                        continue
-                    if is_retriable(error):
-                        last_error = f"{error.name()}: {error.str()}"
-                        continue
-                    raise KafkaUnavailableError(f"reading {topic}-{p} failed: {error.name()} ({error.str()})")
-                offset = m.offset()
-                if p is None or offset is None or p not in ends or p in done:
-                    continue
-                if offset >= ends[p]:
-                    done.add(p)
-                    continue
-                end = ends[p]
-                parts.append(p)
-                offsets.append(offset)
-                times.append(m.timestamp()[1])
-                keys.append(m.key())
-                values.append(m.value())
-                if offset + 1 >= end:
-                    done.add(p)
-            now = time.monotonic()
-            if messages:
-                last_answer = now
-            elif now - last_answer > timeout:
-                raise KafkaUnavailableError(
-                    f"reading {topic} partitions {sorted(ends)}: no record within {timeout:.0f}s "
-                    f"(last: {last_error})"
-                )
-            if done:
-                consumer.pause([TopicPartition(topic, p) for p in done])  # fetch no further
-                for p in done:
-                    ends.pop(p, None)
-            if keys:
-                read += len(keys)
-                yield parts, offsets, times, keys, values
-            if now - last_log >= _PROGRESS_EVERY_S:
-                last_log = now
-                log.info("%s: read %d of at most %d records (%.0f%%)", topic, read, total, 100 * read / total)
-    finally:
-        consumer.close()
-
-
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for a bulk decode, and back on after (if it was on).
-
-    The decode allocates millions of small tuples, none of them in a reference cycle (reference counting
-    frees them all), and the collector's passes over them took ~40% of a 3M-record read (measured,
-    bench.ingest_offsets). Nothing is leaked: cyclic garbage made meanwhile is collected once it is back.
-    """
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
-
-
-def write_decoded_on_driver(
-    spark: SparkSession,
-    cfg: AppConfig,
-    bootstrap: str,
-    plan: IngestPlan,
-    tables: Collection[str] = DATA_TABLES,
-) -> tuple[list[PartitionProgress], dict[str, int]]:
-    """`write_decoded` without Spark: the plan's ranges read by one consumer and decoded in this process,
-    each table appended by delta-rs in one commit under the same idempotent transaction id (app id
-    INGEST_TXN_APP_ID, version = seq) and run marker as the Spark path's appends, so a pending run is
-    finished the same way whichever path wrote its first tables.
-
-    group_commits, nearly every record, streams to its Parquet writer as the records are decoded: the
-    driver never holds the run in memory. group_events and decode_errors (few rows) are kept and
-    appended after it. A table with no rows of this run gets no commit, as on the Spark path.
-    """
-    decode = driver_decode.make_record_decoder(plan.groups)
-    counts: list[ProgressRow] = []
-    kept: dict[str, list[pa.RecordBatch]] = {GROUP_EVENTS: [], DECODE_ERRORS: []}
-    failure: list[BaseException] = []
-
-    def commits() -> Iterator[pa.RecordBatch]:
-        try:
-            for raw in consume_ranges(cfg, bootstrap, plan.topic, plan.to_read):
-                decoded = decode(*raw)
-                counts.extend(driver_decode.progress_rows(decoded))
-                for name, transform in (
-                    (GROUP_EVENTS, driver_decode.to_group_events),
-                    (DECODE_ERRORS, driver_decode.to_decode_errors),
-                ):
-                    rows = transform(decoded, plan.run_id)
-                    if rows.num_rows:
-                        kept[name].append(rows)
-                rows = driver_decode.to_group_commits(decoded, plan.run_id)
-                if rows.num_rows:
-                    yield rows
-        except BaseException as exc:
-            failure.append(exc)  # raised again as it is, not as the writer's wrapping of it
-            raise
-
-    marker = plan.marker()
-    stream = commits()
-    with cyclic_gc_paused():
-        first = next(stream, None)  # the read's first commits, or the whole read when it has none
-        to_write = {GROUP_COMMITS: [] if first is None else itertools.chain([first], stream), **kept}
-        for name in DATA_TABLES:  # group_commits first: the others are complete only once it is read
-            path, schema = cfg.paths.table(name), TABLE_SCHEMAS[name]
-            batches = to_write[name]
-            try:
-                if name in tables and (first is not None if name == GROUP_COMMITS else batches):
-                    delta_rows.append_once(spark, path, schema, batches, INGEST_TXN_APP_ID, plan.seq, marker)
-                else:
-                    delta_rows.ensure_table(spark, path, schema)  # created for its readers, as today
-            except Exception:
-                if failure:
-                    raise failure[0] from None
-                raise
-            if name == GROUP_COMMITS:
-                for _ in stream:  # what the write skipped (already committed, not wanted) is still counted
-                    pass
-    inserted = {
-        name: sum(n for _, kind, _, n in counts if kind in wanted) if name in tables else 0
-        for name, _, _, wanted in _DATA_TARGETS
-    }
     return summarize_progress(counts), inserted
 
 

@@ -30,17 +30,9 @@ from app.demo.local_kafka import free_port
 from app.kafka.clients import plain_conf, retry_kafka
 from app.offsets_topic.decoder import partition_for_group
 from app.offsets_topic.ingest import DECODED_SCHEMA, to_decode_errors
-from app.offsets_topic.ingest_io import (
-    DECODE_ERRORS,
-    GROUP_COMMITS,
-    GROUP_EVENTS,
-    INGEST_POSITIONS,
-    IngestResult,
-    ingest_offsets,
-    plan_ingest,
-    write_decoded,
-)
+from app.offsets_topic.ingest_io import IngestResult, ingest_offsets, plan_ingest, write_decoded
 from app.offsets_topic.jvm_decode import decode
+from app.offsets_topic.tables import DECODE_ERRORS, GROUP_COMMITS, GROUP_EVENTS, INGEST_POSITIONS
 from app.runtime import jvm
 from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic
 

@@ -1,0 +1,277 @@
+"""Kafka I/O of `ingest-offsets` on the driver: the log's bounds from the Admin API, and the driver path
+(one confluent-kafka consumer, the decoder in this process, delta-rs appends), which `ingest.decode_path`
+picks when Spark runs local. The Spark path and the run's bookkeeping are in `ingest_io`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import itertools
+import logging
+import time
+import typing
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from pyspark.sql import SparkSession
+
+from app.config import AppConfig
+from app.errors import KafkaUnavailableError
+from app.kafka.clients import is_retriable, librdkafka_conf, retry_kafka
+from app.offsets_topic import driver_decode
+from app.offsets_topic.ingest import PartitionProgress, PartitionRange, summarize_progress
+from app.offsets_topic.tables import (
+    DATA_TABLES,
+    DECODE_ERRORS,
+    GROUP_COMMITS,
+    GROUP_EVENTS,
+    INGEST_TXN_APP_ID,
+    TABLE_KINDS,
+    TABLE_SCHEMAS,
+)
+from app.storage import delta_rows
+
+if TYPE_CHECKING:  # a type only: ingest_io calls into this module
+    from app.offsets_topic.ingest_io import IngestPlan
+
+log = logging.getLogger(__name__)
+
+# --- the log's bounds ----------------------------------------------------------------------------
+
+
+def offsets_topic_partition_count(admin: AdminClient, bootstrap: str, topic: str, timeout_s: float) -> int:
+    """Partitions of the offsets topic as the cluster reports them; 0 if it does not exist yet."""
+    md = retry_kafka(
+        lambda left: admin.list_topics(topic=topic, timeout=left),
+        f"metadata request to {bootstrap}",
+        timeout_s,
+    )
+    info = md.topics.get(topic)
+    if info is None or info.error is not None:
+        # The broker creates __consumer_offsets on the first group request; no topic means no commits yet.
+        return 0
+    return len(info.partitions)
+
+
+def log_bounds(
+    admin: AdminClient, bootstrap: str, topic: str, partitions: Sequence[int], timeout_s: float
+) -> tuple[dict[int, int], dict[int, int]]:
+    """(log start, last stable offset) per partition. The LSO bounds a read_committed read."""
+
+    def ask(spec: OffsetSpec, left: float) -> dict[int, int]:
+        request = {TopicPartition(topic, p): spec for p in partitions}
+        futures = admin.list_offsets(
+            request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=left
+        )
+        return {tp.partition: f.result(left).offset for tp, f in futures.items()}
+
+    # confluent-kafka's OffsetSpec factories carry no annotations; the casts only name what they return.
+    earliest = typing.cast(Callable[[], OffsetSpec], OffsetSpec.earliest)()
+    latest = typing.cast(Callable[[], OffsetSpec], OffsetSpec.latest)()
+    deadline = time.monotonic() + timeout_s  # one budget for both requests
+    start = retry_kafka(functools.partial(ask, earliest), f"list_offsets(earliest) at {bootstrap}", timeout_s)
+    end = retry_kafka(
+        functools.partial(ask, latest),
+        f"list_offsets(latest, read_committed) at {bootstrap}",
+        max(deadline - time.monotonic(), 0.001),
+    )
+    return start, end
+
+
+# --- the driver path ----------------------------------------------------------------------------
+
+_CONSUME_BATCH = 20_000  # records per consume() call: large enough that per-call costs vanish
+_PROGRESS_EVERY_S = 30.0  # a long read says how far it is, as Spark's progress bar would
+# librdkafka's defaults fetch at most 1 MB per partition per request, which leaves the decoder waiting
+# for the fetcher; a bulk read of the whole topic wants larger fetches and a deeper queue. Config
+# (kafka.client, kafka.librdkafka) overrides them.
+_FETCH_DEFAULTS = {
+    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+    "fetch.max.bytes": 64 * 1024 * 1024,
+    "queued.max.messages.kbytes": 256 * 1024,
+}
+RawRecords = tuple[list[int], list[int], list[int], list[bytes | None], list[bytes | None]]
+
+
+def consume_ranges(
+    cfg: AppConfig, bootstrap: str, topic: str, ranges: Sequence[PartitionRange]
+) -> Iterator[RawRecords]:
+    """The records of `ranges` (committed records only), as (partitions, offsets, timestamps ms, keys,
+    values) per consume() call, each partition in log order, stopping at each range's end.
+
+    read_committed hides aborted records and transaction markers, so the offsets delivered may stop
+    short of a range's end: a partition is done at the first record at or beyond its end, or when the
+    consumer reports the end of what is committed (partition EOF), which is at or beyond the planned end
+    (`log_end` is the last stable offset when the run was planned). Retriable errors are left to
+    librdkafka, which retries them itself; when nothing arrives for kafka.request_timeout_s the read
+    fails with KafkaUnavailableError, as any other Kafka request of the run.
+    """
+    ends = {r.partition: r.end for r in ranges if r.size > 0}
+    if not ends:
+        return
+    total = sum(r.size for r in ranges if r.size > 0)
+    timeout = cfg.kafka.request_timeout_s
+    user = {**cfg.kafka.client, **cfg.kafka.librdkafka}
+    conf = librdkafka_conf(
+        cfg.kafka,
+        bootstrap,
+        **{k: v for k, v in _FETCH_DEFAULTS.items() if k not in user},
+        **{
+            # librdkafka wants a group id; with assign() and no commit it never joins or writes it.
+            "group.id": "offset-audit-ingest-offsets",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            # A range start that retention removed meanwhile is an error, never a silent jump.
+            "auto.offset.reset": "error",
+        },
+    )
+    consumer = Consumer(conf)
+    try:
+        consumer.assign([TopicPartition(topic, r.partition, r.start) for r in ranges if r.size > 0])
+        read, last_answer = 0, time.monotonic()
+        last_log, last_error = last_answer, "no record"
+        while ends:
+            parts: list[int] = []
+            offsets: list[int] = []
+            times: list[int] = []
+            keys: list[bytes | None] = []
+            values: list[bytes | None] = []
+            done: set[int] = set()
+            messages = consumer.consume(_CONSUME_BATCH, timeout=1.0)
+            for m in messages:
+                error = m.error()
+                p = m.partition()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        if p is not None and p in ends and (m.offset() or 0) >= ends[p]:
+                            done.add(p)
+                        continue
+                    if is_retriable(error):
+                        last_error = f"{error.name()}: {error.str()}"
+                        continue
+                    raise KafkaUnavailableError(f"reading {topic}-{p} failed: {error.name()} ({error.str()})")
+                offset = m.offset()
+                if p is None or offset is None or p not in ends or p in done:
+                    continue
+                if offset >= ends[p]:
+                    done.add(p)
+                    continue
+                end = ends[p]
+                parts.append(p)
+                offsets.append(offset)
+                times.append(m.timestamp()[1])
+                keys.append(m.key())
+                values.append(m.value())
+                if offset + 1 >= end:
+                    done.add(p)
+            now = time.monotonic()
+            if messages:
+                last_answer = now
+            elif now - last_answer > timeout:
+                raise KafkaUnavailableError(
+                    f"reading {topic} partitions {sorted(ends)}: no record within {timeout:.0f}s "
+                    f"(last: {last_error})"
+                )
+            if done:
+                consumer.pause([TopicPartition(topic, p) for p in done])  # fetch no further
+                for p in done:
+                    ends.pop(p, None)
+            if keys:
+                read += len(keys)
+                yield parts, offsets, times, keys, values
+            if now - last_log >= _PROGRESS_EVERY_S:
+                last_log = now
+                log.info("%s: read %d of at most %d records (%.0f%%)", topic, read, total, 100 * read / total)
+    finally:
+        consumer.close()
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a bulk decode, and back on after (if it was on).
+
+    The decode allocates millions of small tuples, none of them in a reference cycle (reference counting
+    frees them all), and the collector's passes over them took ~40% of a 3M-record read (measured,
+    bench.ingest_offsets). Nothing is leaked: cyclic garbage made meanwhile is collected once it is back.
+    """
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def write_decoded_on_driver(
+    spark: SparkSession,
+    cfg: AppConfig,
+    bootstrap: str,
+    plan: IngestPlan,
+    tables: Collection[str] = DATA_TABLES,
+) -> tuple[list[PartitionProgress], dict[str, int]]:
+    """`write_decoded` without Spark: the plan's ranges read by one consumer and decoded in this process,
+    each table appended by delta-rs in one commit under the same idempotent transaction id (app id
+    INGEST_TXN_APP_ID, version = seq) and run marker as the Spark path's appends, so a pending run is
+    finished the same way whichever path wrote its first tables.
+
+    group_commits, nearly every record, streams to its Parquet writer as the records are decoded: the
+    driver never holds the run in memory. group_events and decode_errors (few rows) are kept and
+    appended after it. A table with no rows of this run gets no commit, as on the Spark path.
+    """
+    decode = driver_decode.make_record_decoder(plan.groups)
+    counts: list[driver_decode.ProgressRow] = []
+    kept: dict[str, list[pa.RecordBatch]] = {GROUP_EVENTS: [], DECODE_ERRORS: []}
+    failure: list[BaseException] = []
+
+    def commits() -> Iterator[pa.RecordBatch]:
+        try:
+            for raw in consume_ranges(cfg, bootstrap, plan.topic, plan.to_read):
+                decoded = decode(*raw)
+                counts.extend(driver_decode.progress_rows(decoded))
+                for name, transform in (
+                    (GROUP_EVENTS, driver_decode.to_group_events),
+                    (DECODE_ERRORS, driver_decode.to_decode_errors),
+                ):
+                    rows = transform(decoded, plan.run_id)
+                    if rows.num_rows:
+                        kept[name].append(rows)
+                rows = driver_decode.to_group_commits(decoded, plan.run_id)
+                if rows.num_rows:
+                    yield rows
+        except BaseException as exc:
+            failure.append(exc)  # raised again as it is, not as the writer's wrapping of it
+            raise
+
+    marker = plan.marker()
+    stream = commits()
+    with cyclic_gc_paused():
+        first = next(stream, None)  # the read's first commits, or the whole read when it has none
+        to_write = {GROUP_COMMITS: [] if first is None else itertools.chain([first], stream), **kept}
+        for name in DATA_TABLES:  # group_commits first: the others are complete only once it is read
+            path, schema = cfg.paths.table(name), TABLE_SCHEMAS[name]
+            batches = to_write[name]
+            try:
+                if name in tables and (first is not None if name == GROUP_COMMITS else batches):
+                    delta_rows.append_once(spark, path, schema, batches, INGEST_TXN_APP_ID, plan.seq, marker)
+                else:
+                    delta_rows.ensure_table(spark, path, schema)  # created for its readers, as today
+            except Exception:
+                if failure:
+                    raise failure[0] from None
+                raise
+            if name == GROUP_COMMITS:
+                for _ in stream:  # what the write skipped (already committed, not wanted) is still counted
+                    pass
+    inserted = {
+        name: sum(n for _, kind, _, n in counts if kind in wanted) if name in tables else 0
+        for name, wanted in TABLE_KINDS.items()
+    }
+    return summarize_progress(counts), inserted
