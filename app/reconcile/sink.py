@@ -12,10 +12,10 @@ per-file min/max statistics skip every file outside them:
    of a bare count;
 2. the partitions that fail it, read again alone: a hash aggregate per 64-offset word (rows and a
    presence word, ``sink_words``), rolled up per 32768-offset bucket into count, distinct, min and
-   max (``sink_bucket_stats``);
-3. the few buckets that are not complete, read again alone for their presence words, which locate
-   the missing ranges, and the buckets that hold more rows than distinct offsets, read again for
-   their duplicate offsets.
+   max (``sink_bucket_stats``), which hands back in the same read the presence words of the few
+   buckets that are not complete: they locate the missing ranges;
+3. the buckets that hold more rows than distinct offsets, read again alone for their duplicate
+   offsets.
 
 The ledger window and the group's commits are small: they are read once into Arrow (by delta-rs
 on local storage) and analysed on the driver (``app.reconcile.ledger_audit``): findings, the ranges above,
@@ -49,7 +49,6 @@ from app.reconcile.findings import Finding
 from app.reconcile.sink_offsets import (
     BUCKET_SIZE,
     SINK_COLUMNS,
-    WORD_BITS,
     BucketStat,
     PartitionRange,
     PartitionSink,
@@ -232,42 +231,37 @@ def examine_sink(
             len(covered),
             time.monotonic() - started,
         )
-        # The rest is examined per bucket, reading only its partitions (Delta skips the others).
+        # The rest is examined per bucket, reading only its partitions (Delta skips the others);
+        # the words of its incomplete buckets come back in the same read.
         rest = [c for c in covered if (c[0], c[1]) in with_rows and (c[0], c[1]) not in proven]
+        words: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
         if rest:
             started = time.monotonic()
             for row in sink_bucket_stats(sink_words(sink.where(rest), topics)).collect():
-                per_tp[(row["topic"], row["partition"])].append(
+                tp = (row["topic"], row["partition"])
+                per_tp[tp].append(
                     BucketStat(
                         row["bucket"], row["rows"], row["distinct"], row["min_offset"], row["max_offset"]
                     )
                 )
-        # Incomplete buckets are read again, alone (Delta skips every other file), for their
-        # presence words: cheaper than keeping the words of the whole sink around.
-        inspect: list[tuple[str, int, int | None, int | None]] = []
+                if row["words"] is not None:
+                    words[(*tp, row["bucket"])] = [(w["word"], w["bits"]) for w in row["words"]]
+        decoded = 0
         for tp, rng in by_tp.items():
             if tp in proven:
                 continue
             ps = sinks[tp] = PartitionSink.of(per_tp.get(tp, []))
             lo = effective_lo(rng, ps)
             if not is_complete(lo, rng.hi, ps):
-                inspect += [
-                    (tp[0], tp[1], max(lo, b * BUCKET_SIZE), min(rng.hi, (b + 1) * BUCKET_SIZE))
-                    for b in buckets_to_inspect(lo, rng.hi, ps)
-                ]
-        if inspect:
-            found: dict[tuple[str, int, int], list[tuple[int, int]]] = defaultdict(list)
-            for row in sink_words(sink.where(inspect), topics).collect():
-                b = row["word"] * WORD_BITS // BUCKET_SIZE
-                found[(row["topic"], row["partition"], b)].append((row["word"], row["bits"]))
-            for (topic, partition, b), bucket_words in found.items():
-                bitmaps[(topic, partition)][b] = bucket_bitmap(b, bucket_words)
+                for b in buckets_to_inspect(lo, rng.hi, ps):
+                    bitmaps[tp][b] = bucket_bitmap(b, words[(*tp, b)])
+                    decoded += 1
         if rest:
             log.info(
                 "sink of %s: %d partition(s) examined per bucket (%d bucket(s) decoded) in %.1fs",
                 job,
                 len(rest),
-                len(inspect),
+                decoded,
                 time.monotonic() - started,
             )
 
