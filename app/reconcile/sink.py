@@ -22,7 +22,8 @@ on local storage) and analysed on the driver (``app.reconcile.ledger_audit``): f
 restarts. Spark runs only the sink reads. The rows a run stores (findings, partition summary, the
 run record) are likewise written from the driver (``app.storage.delta_rows``).
 
-Rows past the last completed checkpoint are counted by a tail-only read.
+Rows past the last completed checkpoint are counted by a tail-only read, on a thread of its own
+while the reads above run.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any, Final
 
+from pyspark import inheritable_thread_target
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -213,6 +216,24 @@ def examine_sink(
     if not ranges:
         return out
     by_tp = {(r.topic, r.partition): r for r in ranges}
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sink-tail") as pool:
+        # The tail read depends on nothing below and usually reads no file at all (Delta skips
+        # every file by its statistics), so what it costs is planning and a file-filtering job:
+        # done on a thread of its own while the sink is scanned, that latency is hidden.
+        beyond = pool.submit(inheritable_thread_target(spark)(_beyond_rows), sink, ranges, by_tp, active_run)
+        _examine_ranges(spark, sink, ranges, by_tp, out)
+        out.rows += beyond.result()
+    return out
+
+
+def _examine_ranges(
+    spark: SparkSession,
+    sink: SinkReader,
+    ranges: Sequence[PartitionRange],
+    by_tp: Mapping[tuple[str, int], PartitionRange],
+    out: SinkOutcome,
+) -> None:
+    """GAP candidates, DUPLICATE rows and statistics of one job's sink into ``out``."""
     job = ranges[0].job_name
     covered = [(r.topic, r.partition, r.lo, r.hi) for r in ranges if r.lo is None or r.hi > r.lo]
     per_tp: dict[tuple[str, int], list[BucketStat]] = defaultdict(list)
@@ -280,24 +301,28 @@ def examine_sink(
         for run in duplicate_runs(sink.where(dup_ranges)).collect():
             out.rows.append(rc.duplicate_finding(by_tp[(run["topic"], run["partition"])], run.asDict()))
 
+
+def _beyond_rows(
+    sink: SinkReader,
+    ranges: Sequence[PartitionRange],
+    by_tp: Mapping[tuple[str, int], PartitionRange],
+    active_run: str | None,
+) -> list[Finding]:
+    """SINK_BEYOND_CHECKPOINT rows: sink rows past the last completed checkpoint, by a tail-only read."""
     tails = [(r.topic, r.partition, r.beyond_from, None) for r in ranges if r.beyond_from is not None]
-    if tails:
-        beyond = sink.where(tails)
-        if active_run is not None:
-            # Rows of the batch the live run is writing right now are not beyond anything yet.
-            beyond = beyond.filter(
-                F.col("writer_run_id").isNotNull() & (F.col("writer_run_id") != active_run)
-            )
-        agg = beyond.groupBy("topic", "partition").agg(
-            F.count("*").alias("rows"),
-            F.max("offset").alias("max_offset"),
-            F.slice(F.array_sort(F.collect_set("writer_run_id")), 1, 10).alias("runs"),
-            F.slice(F.array_sort(F.collect_set("writer_checkpoint_id")), 1, 20).alias("checkpoints"),
-        )
-        for row in agg.collect():
-            rng = by_tp[(row["topic"], row["partition"])]
-            out.rows.append(rc.beyond_finding(rng, row.asDict()))
-    return out
+    if not tails:
+        return []
+    beyond = sink.where(tails)
+    if active_run is not None:
+        # Rows of the batch the live run is writing right now are not beyond anything yet.
+        beyond = beyond.filter(F.col("writer_run_id").isNotNull() & (F.col("writer_run_id") != active_run))
+    agg = beyond.groupBy("topic", "partition").agg(
+        F.count("*").alias("rows"),
+        F.max("offset").alias("max_offset"),
+        F.slice(F.array_sort(F.collect_set("writer_run_id")), 1, 10).alias("runs"),
+        F.slice(F.array_sort(F.collect_set("writer_checkpoint_id")), 1, 20).alias("checkpoints"),
+    )
+    return [rc.beyond_finding(by_tp[(row["topic"], row["partition"])], row.asDict()) for row in agg.collect()]
 
 
 def _prove_complete(
