@@ -212,8 +212,20 @@ def baseline(spark: SparkSession, path: str) -> float:
 def with_outputs_of_pair(cfg: AppConfig, pair: int) -> AppConfig:
     """Output tables of the pair's own: a table deleted and created again under the same path
     would make Spark's cached Delta log of it warn and reload, inside the measured time."""
-    paths = {setting: cfg.paths.table(f"{name}-{pair}") for setting, name in OUTPUT_TABLES.items()}
-    return dataclasses.replace(cfg, reconcile=dataclasses.replace(cfg.reconcile, **paths))
+
+    def own(setting: str) -> str:
+        return cfg.paths.table(f"{OUTPUT_TABLES[setting]}-{pair}")
+
+    # Named one by one: a **dict of settings would hide a misspelt one from the type checker.
+    reconcile = dataclasses.replace(
+        cfg.reconcile,
+        findings_table=own("findings_table"),
+        partition_summary_table=own("partition_summary_table"),
+        restarts_table=own("restarts_table"),
+        incidents_table=own("incidents_table"),
+        runs_table=own("runs_table"),
+    )
+    return dataclasses.replace(cfg, reconcile=reconcile)
 
 
 def reconcile_twice(spark: SparkSession, cfg: AppConfig) -> dict[str, Any]:

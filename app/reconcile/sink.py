@@ -12,17 +12,18 @@ per-file min/max statistics skip every file outside them:
    of a bare count;
 2. the partitions that fail it, read again alone: a hash aggregate per 64-offset word (rows and a
    presence word, ``sink_words``), rolled up per 32768-offset bucket into count, distinct, min and
-   max (``sink_bucket_stats``);
-3. the few buckets that are not complete, read again alone for their presence words, which locate
-   the missing ranges, and the buckets that hold more rows than distinct offsets, read again for
-   their duplicate offsets.
+   max (``sink_bucket_stats``), which hands back in the same read the presence words of the few
+   buckets that are not complete: they locate the missing ranges;
+3. the buckets that hold more rows than distinct offsets, read again alone for their duplicate
+   offsets.
 
 The ledger window and the group's commits are small: they are read once into Arrow (by delta-rs
 on local storage) and analysed on the driver (``app.reconcile.ledger_audit``): findings, the ranges above,
 restarts. Spark runs only the sink reads. The rows a run stores (findings, partition summary, the
 run record) are likewise written from the driver (``app.storage.delta_rows``).
 
-Rows past the last completed checkpoint are counted by a tail-only read.
+Rows past the last completed checkpoint are counted by a tail-only read, on a thread of its own
+while the reads above run.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any, Final
 
+from pyspark import inheritable_thread_target
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -49,7 +52,6 @@ from app.reconcile.findings import Finding
 from app.reconcile.sink_offsets import (
     BUCKET_SIZE,
     SINK_COLUMNS,
-    WORD_BITS,
     BucketStat,
     PartitionRange,
     PartitionSink,
@@ -214,6 +216,24 @@ def examine_sink(
     if not ranges:
         return out
     by_tp = {(r.topic, r.partition): r for r in ranges}
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sink-tail") as pool:
+        # The tail read depends on nothing below and usually reads no file at all (Delta skips
+        # every file by its statistics), so what it costs is planning and a file-filtering job:
+        # done on a thread of its own while the sink is scanned, that latency is hidden.
+        beyond = pool.submit(inheritable_thread_target(spark)(_beyond_rows), sink, ranges, by_tp, active_run)
+        _examine_ranges(spark, sink, ranges, by_tp, out)
+        out.rows += beyond.result()
+    return out
+
+
+def _examine_ranges(
+    spark: SparkSession,
+    sink: SinkReader,
+    ranges: Sequence[PartitionRange],
+    by_tp: Mapping[tuple[str, int], PartitionRange],
+    out: SinkOutcome,
+) -> None:
+    """GAP candidates, DUPLICATE rows and statistics of one job's sink into ``out``."""
     job = ranges[0].job_name
     covered = [(r.topic, r.partition, r.lo, r.hi) for r in ranges if r.lo is None or r.hi > r.lo]
     per_tp: dict[tuple[str, int], list[BucketStat]] = defaultdict(list)
@@ -232,42 +252,37 @@ def examine_sink(
             len(covered),
             time.monotonic() - started,
         )
-        # The rest is examined per bucket, reading only its partitions (Delta skips the others).
+        # The rest is examined per bucket, reading only its partitions (Delta skips the others);
+        # the words of its incomplete buckets come back in the same read.
         rest = [c for c in covered if (c[0], c[1]) in with_rows and (c[0], c[1]) not in proven]
+        words: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
         if rest:
             started = time.monotonic()
             for row in sink_bucket_stats(sink_words(sink.where(rest), topics)).collect():
-                per_tp[(row["topic"], row["partition"])].append(
+                tp = (row["topic"], row["partition"])
+                per_tp[tp].append(
                     BucketStat(
                         row["bucket"], row["rows"], row["distinct"], row["min_offset"], row["max_offset"]
                     )
                 )
-        # Incomplete buckets are read again, alone (Delta skips every other file), for their
-        # presence words: cheaper than keeping the words of the whole sink around.
-        inspect: list[tuple[str, int, int | None, int | None]] = []
+                if row["words"] is not None:
+                    words[(*tp, row["bucket"])] = [(w["word"], w["bits"]) for w in row["words"]]
+        decoded = 0
         for tp, rng in by_tp.items():
             if tp in proven:
                 continue
             ps = sinks[tp] = PartitionSink.of(per_tp.get(tp, []))
             lo = effective_lo(rng, ps)
             if not is_complete(lo, rng.hi, ps):
-                inspect += [
-                    (tp[0], tp[1], max(lo, b * BUCKET_SIZE), min(rng.hi, (b + 1) * BUCKET_SIZE))
-                    for b in buckets_to_inspect(lo, rng.hi, ps)
-                ]
-        if inspect:
-            found: dict[tuple[str, int, int], list[tuple[int, int]]] = defaultdict(list)
-            for row in sink_words(sink.where(inspect), topics).collect():
-                b = row["word"] * WORD_BITS // BUCKET_SIZE
-                found[(row["topic"], row["partition"], b)].append((row["word"], row["bits"]))
-            for (topic, partition, b), bucket_words in found.items():
-                bitmaps[(topic, partition)][b] = bucket_bitmap(b, bucket_words)
+                for b in buckets_to_inspect(lo, rng.hi, ps):
+                    bitmaps[tp][b] = bucket_bitmap(b, words[(*tp, b)])
+                    decoded += 1
         if rest:
             log.info(
                 "sink of %s: %d partition(s) examined per bucket (%d bucket(s) decoded) in %.1fs",
                 job,
                 len(rest),
-                len(inspect),
+                decoded,
                 time.monotonic() - started,
             )
 
@@ -286,24 +301,28 @@ def examine_sink(
         for run in duplicate_runs(sink.where(dup_ranges)).collect():
             out.rows.append(rc.duplicate_finding(by_tp[(run["topic"], run["partition"])], run.asDict()))
 
+
+def _beyond_rows(
+    sink: SinkReader,
+    ranges: Sequence[PartitionRange],
+    by_tp: Mapping[tuple[str, int], PartitionRange],
+    active_run: str | None,
+) -> list[Finding]:
+    """SINK_BEYOND_CHECKPOINT rows: sink rows past the last completed checkpoint, by a tail-only read."""
     tails = [(r.topic, r.partition, r.beyond_from, None) for r in ranges if r.beyond_from is not None]
-    if tails:
-        beyond = sink.where(tails)
-        if active_run is not None:
-            # Rows of the batch the live run is writing right now are not beyond anything yet.
-            beyond = beyond.filter(
-                F.col("writer_run_id").isNotNull() & (F.col("writer_run_id") != active_run)
-            )
-        agg = beyond.groupBy("topic", "partition").agg(
-            F.count("*").alias("rows"),
-            F.max("offset").alias("max_offset"),
-            F.slice(F.array_sort(F.collect_set("writer_run_id")), 1, 10).alias("runs"),
-            F.slice(F.array_sort(F.collect_set("writer_checkpoint_id")), 1, 20).alias("checkpoints"),
-        )
-        for row in agg.collect():
-            rng = by_tp[(row["topic"], row["partition"])]
-            out.rows.append(rc.beyond_finding(rng, row.asDict()))
-    return out
+    if not tails:
+        return []
+    beyond = sink.where(tails)
+    if active_run is not None:
+        # Rows of the batch the live run is writing right now are not beyond anything yet.
+        beyond = beyond.filter(F.col("writer_run_id").isNotNull() & (F.col("writer_run_id") != active_run))
+    agg = beyond.groupBy("topic", "partition").agg(
+        F.count("*").alias("rows"),
+        F.max("offset").alias("max_offset"),
+        F.slice(F.array_sort(F.collect_set("writer_run_id")), 1, 10).alias("runs"),
+        F.slice(F.array_sort(F.collect_set("writer_checkpoint_id")), 1, 20).alias("checkpoints"),
+    )
+    return [rc.beyond_finding(by_tp[(row["topic"], row["partition"])], row.asDict()) for row in agg.collect()]
 
 
 def _prove_complete(

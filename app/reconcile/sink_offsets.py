@@ -169,12 +169,13 @@ def proven_complete(
 
 
 def sink_words(sink: DataFrame, topics: Sequence[str]) -> DataFrame:
-    """rows and a 64-bit presence word per (topic, partition, word = offset // 64).
+    """rows, a 64-bit presence word, and the lowest and highest offset per (topic, partition,
+    word = offset // 64).
 
-    Only fixed-width aggregates (count, bit_or), so Spark hash-aggregates inside each task and a
-    clustered sink shrinks 64-fold before anything is shuffled. (Spark's own bitmap aggregate keeps
-    a binary buffer, which forces a sort of every row: several times the cost of the scan.) Each
-    topic is aggregated on its own and named afterwards: a string in the grouping key takes the
+    Only fixed-width aggregates (count, bit_or, min, max), so Spark hash-aggregates inside each task
+    and a clustered sink shrinks 64-fold before anything is shuffled. (Spark's own bitmap aggregate
+    keeps a binary buffer, which forces a sort of every row: several times the cost of the scan.)
+    Each topic is aggregated on its own and named afterwards: a string in the grouping key takes the
     hash map off its fixed-width fast path, which nearly doubles the cost, and a filter on one
     topic lets Delta skip the other topics' files (the Kafka source writes one file per
     topic-partition and batch). Rows of topics not in ``topics`` are left out.
@@ -189,46 +190,43 @@ def sink_words(sink: DataFrame, topics: Sequence[str]) -> DataFrame:
     per_topic = [
         sink.filter(F.col("topic") == F.lit(topic))
         .groupBy("partition", word)
-        .agg(F.count("*").alias("rows"), F.bit_or(bit).alias("bits"))
-        .select(F.lit(topic).alias("topic"), "partition", "word", "rows", "bits")
+        .agg(
+            F.count("*").alias("rows"),
+            F.bit_or(bit).alias("bits"),
+            F.min(offset).alias("min_offset"),
+            F.max(offset).alias("max_offset"),
+        )
+        .select(F.lit(topic).alias("topic"), "partition", "word", "rows", "bits", "min_offset", "max_offset")
         for topic in dict.fromkeys(topics)
     ]
     return reduce(DataFrame.unionByName, per_topic)
 
 
-def _lowest_bit(bits: Column) -> Column:
-    """Index of the lowest set bit: smear it into every higher position, then count the rest.
-    Shifts only: ANSI mode rejects the overflow of the usual x & -x at bit 63."""
-    smeared = bits
-    for shift in (1, 2, 4, 8, 16, 32):
-        smeared = smeared.bitwiseOR(F.shiftleft(smeared, shift))
-    return WORD_BITS - F.bit_count(smeared)
-
-
-def _highest_bit(bits: Column) -> Column:
-    """Index of the highest set bit: smear it into every lower position, then count."""
-    smeared = bits
-    for shift in (1, 2, 4, 8, 16, 32):
-        smeared = smeared.bitwiseOR(F.shiftrightunsigned(smeared, shift))
-    return F.bit_count(smeared) - 1
-
-
 def sink_bucket_stats(words: DataFrame) -> DataFrame:
-    """count, distinct, min and max per (topic, partition, 32768-offset bucket), from ``sink_words``.
+    """count, distinct, min and max per (topic, partition, 32768-offset bucket), from ``sink_words``,
+    and ``words``: the (word, bits) of every bucket that lacks some of its offsets, else null.
 
     Exact: a word's distinct offsets are its set bits, its extra copies are rows minus those.
     Completeness of a bucket is then arithmetic; the words of the few incomplete buckets locate
-    the missing offsets (``bucket_bitmap``).
+    the missing offsets (``bucket_bitmap``). They come back with the statistics, so locating a gap
+    costs no second read of the sink: a bucket holding fewer distinct offsets than it has is a
+    superset of those ``buckets_to_inspect`` names for any [lo, hi) (a range only narrows a
+    bucket), and its words are at most BUCKET_SIZE / 64 per bucket.
     """
-    require_columns(words, ["topic", "partition", "word", "rows", "bits"], "sink words")
+    require_columns(
+        words, ["topic", "partition", "word", "rows", "bits", "min_offset", "max_offset"], "sink words"
+    )
     word, bits = F.col("word"), F.col("bits")
+    distinct = F.sum(F.bit_count(bits)).cast("long")
+    bucket_words = F.collect_list(F.struct(word.alias("word"), bits.alias("bits")))
     return words.groupBy(
         "topic", "partition", F.shiftright(word, BUCKET_SHIFT - WORD_SHIFT).cast("long").alias("bucket")
     ).agg(
         F.sum("rows").cast("long").alias("rows"),
-        F.sum(F.bit_count(bits)).cast("long").alias("distinct"),
-        F.min(word * WORD_BITS + _lowest_bit(bits)).alias("min_offset"),
-        F.max(word * WORD_BITS + _highest_bit(bits)).alias("max_offset"),
+        distinct.alias("distinct"),
+        F.min("min_offset").alias("min_offset"),
+        F.max("max_offset").alias("max_offset"),
+        F.when(distinct < BUCKET_SIZE, bucket_words).alias("words"),
     )
 
 
