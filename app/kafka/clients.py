@@ -205,6 +205,27 @@ def librdkafka_conf(cfg: KafkaConfig, bootstrap: str, **extra: Any) -> dict[str,
     return conf
 
 
+def range_reader_conf(
+    cfg: KafkaConfig, bootstrap: str, group_id: str, offset_reset: str, **extra: Any
+) -> dict[str, Any]:
+    """librdkafka settings for a consumer that reads fixed offset ranges with assign(): committed
+    records only, told when it reaches a partition's end, never committing. librdkafka wants a group
+    id; with assign() and no commit it never joins the group or writes to it."""
+    return librdkafka_conf(
+        cfg,
+        bootstrap,
+        **{
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": offset_reset,
+            **extra,
+        },
+    )
+
+
 def plain_conf(bootstrap: str, **extra: Any) -> dict[str, Any]:
     """librdkafka settings for a client that needs only an address (the demo's and tests' own
     clients), with the same logging as the application's."""

@@ -130,7 +130,7 @@ def kafka_gap_confirmer(
     def confirm(gaps: Sequence[SuspectedGap]) -> list[dict[str, Any]]:
         from confluent_kafka import Consumer
 
-        from app.kafka.clients import admin_client, librdkafka_conf
+        from app.kafka.clients import admin_client, range_reader_conf
 
         if not gaps:
             return []
@@ -141,17 +141,7 @@ def kafka_gap_confirmer(
             low, high = bounds[(gap.topic, gap.partition)]
             start, end = max(gap.start, low), min(gap.end, high)
             reads.append(GapRead(gap, start, end, finished=start >= end))
-        conf = librdkafka_conf(
-            kafka,
-            bootstrap,
-            **{
-                "group.id": f"offset-audit-confirm-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-            },
-        )
+        conf = range_reader_conf(kafka, bootstrap, f"offset-audit-confirm-{uuid.uuid4().hex[:8]}", "earliest")
         consumer = Consumer(conf)
         try:
             read_ranges(consumer, [r for r in reads if not r.finished], max_records, timeout_s, bootstrap)

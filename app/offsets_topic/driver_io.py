@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from app.config import AppConfig
 from app.errors import KafkaUnavailableError
-from app.kafka.clients import is_retriable, librdkafka_conf, retry_kafka
+from app.kafka.clients import is_retriable, range_reader_conf, retry_kafka
 from app.offsets_topic import driver_decode
 from app.offsets_topic.ingest import PartitionProgress, PartitionRange, summarize_progress
 from app.offsets_topic.tables import (
@@ -117,20 +117,13 @@ def consume_ranges(
     total = sum(r.size for r in ranges if r.size > 0)
     timeout = cfg.kafka.request_timeout_s
     user = {**cfg.kafka.client, **cfg.kafka.librdkafka}
-    conf = librdkafka_conf(
+    conf = range_reader_conf(
         cfg.kafka,
         bootstrap,
+        "offset-audit-ingest-offsets",
+        # A range start that retention removed meanwhile is an error, never a silent jump.
+        offset_reset="error",
         **{k: v for k, v in _FETCH_DEFAULTS.items() if k not in user},
-        **{
-            # librdkafka wants a group id; with assign() and no commit it never joins or writes it.
-            "group.id": "offset-audit-ingest-offsets",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            # A range start that retention removed meanwhile is an error, never a silent jump.
-            "auto.offset.reset": "error",
-        },
     )
     consumer = Consumer(conf)
     try:
