@@ -1,7 +1,7 @@
 """The driver's decoder of `__consumer_offsets`: records as a Kafka consumer returns them -> Arrow
 batches of the decoded rows and of the group_commits / group_events / decode_errors contracts.
 
-Pure functions over bytes and Arrow: no Kafka, no Delta (app/offsets_topic/ingest_io.py does the I/O).
+Pure functions over bytes and Arrow: no Kafka, no Delta (app/offsets_topic/driver_io.py does the I/O).
 Each record goes through `ingest.decode_row`, the function the Spark path's Python decoder runs too:
 the common records (offset commits v0-v4, tombstones, skipped types, other groups) by a few struct
 calls, everything else by the complete `decoder.decode_record`, malformed bytes as KIND_ERROR rows. The
