@@ -10,12 +10,16 @@ per-file min/max statistics skip every file outside them:
    the range must hold, computed on the driver (``expected_fingerprint``, each offset once
    however many partitions share it), it proves most partitions complete at about the cost
    of a bare count;
-2. the partitions that fail it, read again alone: a hash aggregate per 64-offset word (rows and a
-   presence word, ``sink_words``), rolled up per 32768-offset bucket into count, distinct, min and
-   max (``sink_bucket_stats``), which hands back in the same read the presence words of the few
-   buckets that are not complete: they locate the missing ranges;
-3. the buckets that hold more rows than distinct offsets, read again alone for their duplicate
-   offsets.
+2. the partitions that fail it, read again alone and examined per 32768-offset bucket (count,
+   distinct, min, max), which locates the missing ranges and the duplicate runs. When they hold
+   few rows (``sink_arrow.examine_on_driver``; a gap or a replayed batch usually leaves a few
+   partitions with few rows), the rows are read once onto the driver and numpy does it
+   (``app.reconcile.sink_arrow``): a Spark query costs about a second of planning and code
+   generation in a fresh JVM whatever its size. Otherwise Spark does: a hash aggregate per 64-offset
+   word (rows and a presence word, ``sink_words``), rolled up per bucket (``sink_bucket_stats``),
+   which hands back in the same read the presence words of the buckets that are not complete;
+   then the buckets that hold more rows than distinct offsets are read again for their duplicate
+   offsets (``duplicate_runs``). Either way only the range's rows count.
 
 The ledger window and the group's commits are small: they are read once into Arrow (by delta-rs
 on local storage) and analysed on the driver (``app.reconcile.ledger_audit``): findings, the ranges above,
@@ -32,10 +36,10 @@ import dataclasses
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import reduce
+from functools import partial, reduce
 from typing import Any, Final
 
 from pyspark import inheritable_thread_target
@@ -49,6 +53,7 @@ from app.errors import (
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile.findings import Finding
+from app.reconcile.sink_arrow import DRIVER_EXAMINE_MAX_ROWS, examine_on_driver, partition_details
 from app.reconcile.sink_offsets import (
     BUCKET_SIZE,
     SINK_COLUMNS,
@@ -209,9 +214,17 @@ class SinkOutcome:
 
 
 def examine_sink(
-    spark: SparkSession, sink: SinkReader, ranges: Sequence[PartitionRange], active_run: str | None
+    spark: SparkSession,
+    sink: SinkReader,
+    ranges: Sequence[PartitionRange],
+    active_run: str | None,
+    driver_max_rows: int = DRIVER_EXAMINE_MAX_ROWS,
 ) -> SinkOutcome:
-    """GAP candidates, DUPLICATE and SINK_BEYOND_CHECKPOINT rows of one job's sink."""
+    """GAP candidates, DUPLICATE and SINK_BEYOND_CHECKPOINT rows of one job's sink.
+
+    ``driver_max_rows``: the partitions the fingerprints do not prove complete are examined on the
+    driver when they hold at most this many rows in their ranges, else by Spark (same results).
+    """
     out = SinkOutcome()
     if not ranges:
         return out
@@ -221,7 +234,7 @@ def examine_sink(
         # every file by its statistics), so what it costs is planning and a file-filtering job:
         # done on a thread of its own while the sink is scanned, that latency is hidden.
         beyond = pool.submit(inheritable_thread_target(spark)(_beyond_rows), sink, ranges, by_tp, active_run)
-        _examine_ranges(spark, sink, ranges, by_tp, out)
+        _examine_ranges(spark, sink, ranges, by_tp, out, driver_max_rows)
         out.rows += beyond.result()
     return out
 
@@ -232,19 +245,17 @@ def _examine_ranges(
     ranges: Sequence[PartitionRange],
     by_tp: Mapping[tuple[str, int], PartitionRange],
     out: SinkOutcome,
+    driver_max_rows: int,
 ) -> None:
     """GAP candidates, DUPLICATE rows and statistics of one job's sink into ``out``."""
     job = ranges[0].job_name
     covered = [(r.topic, r.partition, r.lo, r.hi) for r in ranges if r.lo is None or r.hi > r.lo]
-    per_tp: dict[tuple[str, int], list[BucketStat]] = defaultdict(list)
-    bitmaps: dict[tuple[str, int], dict[int, bytes]] = defaultdict(dict)
-    sinks: dict[tuple[str, int], PartitionSink] = {}
+    examined: dict[tuple[str, int], _Examined] = {}
     proven: dict[tuple[str, int], PartitionSink] = {}
     if covered:
         topics = sorted({t for t, _, _, _ in covered})
         started = time.monotonic()
-        proven, with_rows = _prove_complete(spark, sink, covered, by_tp, topics)
-        sinks.update(proven)
+        proven, rows_in_range = _prove_complete(spark, sink, covered, by_tp, topics)
         log.info(
             "sink of %s: %d of %d partitions proven complete by count and fingerprint in %.1fs",
             job,
@@ -252,54 +263,103 @@ def _examine_ranges(
             len(covered),
             time.monotonic() - started,
         )
-        # The rest is examined per bucket, reading only its partitions (Delta skips the others);
-        # the words of its incomplete buckets come back in the same read.
-        rest = [c for c in covered if (c[0], c[1]) in with_rows and (c[0], c[1]) not in proven]
-        words: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
+        # The rest is examined per bucket, reading only its partitions (Delta skips the others).
+        rest = [c for c in covered if (c[0], c[1]) in rows_in_range and (c[0], c[1]) not in proven]
         if rest:
             started = time.monotonic()
-            for row in sink_bucket_stats(sink_words(sink.where(rest), topics)).collect():
-                tp = (row["topic"], row["partition"])
-                per_tp[tp].append(
-                    BucketStat(
-                        row["bucket"], row["rows"], row["distinct"], row["min_offset"], row["max_offset"]
-                    )
-                )
-                if row["words"] is not None:
-                    words[(*tp, row["bucket"])] = [(w["word"], w["bits"]) for w in row["words"]]
-        decoded = 0
-        for tp, rng in by_tp.items():
-            if tp in proven:
-                continue
-            ps = sinks[tp] = PartitionSink.of(per_tp.get(tp, []))
-            lo = effective_lo(rng, ps)
-            if not is_complete(lo, rng.hi, ps):
-                for b in buckets_to_inspect(lo, rng.hi, ps):
-                    bitmaps[tp][b] = bucket_bitmap(b, words[(*tp, b)])
-                    decoded += 1
-        if rest:
+            rows = sum(rows_in_range[(t, p)] for t, p, _, _ in rest)
+            on_driver = examine_on_driver(rows, driver_max_rows)
+            examined = (_examine_on_driver if on_driver else _examine_in_spark)(sink, rest, by_tp, topics)
             log.info(
-                "sink of %s: %d partition(s) examined per bucket (%d bucket(s) decoded) in %.1fs",
+                "sink of %s: %d partition(s), %d row(s), examined per bucket %s in %.1fs",
                 job,
                 len(rest),
-                decoded,
+                rows,
+                "on the driver" if on_driver else "by Spark",
                 time.monotonic() - started,
             )
 
-    dup_ranges: list[tuple[str, int, int | None, int | None]] = []
     for tp, rng in by_tp.items():
-        ps = sinks.get(tp, PartitionSink())  # absent: nothing covered, so nothing was read
-        out.stats[(job, tp[0], tp[1])] = ps
         if tp in proven:
+            out.stats[(job, tp[0], tp[1])] = proven[tp]
             continue
-        lo = effective_lo(rng, ps)
-        for start, end in missing_ranges(lo, rng.hi, ps, bitmaps.get(tp, {})):
+        found = examined.get(tp)
+        if found is None:  # no row in its range (or no range to read): all of it is missing
+            found = _Examined(missing=_missing(rng, PartitionSink(), lambda b: bytes(BUCKET_SIZE // 8)))
+        out.stats[(job, tp[0], tp[1])] = found.sink
+        for start, end in found.missing:
             out.gaps.append((rng, start, end))
+        out.rows += [rc.duplicate_finding(rng, run) for run in found.duplicates]
+
+
+@dataclass
+class _Examined:
+    """What the per-bucket examination found in one partition's range."""
+
+    sink: PartitionSink = field(default_factory=PartitionSink)
+    missing: list[tuple[int, int]] = field(default_factory=list)
+    duplicates: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _missing(rng: PartitionRange, ps: PartitionSink, bitmap: Callable[[int], bytes]) -> list[tuple[int, int]]:
+    """The missing ranges of one partition: the bitmaps of the buckets that lack offsets decide."""
+    lo = effective_lo(rng, ps)
+    if is_complete(lo, rng.hi, ps):
+        return []
+    return missing_ranges(lo, rng.hi, ps, {b: bitmap(b) for b in buckets_to_inspect(lo, rng.hi, ps)})
+
+
+def _examine_on_driver(
+    sink: SinkReader,
+    rest: Sequence[tuple[str, int, int | None, int]],
+    by_tp: Mapping[tuple[str, int], PartitionRange],
+    topics: Sequence[str],
+) -> dict[tuple[str, int], _Examined]:
+    """The rows of ``rest`` read once onto the driver and examined there (``app.reconcile.sink_arrow``)."""
+    details = partition_details(sink.where(rest).toArrow())
+    out = {}
+    for tp, detail in details.items():
+        ps = PartitionSink.of(detail.buckets)
+        out[tp] = _Examined(ps, _missing(by_tp[tp], ps, detail.bitmap), detail.duplicate_runs)
+    return out
+
+
+def _words_bitmap(
+    words: Mapping[tuple[str, int, int], list[tuple[int, int]]], tp: tuple[str, int], bucket: int
+) -> bytes:
+    return bucket_bitmap(bucket, words[(*tp, bucket)])
+
+
+def _examine_in_spark(
+    sink: SinkReader,
+    rest: Sequence[tuple[str, int, int | None, int]],
+    by_tp: Mapping[tuple[str, int], PartitionRange],
+    topics: Sequence[str],
+) -> dict[tuple[str, int], _Examined]:
+    """The rows of ``rest`` aggregated by Spark per bucket; the words of incomplete buckets come back
+    in the same read, and the buckets holding duplicates are read again for their runs."""
+    per_tp: dict[tuple[str, int], list[BucketStat]] = defaultdict(list)
+    words: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
+    for row in sink_bucket_stats(sink_words(sink.where(rest), topics)).collect():
+        tp = (row["topic"], row["partition"])
+        per_tp[tp].append(
+            BucketStat(row["bucket"], row["rows"], row["distinct"], row["min_offset"], row["max_offset"])
+        )
+        if row["words"] is not None:
+            words[(*tp, row["bucket"])] = [(w["word"], w["bits"]) for w in row["words"]]
+    out = {}
+    dup_ranges: list[tuple[str, int, int | None, int | None]] = []
+    for tp, stats in per_tp.items():
+        rng, ps = by_tp[tp], PartitionSink.of(stats)
+        out[tp] = _Examined(ps, _missing(rng, ps, partial(_words_bitmap, words, tp)))
         for b in duplicate_buckets(ps):
-            dup_ranges.append((tp[0], tp[1], b * BUCKET_SIZE, (b + 1) * BUCKET_SIZE))
+            # Only the range's part of the bucket: the statistics that named it counted no other.
+            start = b * BUCKET_SIZE if rng.lo is None else max(rng.lo, b * BUCKET_SIZE)
+            dup_ranges.append((tp[0], tp[1], start, min(rng.hi, (b + 1) * BUCKET_SIZE)))
     if dup_ranges:
         for run in duplicate_runs(sink.where(dup_ranges)).collect():
-            out.rows.append(rc.duplicate_finding(by_tp[(run["topic"], run["partition"])], run.asDict()))
+            out[(run["topic"], run["partition"])].duplicates.append(run.asDict())
+    return out
 
 
 def _beyond_rows(
@@ -331,9 +391,9 @@ def _prove_complete(
     covered: Sequence[tuple[str, int, int | None, int]],
     by_tp: Mapping[tuple[str, int], PartitionRange],
     topics: Sequence[str],
-) -> tuple[dict[tuple[str, int], PartitionSink], set[tuple[str, int]]]:
+) -> tuple[dict[tuple[str, int], PartitionSink], dict[tuple[str, int], int]]:
     """One scan of the covered ranges: the partitions proven complete by count and fingerprint,
-    with their statistics, and the set of every partition that has rows in its range."""
+    with their statistics, and the rows in its range of every partition that has some."""
     started = time.monotonic()
     prints = {
         (r["topic"], r["partition"]): r for r in sink_fingerprints(sink.where(covered), topics).collect()
@@ -369,7 +429,7 @@ def _prove_complete(
         ):
             # Complete: every offset once, so distinct offsets equal rows.
             proven[tp] = PartitionSink(row["rows"], row["rows"], row["min_offset"], row["max_offset"])
-    return proven, set(prints)
+    return proven, {tp: row["rows"] for tp, row in prints.items()}
 
 
 def observed_in_restart_ranges(

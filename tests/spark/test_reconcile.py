@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +34,7 @@ from app.reconcile.sink import (
     _rows_to_ranges,
     examine_sink,
 )
+from app.reconcile.sink_arrow import DRIVER_EXAMINE_MAX_ROWS
 from app.reconcile.sink_offsets import (
     BUCKET_SIZE,
     PartitionRange,
@@ -92,12 +94,16 @@ def ranges(spark: SparkSession, ledger: DataFrame, window: rc.AuditWindow = WIND
 
 
 def examine(
-    spark: SparkSession, ledger: DataFrame, sink: DataFrame, active: str | None = None
+    spark: SparkSession,
+    ledger: DataFrame,
+    sink: DataFrame,
+    active: str | None = None,
+    driver_max_rows: int = DRIVER_EXAMINE_MAX_ROWS,
 ) -> SinkOutcome:
     reader = SinkReader(
         sink, SinkColumns("kafka_topic", "kafka_partition", "kafka_offset", "_checkpoint_id", "_run_id")
     )
-    return examine_sink(spark, reader, ranges(spark, ledger), active)
+    return examine_sink(spark, reader, ranges(spark, ledger), active, driver_max_rows)
 
 
 # --- sink: GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT ------------------------------------------------
@@ -142,6 +148,89 @@ def test_sink_aggregates_prove_complete_partitions_and_locate_gaps_and_duplicate
     stats = out.stats[(JOB, TOPIC, 2)]
     assert (stats.rows, stats.distinct, stats.min_offset, stats.max_offset) == (23, 20, 0, 19)
     assert out.stats[(JOB, TOPIC, 3)].rows == 0
+
+
+def test_the_driver_and_spark_examinations_give_the_same_gaps_duplicates_and_statistics(
+    spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Partitions the fingerprints do not prove complete are examined on the driver when they hold
+    few rows, by Spark otherwise. Both must find what the rows say, and the same: missing ranges,
+    duplicate runs with their writers (null ones and non-ASCII ones included), statistics. Rows
+    outside a range count in neither, even in a bucket the range shares."""
+    rnd = random.Random(11)
+    his = {0: 2 * BUCKET_SIZE + 17, 1: 2000, 2: 700, 3: 50, 5: 33_000}
+    los = {0: 0, 1: 0, 2: 0, 3: 0, 5: 32_000}
+    ledger = ledger_df(
+        spark,
+        ev("OFFSETS_RESTORED", 0, offsets={0: 0, 1: 0, 2: 0, 3: 0}, detail={"source": "earliest"}),
+        ev("OFFSETS_RESTORED", 0, offsets={5: 32_000}, detail={"source": "specific"}),
+        checkpoint(1, 10, his),
+    )
+    extra_writers: list[tuple[str | None, int | None]] = [
+        ("run-2", 7),
+        ("run-2", None),
+        (None, 3),
+        (None, None),
+        ("r\u00e9-run", 2),
+        ("run-1", 1),
+    ]
+
+    def copies(p: int, offsets: list[int]) -> list[tuple[Any, ...]]:
+        out = []
+        for o in offsets:
+            for run, cp in rnd.sample(extra_writers, rnd.choice([1, 1, 2])):
+                out.append((TOPIC, p, o, None, cp, run, None, None))
+        return out
+
+    # 0: three buckets, one complete, holes and duplicate runs in the others; rows past hi.
+    p0 = [o for o in range(his[0] + 40) if o // BUCKET_SIZE == 1 or rnd.random() > 0.01]
+    p0_dups = sorted({*range(100, 130), *range(BUCKET_SIZE - 5, BUCKET_SIZE + 5), *rnd.sample(p0, 200)})
+    # 1: complete but for duplicates; 5: crosses a bucket edge, with duplicates below lo in the
+    # bucket it shares with them.
+    p5 = [o for o in range(31_900, 33_000) if o not in (32_767, 32_768, 32_900)]
+    rows = [
+        *sink_rows(0, p0),
+        *copies(0, p0_dups),
+        *sink_rows(1, range(2000)),
+        *copies(1, [5, 6, 7, 9, 1999]),
+        *sink_rows(2, range(700)),  # complete: proven by its fingerprint, examined by neither
+        *sink_rows(5, p5),
+        *copies(5, [*range(31_950, 31_960), *range(32_760, 32_775)]),
+    ]
+    sink = sink_df(spark, rows)
+
+    caplog.set_level(logging.INFO, logger="app.reconcile.sink")
+    on_driver = examine(spark, ledger, sink)
+    assert "examined per bucket on the driver" in caplog.text
+    caplog.clear()
+    in_spark = examine(spark, ledger, sink, driver_max_rows=0)
+    assert "examined per bucket by Spark" in caplog.text
+
+    held: dict[int, list[int]] = {}
+    for _, p, o, *_ in rows:
+        if p in his and los[p] <= o < his[p]:
+            held.setdefault(p, []).append(o)
+    present = {p: set(v) for p, v in held.items()}
+    want_gaps = sorted((p, o) for p in his for o in range(los[p], his[p]) if o not in present.get(p, set()))
+    for out in (on_driver, in_spark):
+        got_gaps = sorted((r.partition, o) for r, s, e in out.gaps for o in range(s, e))
+        assert got_gaps == want_gaps
+        dups = findings(out.rows, vocab.DUPLICATE)
+        want_extra = {p: len(v) - len(set(v)) for p, v in held.items() if len(v) > len(set(v))}
+        got_extra: dict[int, int] = {}
+        for d in dups:
+            got_extra[d["partition"]] = got_extra.get(d["partition"], 0) + d["record_count"]
+        assert got_extra == want_extra
+    assert on_driver.stats == in_spark.stats
+    assert sorted(on_driver.gaps, key=repr) == sorted(in_spark.gaps, key=repr)
+
+    def by_identity(out: SinkOutcome) -> list[dict[str, Any]]:
+        return sorted((dataclasses.asdict(f) for f in out.rows), key=repr)
+
+    assert by_identity(on_driver) == by_identity(in_spark)
+    writers = [w for d in findings(on_driver.rows, vocab.DUPLICATE) for w in d["evidence"]["writers"]]
+    assert {} in writers
+    assert {"run": "r\u00e9-run", "cp": 2} in writers
 
 
 def test_bucket_stats_equal_a_direct_count_and_carry_the_words_of_incomplete_buckets_only(
