@@ -24,7 +24,7 @@ from app.config import AppConfig
 from app.errors import KafkaUnavailableError
 from app.kafka.clients import is_retriable, range_reader_conf, retry_kafka
 from app.offsets_topic import driver_decode
-from app.offsets_topic.ingest import PartitionProgress, PartitionRange, summarize_progress
+from app.offsets_topic.ingest import PartitionProgress, PartitionRange, ProgressRow, summarize_progress
 from app.offsets_topic.tables import (
     DATA_TABLES,
     DECODE_ERRORS,
@@ -220,7 +220,7 @@ def write_decoded_on_driver(
     appended after it. A table with no rows of this run gets no commit, as on the Spark path.
     """
     decode = driver_decode.make_record_decoder(plan.groups)
-    counts: list[driver_decode.ProgressRow] = []
+    counts: list[ProgressRow] = []
     kept: dict[str, list[pa.RecordBatch]] = {GROUP_EVENTS: [], DECODE_ERRORS: []}
     failure: list[BaseException] = []
 
@@ -264,7 +264,7 @@ def write_decoded_on_driver(
                 for _ in stream:  # what the write skipped (already committed, not wanted) is still counted
                     pass
     inserted = {
-        name: sum(n for _, kind, _, n in counts if kind in wanted) if name in tables else 0
+        name: sum(n for _, kind, _, n, _ in counts if kind in wanted) if name in tables else 0
         for name, wanted in TABLE_KINDS.items()
     }
     return summarize_progress(counts), inserted

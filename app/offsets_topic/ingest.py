@@ -12,12 +12,14 @@ same `decode_row`); `decode_path` is where that is decided.
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import re
 import struct
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
@@ -112,6 +114,23 @@ DECODED_SCHEMA = StructType(
 # Columns filled by the Python decoder, in DECODED_SCHEMA order (the first three pass through untouched).
 DECODED_FIELDS = tuple(f.name for f in DECODED_SCHEMA.fields[3:])
 ARROW_DECODED_SCHEMA = to_arrow_schema(DECODED_SCHEMA)
+
+# --- the times a table holds ---------------------------------------------------------------------
+
+# The epoch-millisecond range the ingest tables' TIMESTAMP columns take, on both decode paths. A commit
+# value's commit and expire timestamps are what the committing client sent (old OffsetCommit versions
+# let it choose), so any int64 can arrive. Spark's TIMESTAMP and the driver path's Arrow timestamp[us]
+# hold microseconds in an int64 (|ms| <= 9_223_372_036_854_775; beyond it both fail the whole run), but
+# Spark writes Parquet timestamps as INT96, which delta-rs and Arrow read back as nanoseconds in an
+# int64: a Spark-written time outside 1677-09-21..2262-04-11 makes every driver-side reader of the table
+# (reconcile, quality) fail. The range is therefore the nanosecond one, which every writer and reader
+# here holds; no real commit time lies outside it. A time outside it is stored as null, its row is
+# kept (the committed offset is what the audit needs), and the record is counted in
+# `PartitionProgress.times_out_of_range`, which the run reports as a warning.
+TIMESTAMP_MAX_MS: Final = (2**63 - 1) // 1_000_000  # 2262-04-11T23:47:16.854Z
+TIMESTAMP_MIN_MS: Final = -TIMESTAMP_MAX_MS  # 1677-09-21T00:12:43.146Z
+# The decoded epoch-ms fields that become TIMESTAMP columns (group_commits, group_events).
+TIME_MS_FIELDS: Final = ("commit_time_ms", "expire_time_ms", "state_time_ms")
 
 
 # --- where the decode runs ----------------------------------------------------------------------
@@ -457,8 +476,21 @@ def decode_in_python(kafka_df: DataFrame, groups: Collection[str] = ()) -> DataF
 # --- decoded rows -> table contracts -------------------------------------------------------------
 
 
+def _in_time_range(ms: Column) -> Column:
+    return ms.between(TIMESTAMP_MIN_MS, TIMESTAMP_MAX_MS)
+
+
 def _ts(ms_column: str) -> Column:
-    return F.timestamp_millis(F.col(ms_column))
+    """An epoch-ms column as TIMESTAMP, null outside the range a table holds (TIMESTAMP_MAX_MS):
+    timestamp_millis alone would fail the whole run with a long overflow on one odd record."""
+    ms = F.col(ms_column)
+    return F.when(_in_time_range(ms), F.timestamp_millis(ms))
+
+
+def _time_out_of_range() -> Column:
+    """A decoded row with a time (TIME_MS_FIELDS) that its table stores as null: never null itself."""
+    odd = (F.coalesce(~_in_time_range(F.col(c)), F.lit(False)) for c in TIME_MS_FIELDS)
+    return functools.reduce(operator.or_, odd)
 
 
 def to_group_commits(decoded: DataFrame, run_id: str) -> DataFrame:
@@ -527,10 +559,18 @@ def snapshot_to_group_commits(offsets: DataFrame, run_id: str) -> DataFrame:
     return conform(out, GROUP_COMMITS_SCHEMA)
 
 
+# (log_partition, kind, record_type, records, of them with a time out of range): one row of the counts.
+ProgressRow = tuple[int, str, int | None, int, int]
+
+
 def progress_counts(decoded: DataFrame) -> DataFrame:
-    """(log_partition, kind, record_type, records): the small frame the progress log is built from."""
-    require_columns(decoded, ("log_partition", "kind", "record_type"), "decoded records")
-    return decoded.groupBy("log_partition", "kind", "record_type").agg(F.count(F.lit(1)).alias("records"))
+    """(log_partition, kind, record_type, records, times_out_of_range): the small frame the progress
+    log is built from, in the aggregation that counts the records."""
+    require_columns(decoded, ("log_partition", "kind", "record_type", *TIME_MS_FIELDS), "decoded records")
+    return decoded.groupBy("log_partition", "kind", "record_type").agg(
+        F.count(F.lit(1)).alias("records"),
+        F.count(F.when(_time_out_of_range(), 1)).alias("times_out_of_range"),
+    )
 
 
 @dataclass(frozen=True)
@@ -541,6 +581,8 @@ class PartitionProgress:
     other_groups: int = 0
     quarantined: int = 0
     skipped_by_type: tuple[tuple[int, int], ...] = ()
+    # Decoded records (already counted in `decoded`) with a time stored as null, as out of range.
+    times_out_of_range: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -550,15 +592,19 @@ class PartitionProgress:
             "other_groups": self.other_groups,
             "quarantined": self.quarantined,
             "skipped_by_type": {str(t): n for t, n in self.skipped_by_type},
+            "times_out_of_range": self.times_out_of_range,
         }
 
 
-def summarize_progress(rows: Iterable[tuple[int, str, int | None, int]]) -> list[PartitionProgress]:
-    """(log_partition, kind, record_type, records) rows -> one PartitionProgress per partition."""
+def summarize_progress(rows: Iterable[ProgressRow]) -> list[PartitionProgress]:
+    """`progress_counts` rows -> one PartitionProgress per partition."""
     acc: dict[int, dict[str, Any]] = {}
-    for partition, kind, record_type, n in rows:
-        a = acc.setdefault(partition, {"read": 0, "decoded": 0, "other": 0, "bad": 0, "skipped": {}})
+    for partition, kind, record_type, n, odd_times in rows:
+        a = acc.setdefault(
+            partition, {"read": 0, "decoded": 0, "other": 0, "bad": 0, "skipped": {}, "odd_times": 0}
+        )
         a["read"] += n
+        a["odd_times"] += odd_times
         if kind == KIND_SKIPPED:
             key = -1 if record_type is None else record_type
             a["skipped"][key] = a["skipped"].get(key, 0) + n
@@ -576,6 +622,7 @@ def summarize_progress(rows: Iterable[tuple[int, str, int | None, int]]) -> list
             other_groups=a["other"],
             quarantined=a["bad"],
             skipped_by_type=tuple(sorted(a["skipped"].items())),
+            times_out_of_range=a["odd_times"],
         )
         for p, a in sorted(acc.items())
     ]
@@ -583,15 +630,29 @@ def summarize_progress(rows: Iterable[tuple[int, str, int | None, int]]) -> list
 
 def total_progress(parts: Iterable[PartitionProgress]) -> PartitionProgress:
     """All partitions added up; partition -1 marks the total."""
-    read = decoded = other = bad = 0
+    read = decoded = other = bad = odd_times = 0
     skipped: dict[int, int] = {}
     for p in parts:
-        read, decoded, other, bad = (
+        read, decoded, other, bad, odd_times = (
             read + p.read,
             decoded + p.decoded,
             other + p.other_groups,
             bad + p.quarantined,
+            odd_times + p.times_out_of_range,
         )
         for t, n in p.skipped_by_type:
             skipped[t] = skipped.get(t, 0) + n
-    return PartitionProgress(-1, read, decoded, other, bad, tuple(sorted(skipped.items())))
+    return PartitionProgress(-1, read, decoded, other, bad, tuple(sorted(skipped.items())), odd_times)
+
+
+def times_out_of_range_warning(topic: str, parts: Iterable[PartitionProgress]) -> str | None:
+    """The run's warning about times stored as null (TIMESTAMP_MAX_MS), None when there is none."""
+    odd = {p.partition: p.times_out_of_range for p in parts if p.times_out_of_range}
+    if not odd:
+        return None
+    where = ", ".join(f"{topic}-{p}: {n}" for p, n in sorted(odd.items()))
+    return (
+        f"{sum(odd.values())} decoded records ({where}) carry a commit, expire or group state time "
+        f"outside what the tables' TIMESTAMP columns hold ({TIMESTAMP_MIN_MS} to {TIMESTAMP_MAX_MS} ms "
+        "since the epoch, 1677-09-21 to 2262-04-11 UTC): their rows are kept with that time null"
+    )

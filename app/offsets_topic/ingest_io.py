@@ -65,6 +65,7 @@ from app.offsets_topic.ingest import (
     KIND_ROUTED,
     PartitionProgress,
     PartitionRange,
+    ProgressRow,
     decode_path,
     kafka_read_options,
     merge_positions,
@@ -74,6 +75,7 @@ from app.offsets_topic.ingest import (
     select_partitions,
     snapshot_to_group_commits,
     summarize_progress,
+    times_out_of_range_warning,
     to_decode_errors,
     to_group_commits,
     to_group_events,
@@ -280,12 +282,9 @@ def plan_ingest(
     return IngestPlan(run_id, topic, count, tuple(groups), stored, tuple(ranges), seq)
 
 
-ProgressRow = tuple[int, str, int | None, int]  # (log_partition, kind, record_type, records)
-
-
 def _progress_rows(decoded: DataFrame) -> list[ProgressRow]:
     return [
-        (int(r.log_partition), str(r.kind), r.record_type, int(r.records))
+        (int(r.log_partition), str(r.kind), r.record_type, int(r.records), int(r.times_out_of_range))
         for r in progress_counts(decoded).collect()
     ]
 
@@ -309,7 +308,7 @@ def decoded_once(
     try:
         counts = _progress_rows(staged)
         decoded = staged
-        if any(kind == KIND_ROUTED for _, kind, _, _ in counts):
+        if any(c[1] == KIND_ROUTED for c in counts):
             in_python = decode_routed(staged, groups).persist(StorageLevel.MEMORY_AND_DISK)
             held.append(in_python)
             counts = [c for c in counts if c[1] != KIND_ROUTED] + _progress_rows(in_python)
@@ -337,7 +336,7 @@ def _append_decoded(
     tables: Collection[str],
 ) -> dict[str, int]:
     """Each of `tables` gets its kinds of `decoded` in one idempotent append; rows appended per table."""
-    kinds = {kind for _, kind, _, n in counts if n > 0}
+    kinds = {kind for _, kind, _, n, _ in counts if n > 0}
     inserted = {}
     marker = plan.marker()
     for name, schema, transform, wanted in _DATA_TARGETS:
@@ -349,7 +348,7 @@ def _append_decoded(
             inserted[name] = 0
             continue
         append_run(spark, path, schema, transform(decoded, plan.run_id), plan.seq, marker)
-        inserted[name] = sum(n for _, kind, _, n in counts if kind in wanted)
+        inserted[name] = sum(n for _, kind, _, n, _ in counts if kind in wanted)
     return inserted
 
 
@@ -421,15 +420,26 @@ def log_progress(plan: IngestPlan, parts: Sequence[PartitionProgress], total: Pa
     for r in plan.ranges:
         p = by_partition.get(r.partition, PartitionProgress(r.partition))
         log.info(
-            "%s-%d [%d, %d): read %d, decoded %d, other groups %d, skipped by type %s, quarantined %d",
-            plan.topic, r.partition, r.start, r.end, p.read, p.decoded, p.other_groups,
-            dict(p.skipped_by_type), p.quarantined,
+            "%s-%d [%d, %d): read %d, decoded %d (times out of range %d), other groups %d, "
+            "skipped by type %s, quarantined %d",
+            plan.topic, r.partition, r.start, r.end, p.read, p.decoded, p.times_out_of_range,
+            p.other_groups, dict(p.skipped_by_type), p.quarantined,
         )  # fmt: skip
     log.info(
-        "%s total, %d partitions: read %d, decoded %d, other groups %d, skipped by type %s, quarantined %d",
-        plan.topic, len(plan.ranges), total.read, total.decoded, total.other_groups,
-        dict(total.skipped_by_type), total.quarantined,
+        "%s total, %d partitions: read %d, decoded %d (times out of range %d), other groups %d, "
+        "skipped by type %s, quarantined %d",
+        plan.topic, len(plan.ranges), total.read, total.decoded, total.times_out_of_range,
+        total.other_groups, dict(total.skipped_by_type), total.quarantined,
     )  # fmt: skip
+
+
+def _time_warnings(topic: str, parts: Sequence[PartitionProgress]) -> list[str]:
+    """The warning about times stored as null, logged, as a list of none or one."""
+    warning = times_out_of_range_warning(topic, parts)
+    if warning is None:
+        return []
+    log.warning("%s", warning)
+    return [warning]
 
 
 def range_warnings(plan: IngestPlan) -> list[str]:
@@ -463,15 +473,16 @@ def finish_pending_run(spark: SparkSession, cfg: AppConfig, bootstrap: str, cloc
         return []
     plan = IngestPlan.from_marker(newest, read_positions(spark, cfg.paths.table(INGEST_POSITIONS)))
     missing = [n for n in DATA_TABLES if plan.seq not in {int(m["ingest_seq"]) for m in markers[n]}]
+    parts: list[PartitionProgress] = []
     if missing:
-        write_decoded(spark, cfg, bootstrap, plan, missing)
+        parts, _ = write_decoded(spark, cfg, bootstrap, plan, missing)
     store_positions(spark, cfg, plan, clock)
     warning = (
         f"run {plan.run_id} stopped after writing data and before storing positions; finished it "
         f"(tables written now: {', '.join(missing) or 'none'}; positions stored)"
     )
     log.warning("%s", warning)
-    return [warning]
+    return [warning, *_time_warnings(plan.topic, parts)]
 
 
 def ingest_offsets(
@@ -504,6 +515,7 @@ def ingest_offsets(
     positions = store_positions(spark, cfg, plan, clock)
     total = total_progress(parts)
     log_progress(plan, parts, total)
+    result.warnings.extend(_time_warnings(plan.topic, parts))
     by_partition = {p.partition: p for p in parts}
     result.partitions = [
         {

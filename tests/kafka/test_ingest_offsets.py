@@ -14,6 +14,7 @@ import logging
 import subprocess
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +30,14 @@ from app.config import AppConfig, IngestConfig, KafkaConfig, PathsConfig
 from app.demo.local_kafka import free_port
 from app.kafka.clients import plain_conf, retry_kafka
 from app.offsets_topic.decoder import partition_for_group
-from app.offsets_topic.ingest import DECODED_SCHEMA, to_decode_errors
+from app.offsets_topic.ingest import DECODED_SCHEMA, TIMESTAMP_MAX_MS, TIMESTAMP_MIN_MS, to_decode_errors
 from app.offsets_topic.ingest_io import IngestResult, ingest_offsets, plan_ingest, write_decoded
 from app.offsets_topic.jvm_decode import decode
 from app.offsets_topic.tables import DECODE_ERRORS, GROUP_COMMITS, GROUP_EVENTS, INGEST_POSITIONS
 from app.runtime import jvm
+from app.storage import delta_rows
 from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic
+from tests.unit.kafka_bytes import offset_commit_key, offset_commit_value
 
 pytestmark = pytest.mark.kafka
 
@@ -437,6 +440,48 @@ def test_undecodable_record_is_quarantined_with_bytes_and_reason(spark: SparkSes
     assert (row.log_partition, row.log_offset) == (2, 41)
     assert (bytes(row.raw_key), bytes(row.raw_value)) == (b"\x00\x01\x00", b"\x00\x03")
     assert row.reason.startswith("truncated offset commit key")
+
+
+@pytest.mark.parametrize("decode_on", ["driver", "spark"])
+def test_a_commit_time_beyond_timestamp_range_keeps_its_row_with_a_null_time_and_warns(
+    spark: SparkSession, bootstrap: str, app_config: AppConfig, tmp_path: Path, unique: str, decode_on: str
+) -> None:
+    """Crafted commit values (a client may send any commit timestamp) in a topic laid out as
+    __consumer_offsets: the run succeeds on either path, every commit keeps its row and offset, a time
+    beyond what a TIMESTAMP holds is null, one at the range's end is exact also when read back as
+    reconcile reads the table (delta-rs), and the run counts and warns about the odd ones."""
+    topic, group = f"offsets-like-{unique}", f"odd-times-{unique}"
+    create_topic(bootstrap, topic, 1)
+    producer = Producer(plain_conf(bootstrap))
+    for p, value in enumerate([
+        offset_commit_value(1, 10, "", 2**63 - 1, expire_ts=TIMESTAMP_MAX_MS),
+        offset_commit_value(1, 11, "", TIMESTAMP_MIN_MS, expire_ts=-(2**63)),
+        offset_commit_value(3, 12, "", TIMESTAMP_MAX_MS + 1),
+    ]):  # fmt: skip
+        producer.produce(topic, key=offset_commit_key(group, "t", p), value=value, partition=0)
+    assert producer.flush(30) == 0
+    base = ingest_config(app_config, tmp_path, bootstrap, [group])
+    cfg = dataclasses.replace(
+        base, ingest=dataclasses.replace(base.ingest, offsets_topic=topic, decode_on=decode_on)
+    )
+    result = ingest_offsets(spark, cfg, bootstrap, [group], run_id="odd")
+    dataset = delta_rows.dataset(spark, cfg.paths.table(GROUP_COMMITS))
+    assert dataset is not None
+    rows = sorted(dataset.to_table().to_pylist(), key=lambda r: r["partition"])
+
+    def at(ms: int) -> datetime:
+        return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+
+    assert [(r["committed_offset"], r["commit_time"], r["expire_time"]) for r in rows] == [
+        (10, None, at(TIMESTAMP_MAX_MS)),
+        (11, at(TIMESTAMP_MIN_MS), None),
+        (12, None, None),
+    ]
+    assert {k: result.total[k] for k in ("read", "decoded", "quarantined", "times_out_of_range")} == {
+        "read": 3, "decoded": 3, "quarantined": 0, "times_out_of_range": 3,
+    }  # fmt: skip
+    assert result.inserted[DECODE_ERRORS] == 0
+    assert [w for w in result.warnings if w.startswith(f"3 decoded records ({topic}-0: 3)")], result.warnings
 
 
 def test_snapshot_mode_records_current_offsets_and_says_history_is_missing(

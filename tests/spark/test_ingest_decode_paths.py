@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from app.contracts.tables import DECODE_ERRORS_SCHEMA, GROUP_COMMITS_SCHEMA, GROUP_EVENTS_SCHEMA
@@ -26,6 +23,9 @@ from app.offsets_topic.ingest import (
     KIND_OTHER_GROUP,
     KIND_SKIPPED,
     KIND_TOMBSTONE,
+    TIME_MS_FIELDS,
+    TIMESTAMP_MAX_MS,
+    TIMESTAMP_MIN_MS,
     decode_in_python,
     progress_counts,
     to_decode_errors,
@@ -48,8 +48,10 @@ from tests.unit.kafka_bytes import (
 pytestmark = pytest.mark.spark
 
 KEY = offset_commit_key("grüppe", "orders.v1", 2**31 - 1, record_type=0)
+MAX_MS, MIN_MS = TIMESTAMP_MAX_MS, TIMESTAMP_MIN_MS
 # Records the JVM path must decode itself: every commit key and value version, edge values, tombstones,
-# record types the audit skips.
+# record types the audit skips. The commit and expire timestamps (expire: v1 only) include both ends of
+# the range a TIMESTAMP column holds, one step beyond each, and int64's own ends.
 COMMON = [
     (
         offset_commit_key("g", "t", p, record_type=v % 2),
@@ -61,6 +63,11 @@ COMMON = [
         (-1, 2**62, "checkpoint=17;ü", 1_700_000_000_123, 7, 1_800_000_000_000),
         (2**31 - 1, -1, "x" * 125, -5, 0, 0),
         (3, -(2**63), "m", 2**63 - 1, -(2**31), -(2**63)),
+        (4, 5, "n", -(2**63), 1, 2**63 - 1),
+        (5, 6, "in", MAX_MS, 2, MIN_MS),
+        (6, 7, "in", MIN_MS, 3, MAX_MS),
+        (7, 8, "out", MAX_MS + 1, 4, MIN_MS - 1),
+        (8, 9, "out", MIN_MS - 1, 5, MAX_MS + 1),
     ]
 ] + [
     (KEY, None),
@@ -73,6 +80,8 @@ MEMBER = Member("m-1", client_id="svc-a", client_host="/10.0.0.7", group_instanc
 ROUTED = [
     (group_metadata_key("g"), group_metadata_value(3, "consumer", 7, "range", "m-1", [MEMBER], state_ts=9)),
     (group_metadata_key("g"), None),
+    (group_metadata_key("g"), group_metadata_value(2, "consumer", 8, "range", "m-1", [], state_ts=MAX_MS)),
+    (group_metadata_key("g"), group_metadata_value(2, "consumer", 9, "range", None, [], state_ts=2**63 - 1)),
     (KEY, offset_commit_value(4, 5, "y" * 200, 1)),  # two-byte compact length
     (KEY, offset_commit_value(4, 3, "m", 9, tags=[(0, bytes(16))])),  # topic id tag
     (KEY, offset_commit_value(3, 1)[:-1]),  # truncated value
@@ -96,10 +105,12 @@ def frame(spark: SparkSession, records: list[tuple[bytes | None, bytes | None]])
 
 
 def per_key(counts: Iterable[Any]) -> Counter[tuple[Any, ...]]:
-    """Records per (log_partition, kind, record_type), however many rows a key was counted in."""
+    """Records and records with a time out of range per (log_partition, kind, record_type), however
+    many rows a key was counted in."""
     total: Counter[tuple[Any, ...]] = Counter()
-    for partition, kind, record_type, n in counts:
-        total[(partition, kind, record_type)] += n
+    for partition, kind, record_type, n, odd_times in counts:
+        total[(partition, kind, record_type, "records")] += n
+        total[(partition, kind, record_type, "times_out_of_range")] += odd_times
     return total
 
 
@@ -135,7 +146,15 @@ def test_jvm_and_python_decoders_give_identical_rows(spark: SparkSession, groups
         assert per_key(counts) == per_key(expected), "and counts every record by kind"
 
 
-_MS_FIELDS = ("commit_time_ms", "expire_time_ms", "state_time_ms")
+def out_of_range(ms: int | None) -> bool:
+    return ms is not None and not TIMESTAMP_MIN_MS <= ms <= TIMESTAMP_MAX_MS
+
+
+def in_table(ms: int | None) -> datetime | None:
+    """What a TIMESTAMP column of the ingest tables holds for an epoch-ms value: null outside the range."""
+    if ms is None or out_of_range(ms):
+        return None
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
 
 
 def spark_rows(df: Any) -> list[dict[str, Any]]:
@@ -171,11 +190,10 @@ def test_driver_decoder_gives_the_spark_paths_rows_and_tables(
     assert {r["log_offset"]: r for r in spark_rows(combined)} == python, "the Spark SQL path gives the same"
     progress = per_key(driver_decode.progress_rows(on_driver))
     assert progress == per_key(tuple(r) for r in progress_counts(decode_in_python(df, groups)).collect())
-    # Timestamps beyond what a TIMESTAMP holds (the extreme commit values of COMMON) fail both paths'
-    # table transforms alike; the tables are compared over the others.
-    in_range = [o for o, r in python.items() if all(abs(r[c] or 0) < 2**53 for c in _MS_FIELDS)]
-    on_driver = on_driver.filter(pc.is_in(on_driver.column("log_offset"), pa.array(in_range, pa.int64())))
-    combined = combined.where(F.col("log_offset").isin(in_range))
+    # The records with a time their table cannot hold: both paths count them alike.
+    odd = [o for o, r in python.items() if any(out_of_range(r[c]) for c in TIME_MS_FIELDS)]
+    assert sum(n for k, n in progress.items() if k[3] == "times_out_of_range") == len(odd) > 0
+    tables: dict[str, dict[int, dict[str, Any]]] = {}
     for to_spark, to_arrow, contract in [
         (to_group_commits, driver_decode.to_group_commits, GROUP_COMMITS_SCHEMA),
         (to_group_events, driver_decode.to_group_events, GROUP_EVENTS_SCHEMA),
@@ -190,3 +208,16 @@ def test_driver_decoder_gives_the_spark_paths_rows_and_tables(
             expected, key=lambda r: r["log_offset"]
         ), to_spark.__name__
         assert expected, f"{to_spark.__name__} has rows to compare"
+        tables[to_spark.__name__] = {r["log_offset"]: r for r in got.to_pylist()}
+    # Every record keeps its row; a time beyond what a TIMESTAMP holds is null there, one just inside is
+    # exact, on both paths (held equal above).
+    commits, events = tables[to_group_commits.__name__], tables[to_group_events.__name__]
+    assert set(commits) | set(events) >= set(odd)
+    for offset, row in commits.items():
+        assert row["commit_time"] == in_table(python[offset]["commit_time_ms"]), offset
+        assert row["expire_time"] == in_table(python[offset]["expire_time_ms"]), offset
+    for offset, row in events.items():
+        assert row["state_time"] == in_table(python[offset]["state_time_ms"]), offset
+    assert in_table(MAX_MS) in {r["commit_time"] for r in commits.values()}
+    assert in_table(MIN_MS) in {r["expire_time"] for r in commits.values()}
+    assert in_table(MAX_MS) in {r["state_time"] for r in events.values()}

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from app.errors import OffsetAuditError
+from app.offsets_topic import driver_decode
 from app.offsets_topic.decoder import partition_for_group
 from app.offsets_topic.ingest import (
     DECODED_SCHEMA,
@@ -23,6 +25,8 @@ from app.offsets_topic.ingest import (
     KIND_OTHER_GROUP,
     KIND_SKIPPED,
     KIND_TOMBSTONE,
+    TIMESTAMP_MAX_MS,
+    TIMESTAMP_MIN_MS,
     PartitionProgress,
     PartitionRange,
     decode_row,
@@ -34,6 +38,7 @@ from app.offsets_topic.ingest import (
     positions_rows,
     select_partitions,
     summarize_progress,
+    times_out_of_range_warning,
     total_progress,
 )
 from tests.unit.kafka_bytes import (
@@ -241,17 +246,80 @@ def test_decoder_handles_an_empty_batch() -> None:
 
 def test_progress_counts_per_partition_and_in_total() -> None:
     rows = [
-        (0, KIND_COMMIT, 1, 10), (0, KIND_TOMBSTONE, 1, 2), (0, KIND_SKIPPED, 3, 4), (0, KIND_SKIPPED, 8, 1),
-        (1, KIND_ERROR, None, 1), (1, KIND_OTHER_GROUP, 1, 5), (1, KIND_SKIPPED, 3, 2),
+        (0, KIND_COMMIT, 1, 10, 2), (0, KIND_TOMBSTONE, 1, 2, 0), (0, KIND_SKIPPED, 3, 4, 0),
+        (0, KIND_SKIPPED, 8, 1, 0), (1, KIND_ERROR, None, 1, 0), (1, KIND_OTHER_GROUP, 1, 5, 0),
+        (1, KIND_SKIPPED, 3, 2, 0), (1, KIND_GROUP_METADATA, 2, 3, 1),
     ]  # fmt: skip
     parts = summarize_progress(rows)
     assert parts == [
-        PartitionProgress(0, read=17, decoded=12, skipped_by_type=((3, 4), (8, 1))),
-        PartitionProgress(1, read=8, other_groups=5, quarantined=1, skipped_by_type=((3, 2),)),
+        PartitionProgress(0, read=17, decoded=12, skipped_by_type=((3, 4), (8, 1)), times_out_of_range=2),
+        PartitionProgress(
+            1,
+            read=11,
+            decoded=3,
+            other_groups=5,
+            quarantined=1,
+            skipped_by_type=((3, 2),),
+            times_out_of_range=1,
+        ),
     ]
-    assert total_progress(parts) == PartitionProgress(
-        -1, read=25, decoded=12, other_groups=5, quarantined=1, skipped_by_type=((3, 6), (8, 1))
-    )
+    # A record with a time out of range is decoded (its row is kept), never counted a second time.
+    for p in parts:
+        assert p.read == p.decoded + p.other_groups + p.quarantined + sum(n for _, n in p.skipped_by_type)
+    total = total_progress(parts)
+    assert total == PartitionProgress(
+        -1, read=28, decoded=15, other_groups=5, quarantined=1, skipped_by_type=((3, 6), (8, 1)),
+        times_out_of_range=3,
+    )  # fmt: skip
+    assert total.as_dict()["times_out_of_range"] == 3
+
+
+# --- times out of range --------------------------------------------------------------------------
+
+
+def at(ms: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+
+
+def test_the_time_range_is_the_one_every_table_reader_holds() -> None:
+    """Nanoseconds in an int64 (what Arrow reads Spark's INT96 timestamps as): the tighter of the
+    ranges the writers and readers hold."""
+    int64_min, int64_max = -(2**63), 2**63 - 1
+    assert TIMESTAMP_MAX_MS * 1_000_000 <= int64_max < (TIMESTAMP_MAX_MS + 1) * 1_000_000
+    assert (TIMESTAMP_MIN_MS - 1) * 1_000_000 < int64_min <= TIMESTAMP_MIN_MS * 1_000_000
+    assert at(TIMESTAMP_MAX_MS) == datetime(2262, 4, 11, 23, 47, 16, 854_000, UTC)
+    assert at(TIMESTAMP_MIN_MS) == datetime(1677, 9, 21, 0, 12, 43, 146_000, UTC)
+
+
+def test_driver_tables_keep_a_commit_with_an_odd_time_and_null_that_time() -> None:
+    """The driver path's Arrow transform (its Spark twin is held equal in the spark tier): a time beyond
+    the range is null in its row, a time at either end is kept, and the record is counted once."""
+    key = offset_commit_key("g", "t", 0)
+    values = [
+        offset_commit_value(1, 10, "", 2**63 - 1, expire_ts=TIMESTAMP_MAX_MS),
+        offset_commit_value(1, 11, "", TIMESTAMP_MIN_MS, expire_ts=TIMESTAMP_MIN_MS - 1),
+        offset_commit_value(3, 12, "", -(2**63)),
+        offset_commit_value(3, 13, "", 1_700_000_000_000),
+    ]
+    decoded = driver_decode.make_record_decoder()([0] * 4, [0, 1, 2, 3], [0] * 4, [key] * 4, values)
+    rows = driver_decode.to_group_commits(decoded, "r").to_pylist()
+    got = [(r["committed_offset"], r["commit_time"], r["expire_time"]) for r in rows]
+    assert got == [
+        (10, None, at(TIMESTAMP_MAX_MS)),
+        (11, at(TIMESTAMP_MIN_MS), None),
+        (12, None, None),
+        (13, at(1_700_000_000_000), None),
+    ]
+    assert driver_decode.progress_rows(decoded) == [(0, KIND_COMMIT, 1, 4, 3)]
+
+
+def test_times_out_of_range_warn_with_counts_per_partition() -> None:
+    parts = [PartitionProgress(3, read=5, decoded=5, times_out_of_range=2), PartitionProgress(4, read=1)]
+    warning = times_out_of_range_warning("__consumer_offsets", parts)
+    assert warning is not None
+    assert warning.startswith("2 decoded records (__consumer_offsets-3: 2) carry a commit, expire")
+    assert "their rows are kept with that time null" in warning
+    assert times_out_of_range_warning("__consumer_offsets", [PartitionProgress(4, read=1)]) is None
 
 
 # --- the fast path equals the complete decoder ---------------------------------------------------
