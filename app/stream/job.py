@@ -19,7 +19,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -101,6 +101,17 @@ class StopWhen:
     duration_s: float = 0.0  # 0: no limit
 
 
+def add_progress(rows_by_batch: dict[int, int], progress: Mapping[str, Any]) -> None:
+    """One progress report of Spark into ``rows_by_batch`` (numInputRows per batch id). A batch
+    reported twice (by the listener and by the query's recent progress) counts once, and a report
+    without data for a batch id never hides the rows of that batch's run: the larger count wins."""
+    batch_id = progress.get("batchId")
+    if batch_id is None:
+        return
+    rows = int(progress.get("numInputRows") or 0)
+    rows_by_batch[int(batch_id)] = max(rows, rows_by_batch.get(int(batch_id), 0))
+
+
 class _CompletionListener(StreamingQueryListener):
     """Tells the job when Spark reports a finished batch; the job then checks the commit log."""
 
@@ -155,7 +166,9 @@ class StreamJob:
         self._batches = 0
         self._last_batch_id: int | None = None
         self._last_batch_at = time.monotonic()
-        self._input_rows = 0
+        # Spark's progress reports, as numInputRows per batch id: from the listener while the query
+        # runs, completed from the query's own recent progress when it stops (see _count_input_rows).
+        self._input_rows_by_batch: dict[int, int] = {}
         self._first_batch_started: float | None = None
         self._last_batch_ended: float | None = None
         self._stop_requested = threading.Event()
@@ -370,8 +383,20 @@ class StreamJob:
         self._last_batch_at = self._last_batch_ended = time.monotonic()
 
     def _on_progress(self, progress: dict[str, Any]) -> None:
-        self._input_rows += int(progress.get("numInputRows") or 0)
+        self._record_progress(progress)
         self._complete_finished_batches()
+
+    def _record_progress(self, progress: Mapping[str, Any]) -> None:
+        with self._lock:
+            add_progress(self._input_rows_by_batch, progress)
+
+    def _count_input_rows(self, query: StreamingQuery) -> None:
+        """Adds the progress reports the listener has not been handed yet. Spark posts them to its
+        listener bus asynchronously, so after a stop the last batch's report may still be on its way
+        (on a busy machine the run then counted half its rows); the query keeps its recent reports
+        itself, written before the trigger ends."""
+        for progress in query.recentProgress:
+            self._record_progress(progress)
 
     # --- run -------------------------------------------------------------------------------------
     def run(self, stop: StopWhen) -> StreamResult:
@@ -395,6 +420,7 @@ class StreamJob:
                 query = self._start_query(plan, partitions)
                 self._last_batch_at = time.monotonic()
                 result.stop_reason = self._await(query, stop)
+                self._count_input_rows(query)
             finally:
                 self.spark.streams.removeListener(listener)
             self._shutdown(result)
@@ -532,7 +558,7 @@ class StreamJob:
         self._ledger_pool.shutdown(wait=True)
         result.batches = self._batches
         result.last_batch_id = self._last_batch_id
-        result.input_rows = self._input_rows
+        result.input_rows = sum(self._input_rows_by_batch.values())
         if self._first_batch_started is not None and self._last_batch_ended is not None:
             result.processing_seconds = round(self._last_batch_ended - self._first_batch_started, 3)
         committer = self._committer

@@ -60,6 +60,7 @@ def test_job_writes_sink_once_ledger_per_checkpoint_and_commits_last_checkpoint(
 
     sink = read(spark, cfg, "sink")
     assert sink.count() == 900
+    assert result.input_rows == 900
     assert duplicated_sink_coordinates(sink) == []
     per_partition = {r[0]: r[1] for r in sink.groupBy("kafka_partition").count().collect()}
     assert per_partition == {0: 300, 1: 300, 2: 300}

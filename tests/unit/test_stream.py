@@ -12,6 +12,7 @@ from app.contracts.vocabulary import (
     EVENT_COMMIT_FAILED,
 )
 from app.errors import CheckpointFormatError, OffsetAuditError
+from app.stream.job import add_progress
 from app.stream.startup import (
     LedgerFacts,
     PartitionStart,
@@ -231,3 +232,19 @@ def test_recovered_events_carry_the_time_spark_wrote_the_checkpoint_file() -> No
         (EVENT_CHECKPOINT_SNAPSHOT, planned),
         (EVENT_CHECKPOINT_COMPLETED, committed),
     }
+
+
+def test_progress_reports_count_each_batch_once_and_an_empty_report_hides_nothing() -> None:
+    rows: dict[int, int] = {}
+    for progress in (
+        {"batchId": 0, "numInputRows": 150},
+        {"batchId": 1, "numInputRows": 150},
+        {"batchId": 1, "numInputRows": 150},  # the same batch, from the query's recent progress
+        {"batchId": 2, "numInputRows": 0},  # no data yet for the next batch id
+        {"batchId": 1, "numInputRows": 0},
+        {"numInputRows": 7},  # no batch id: nothing to attribute it to
+    ):
+        add_progress(rows, progress)
+    assert rows == {0: 150, 1: 150, 2: 0}
+    add_progress(rows, {"batchId": 2, "numInputRows": 40})
+    assert sum(rows.values()) == 340
