@@ -269,7 +269,7 @@ def _examine_ranges(
             started = time.monotonic()
             rows = sum(rows_in_range[(t, p)] for t, p, _, _ in rest)
             on_driver = examine_on_driver(rows, driver_max_rows)
-            examined = (_examine_on_driver if on_driver else _examine_in_spark)(sink, rest, by_tp, topics)
+            examined = (_examine_on_driver if on_driver else _examine_in_spark)(sink, rest, by_tp)
             log.info(
                 "sink of %s: %d partition(s), %d row(s), examined per bucket %s in %.1fs",
                 job,
@@ -313,7 +313,6 @@ def _examine_on_driver(
     sink: SinkReader,
     rest: Sequence[tuple[str, int, int | None, int]],
     by_tp: Mapping[tuple[str, int], PartitionRange],
-    topics: Sequence[str],
 ) -> dict[tuple[str, int], _Examined]:
     """The rows of ``rest`` read once onto the driver and examined there (``app.reconcile.sink_arrow``)."""
     details = partition_details(sink.where(rest).toArrow())
@@ -334,10 +333,10 @@ def _examine_in_spark(
     sink: SinkReader,
     rest: Sequence[tuple[str, int, int | None, int]],
     by_tp: Mapping[tuple[str, int], PartitionRange],
-    topics: Sequence[str],
 ) -> dict[tuple[str, int], _Examined]:
     """The rows of ``rest`` aggregated by Spark per bucket; the words of incomplete buckets come back
     in the same read, and the buckets holding duplicates are read again for their runs."""
+    topics = sorted({t for t, _, _, _ in rest})
     per_tp: dict[tuple[str, int], list[BucketStat]] = defaultdict(list)
     words: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
     for row in sink_bucket_stats(sink_words(sink.where(rest), topics)).collect():
