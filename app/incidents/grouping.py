@@ -11,8 +11,10 @@ it and no other:
    A restart that resumed exactly after a crash is an ``unclean_stop`` (info: nothing lost).
 2. ``unclean_stop`` -- a run that died and was not followed.
 3. ``commit_outage`` -- per run: its COMMIT_FAILUREs and the SKIPPED_COMMITs whose commit failed.
-4. ``external_offset_change`` -- per group, commits no request of the job explains (FOREIGN_COMMIT,
-   COMMIT_REGRESSION, COMMITTED_AHEAD, COMMIT_MISMATCH), clustered in time.
+4. ``external_offset_change`` -- per group, its offsets changed against the checkpoints, clustered
+   in time: commits no claim of the job explains (FOREIGN_COMMIT) and what they did
+   (COMMIT_REGRESSION, COMMITTED_AHEAD), and the job's own commits of a wrong offset
+   (COMMIT_MISMATCH, told apart in the cause).
 5. ``second_writer`` -- per job, DUPLICATEs no restart explains.
 6. ``gap`` -- per job, records missing from the sink that no restart explains.
 7. ``ledger_gap`` -- per job, sink rows past the last completed checkpoint and ledger
@@ -309,6 +311,12 @@ def cause(incident: Incident, effect: Mapping[str, Any]) -> str:
         return (
             f"Offset commits of {job} failed ({', '.join(errors) or 'unknown error'}) on {where}; "
             "the group's offsets lagged the checkpoints meanwhile."
+        )
+    if incident.kind == vocab.INCIDENT_EXTERNAL_OFFSET_CHANGE and set(found) == {vocab.COMMIT_MISMATCH}:
+        # The job's own commits (it requested or was acknowledged those offsets), not an outsider's.
+        return (
+            f"{job} committed offsets to group {incident.group_id} that differ from its checkpoints' "
+            f"on {where} (COMMIT_MISMATCH): an offset-dialect error in its committer."
         )
     if incident.kind == vocab.INCIDENT_EXTERNAL_OFFSET_CHANGE:
         return (

@@ -71,7 +71,9 @@ def commit_failures(audit: LedgerAudit) -> list[Finding]:
 
 
 def foreign_commits(audit: LedgerAudit) -> list[Finding]:
-    """Group commits that no ledger request explains (reset tool, another consumer on the group)."""
+    """Group commits whose offset no request or acknowledgement of a job carries: a reset tool (to
+    earliest, latest or any offset) or another client committing with the group id, whenever it
+    happened."""
     audit.ensure_matched()
     foreign = audit.rows(
         f"""
@@ -104,11 +106,10 @@ def foreign_commits(audit: LedgerAudit) -> list[Finding]:
 
 
 def commit_mismatches(audit: LedgerAudit) -> list[Finding]:
-    """A commit matched to a checkpoint whose normalized offset differs from the committed one.
-
-    Either the committer sent the request's offset but that differs from the checkpoint's
-    normalized offset (an engine-dialect bug: e.g. Flink legacy's +1 forgotten), or the commit
-    was matched only by time to a request with another offset.
+    """The job's own commit (its request, acknowledgement or raw offset: ``ensure_matched``) of an
+    offset other than its checkpoint's normalized one: an engine-dialect bug in the committer, e.g.
+    Flink legacy's +1 forgotten. A commit of an offset the job never claimed is no mismatch but a
+    FOREIGN_COMMIT, however close in time to the job's own commits it was made.
     """
     audit.ensure_matched()
     bad = audit.rows(

@@ -35,7 +35,18 @@ from app.reconcile import commit_rules, ledger_rules
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile.findings import Finding
-from app.reconcile.ledger_sql import VIEWS, aware, aware_rows, naive_utc, sql_detail, sql_in, sql_secs, sql_ts
+from app.reconcile.ledger_sql import (
+    CLAIM_ACKNOWLEDGED,
+    CLAIM_REQUESTED,
+    VIEWS,
+    aware,
+    aware_rows,
+    naive_utc,
+    sql_detail,
+    sql_in,
+    sql_secs,
+    sql_ts,
+)
 
 # Skip reasons of the committer, folded into the three classes DESIGN section 5 names.
 
@@ -309,52 +320,68 @@ class LedgerAudit:
     # --- commit matching ---------------------------------------------------------------------------
 
     def ensure_matched(self) -> None:
-        """A temp table ``matched``: each effective group commit with the request that explains it.
+        """A temp table ``matched``: each effective group commit with the claim of the job that
+        makes it the job's own, if any.
 
-        ``match_kind`` 'exact': a request sent this very offset within the window before the
-        commit (an Admin API snapshot, which has no history, is explained by one at any earlier
-        time); 'time': a request of the same partition within the window but with another offset,
-        by a run that had not stopped yet (after it stopped, such a commit is foreign); null: none.
-        Of several candidates the latest request wins.
+        A commit is the job's own only when the job sent or was acknowledged that very offset for
+        that partition (``claims``: a COMMIT_REQUESTED, a recovered completion the dead process
+        may have sent, a COMMIT_SUCCEEDED) within the match window of that event: requested at
+        most ``commit_match_window_s`` before the commit (and no more than the clock skew after
+        it), or acknowledged at most that long after it. An Admin API snapshot, which has no
+        history, is explained by a claim at any earlier time. ``match_kind`` says how:
+
+        - 'exact': the offset the job requested or was acknowledged;
+        - 'raw': the request's raw offset where it differs from the normalized one (Flink
+          legacy's last processed offset): what a committer that forgot the +1 sends. The
+          commit is the job's, and COMMIT_MISMATCH reports its wrong offset;
+        - null: no claim of any job carries that offset. The commit is foreign whenever it was
+          made, even seconds after the job's own commit: a reset of the group (to earliest, to
+          latest) or another client committing with the job's group id.
+
+        Of several claims an exact one wins over a raw one, a request over an acknowledgement,
+        then the latest.
         """
-        skew, window = sql_secs(self.rules.clock_skew_s), sql_secs(self.rules.commit_match_window_s)
-        timed = f"r.requested_at - {skew} <= c.commit_time AND c.commit_time <= r.requested_at + {window}"
-        snapshot_ok = (
-            f"c.record_kind = '{vocab.RECORD_SNAPSHOT}' "
-            f"AND (c.commit_time IS NULL OR r.requested_at <= c.commit_time + {skew})"
-        )
-        same_tp = 'c.group_id = r.group_id AND c.topic = r.topic AND c."partition" = r."partition"'
-        ranked = "row_number() OVER (PARTITION BY c.commit_row ORDER BY r.requested_at DESC, r.run_id)"
-        request_cols = (
-            "r.job_name, r.run_id, r.checkpoint_id, r.requested_offset, r.checkpoint_offset, r.requested_at"
-        )
         if self._has_matched:
             return
+        skew, window = sql_secs(self.rules.clock_skew_s), sql_secs(self.rules.commit_match_window_s)
+        requested = f"r.requested_at - {skew} <= c.commit_time AND c.commit_time <= r.requested_at + {window}"
+        acknowledged = (
+            f"r.requested_at - {window} <= c.commit_time AND c.commit_time <= r.requested_at + {skew}"
+        )
+        in_time = (
+            f"CASE WHEN r.claim = '{CLAIM_ACKNOWLEDGED}' THEN {acknowledged} ELSE {requested} END "
+            f"OR (c.record_kind = '{vocab.RECORD_SNAPSHOT}' "
+            f"AND (c.commit_time IS NULL OR r.requested_at <= c.commit_time + {skew}))"
+        )
+        same_tp = 'c.group_id = r.group_id AND c.topic = r.topic AND c."partition" = r."partition"'
+        ranked = (
+            "row_number() OVER (PARTITION BY c.commit_row ORDER BY r.match_kind = 'exact' DESC, "
+            f"r.claim = '{CLAIM_REQUESTED}' DESC, r.requested_at DESC, r.run_id)"
+        )
+        claim_cols = (
+            "r.match_kind, r.job_name, r.run_id, r.checkpoint_id, r.requested_offset, r.checkpoint_offset, "
+            "r.requested_at"
+        )
         self._db.execute(
             f"""
             CREATE TEMP TABLE matched AS
-            WITH exact AS (
-                SELECT c.*, 'exact' AS match_kind, {request_cols}, {ranked} AS rank
-                FROM commits c JOIN requests r
-                  ON {same_tp} AND c.committed_offset = r.requested_offset
-                 AND (({timed}) OR ({snapshot_ok}))
-                QUALIFY rank = 1
-            ), leftover AS (
-                SELECT * FROM commits c WHERE c.commit_row NOT IN (SELECT commit_row FROM exact)
-            ), timed AS (
-                SELECT c.*, 'time' AS match_kind, {request_cols}, {ranked} AS rank
-                FROM leftover c JOIN requests r
-                  ON {same_tp} AND ({timed})
-                 AND (r.run_stopped_at IS NULL OR c.commit_time <= r.run_stopped_at + {skew})
+            WITH carried AS (
+                SELECT *, requested_offset AS carried_offset, 'exact' AS match_kind FROM claims
+                UNION ALL
+                SELECT *, requested_raw AS carried_offset, 'raw' AS match_kind FROM claims
+                WHERE claim = '{CLAIM_REQUESTED}' AND requested_raw >= 0 AND requested_raw != requested_offset
+            ), own AS (
+                SELECT c.*, {claim_cols}, {ranked} AS rank
+                FROM commits c JOIN carried r
+                  ON {same_tp} AND c.committed_offset = r.carried_offset AND ({in_time})
                 QUALIFY rank = 1
             )
-            SELECT * EXCLUDE (rank) FROM exact
-            UNION ALL BY NAME SELECT * EXCLUDE (rank) FROM timed
+            SELECT * EXCLUDE (rank) FROM own
             UNION ALL BY NAME
             SELECT c.*, NULL AS match_kind, NULL AS job_name, NULL AS run_id, NULL::BIGINT AS checkpoint_id,
                    NULL::BIGINT AS requested_offset, NULL::BIGINT AS checkpoint_offset,
                    NULL::TIMESTAMP AS requested_at
-            FROM leftover c WHERE c.commit_row NOT IN (SELECT commit_row FROM timed)
+            FROM commits c WHERE c.commit_row NOT IN (SELECT commit_row FROM own)
             """
         )
         self._has_matched = True

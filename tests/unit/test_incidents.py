@@ -146,3 +146,22 @@ def test_a_crash_followed_by_a_restart_that_replayed_is_one_restart_incident() -
         ("restart", "error", 10, 10)
     ]
     assert "after run run-1 died" in rows[0]["cause"]
+
+
+def test_the_jobs_own_commits_of_a_wrong_offset_are_not_called_an_outside_change() -> None:
+    mismatch = [
+        finding(vocab.COMMIT_MISMATCH, "error", p, 9, 10, commit_time="2026-03-01 12:00:02+00:00")
+        for p in (0, 1)
+    ]
+    (row,) = inc.to_rows(inc.group_findings(mismatch), "rec", {})
+    assert (row["kind"], row["severity"], row["partitions"]) == ("external_offset_change", "error", 2)
+    assert row["cause"].startswith(
+        f"{JOB} committed offsets to group {GROUP} that differ from its checkpoints'"
+    )
+    assert "outside" not in row["cause"]
+    # With a foreign commit in the same change, the outside change leads the cause.
+    foreign = finding(
+        vocab.FOREIGN_COMMIT, "error", 2, 0, count=None, commit_time="2026-03-01 12:00:03+00:00"
+    )
+    (mixed,) = inc.to_rows(inc.group_findings([*mismatch, foreign]), "rec", {})
+    assert "changed outside" in mixed["cause"]

@@ -215,6 +215,62 @@ def test_foreign_commits_and_mismatches() -> None:
     ]
 
 
+@pytest.mark.parametrize("stopped", [False, True])
+def test_commits_the_job_never_claimed_are_foreign_even_seconds_after_its_own(stopped: bool) -> None:
+    """An operator's reset to earliest (0) and to latest (80), and another client committing a
+    lower offset (37) with the job's group id, each moments after the job committed 50 and well
+    inside the match window: none carries an offset the job requested or was acknowledged, so
+    each is a FOREIGN_COMMIT, never a COMMIT_MISMATCH (the job did not commit them)."""
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0),
+        checkpoint(1, 0, {0: 50, 1: 50, 2: 50}),
+        ev("RUN_STOPPED", 3) if stopped else [],
+    )
+    commits = commits_table(
+        gc(2, 0, 50),
+        gc(2, 1, 50),
+        gc(2, 2, 50),
+        gc(3, 0, 0),  # reset to earliest
+        gc(3, 1, 80),  # reset to latest
+        gc(4, 2, 37),  # another client on the job's group id
+    )
+    found = audit(ledger, commits, rc.AuditWindow(until=at(10_000), since=None)).all_findings()
+    assert findings(found, vocab.COMMIT_MISMATCH) == []
+    foreign = findings(found, vocab.FOREIGN_COMMIT)
+    assert [(f["partition"], f["offset_start"], f["job_name"], f["severity"]) for f in foreign] == [
+        (0, 0, JOB, "error"),
+        (1, 80, JOB, "error"),
+        (2, 37, JOB, "error"),
+    ]
+
+
+def test_the_jobs_own_commits_are_those_it_requested_was_acknowledged_or_recovered() -> None:
+    """Each commit below carries an offset the job claims, so none is foreign: a request, an
+    acknowledgement of another offset than requested (what Kafka holds is what was acknowledged),
+    a completion recovered after a crash (the dead process may have sent it)."""
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0),
+        checkpoint(1, 0, {0: 10, 1: 10, 2: 10}),
+        ev("CHECKPOINT_SNAPSHOT", 10, cp=2, offsets={0: 20, 1: 20}),
+        ev("CHECKPOINT_COMPLETED", 11, cp=2, offsets={0: 20, 1: 20}),
+        ev("COMMIT_REQUESTED", 11, cp=2, offsets={0: 20, 1: 20}, detail={"attempt": 2}),
+        ev("COMMIT_SUCCEEDED", 12, cp=2, offsets={1: 21}, detail={"attempt": 2, "requested_offset": 20}),
+        ev("RUN_STARTED", 30, run="run-2"),
+        ev("CHECKPOINT_SNAPSHOT", 20, run="run-1", cp=3, offsets={2: 30}, detail={"recovered": True}),
+        ev("CHECKPOINT_COMPLETED", 20, run="run-1", cp=3, offsets={2: 30}, detail={"recovered": True}),
+    )
+    commits = commits_table(
+        gc(2, 0, 10), gc(2, 1, 10), gc(2, 2, 10), gc(12, 0, 20), gc(12, 1, 21), gc(21, 2, 30)
+    )
+    found = audit(ledger, commits, rc.AuditWindow(until=at(10_000), since=None)).all_findings()
+    assert findings(found, vocab.FOREIGN_COMMIT) == []
+    # Kafka holding 21 where checkpoint 2 says 20 is the job's own commit of a wrong offset.
+    assert [
+        (f["partition"], f["checkpoint_id"], f["evidence"]["match"], f["evidence"]["difference"])
+        for f in findings(found, vocab.COMMIT_MISMATCH)
+    ] == [(1, 2, "exact", 1)]
+
+
 def test_commit_regression_and_a_tombstone_resets_history() -> None:
     ledger = ledger_table(checkpoint(1, 0, {0: 10}))
     commits = commits_table(
