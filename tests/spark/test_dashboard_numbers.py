@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from app.config import AppConfig
 from app.contracts.tables import INGEST_POSITIONS_SCHEMA
 from app.report import gather as report_io
+from tests.ledger_data import COVERED_SKIPS_STOP, covered_skips_story
 from tests.spark.tables import GROUP, at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
@@ -53,3 +54,35 @@ def test_the_skip_rate_counts_the_checkpoints_the_findings_call_skipped(
     assert tables.ledger is not None
     counts = report_io.checkpoint_commit_counts(tables.ledger, tables.findings)
     assert counts == {GROUP: (3, len(skipped))}
+
+
+@pytest.mark.parametrize("engine", ["spark", "flink-legacy"])
+def test_covered_skips_reach_the_skip_rate_when_commits_are_ingested_right_after_the_stop(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path, engine: str
+) -> None:
+    """The same story in both dialects, through reconcile over Delta tables: a superseded and an
+    evicted checkpoint, both covered by later commits; ingest-offsets ran a second after the job
+    stopped, inside the clock-skew allowance. Both skips are reported (benign) and counted."""
+    cfg = config_for(app_config, tmp_path)
+    events, commit_rows = covered_skips_story(engine)
+    save(ledger_df(spark, events), cfg, "ledger")
+    save(commits_df(spark, *commit_rows), cfg, "group_commits")
+    save(sink_df(spark, sink_rows(0, range(50))), cfg, "sink")
+    ingested = at(COVERED_SKIPS_STOP + 1)
+    save(
+        spark.createDataFrame([(0, 3, "ingest-1", ingested)], INGEST_POSITIONS_SCHEMA),
+        cfg,
+        "ingest_positions",
+    )
+    assert ingested < at(COVERED_SKIPS_STOP + 2 * cfg.reconcile.clock_skew_s)  # the run's end is not past it
+
+    reconcile(spark, cfg, "rec-1")
+
+    findings = read(spark, cfg, "findings").collect()
+    assert sorted((f.finding_type, f.checkpoint_id, f.severity, f.status) for f in findings) == [
+        ("SKIPPED_COMMIT", 2, "info", "benign"),
+        ("SKIPPED_COMMIT", 4, "info", "benign"),
+    ]
+    tables = report_io.read_tables(spark, cfg)
+    assert tables.ledger is not None
+    assert report_io.checkpoint_commit_counts(tables.ledger, tables.findings) == {GROUP: (5, 2)}

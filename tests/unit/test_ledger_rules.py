@@ -17,7 +17,19 @@ from app.reconcile import findings as rc
 from app.reconcile import ledger_audit as la
 from app.stream.commit_outcome import CommitResult
 from app.stream.committer import OffsetCommitter
-from tests.ledger_data import GROUP, JOB, TOPIC, at, checkpoint, commits_table, ev, gc, ledger_table
+from tests.ledger_data import (
+    COVERED_SKIPS_STOP,
+    GROUP,
+    JOB,
+    TOPIC,
+    at,
+    checkpoint,
+    commits_table,
+    covered_skips_story,
+    ev,
+    gc,
+    ledger_table,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -442,4 +454,37 @@ def test_the_committers_drained_events_audit_to_one_benign_skip() -> None:
             "record_count": None,
             "identity": "",
         }
+    ]
+
+
+@pytest.mark.parametrize("engine", ["spark", "flink-legacy"])
+def test_covered_skips_are_judged_as_soon_as_their_covering_commit_is_ingested(engine: str) -> None:
+    """The same story in both dialects (``covered_skips_story``): checkpoint 2's request is
+    superseded in flight, checkpoint 4 evicted from the pending ones, the commits of 3 and 5 cover
+    them. Group commits are ingested a moment after the job stopped, before its end is past the
+    clock skew: the covering commits already settle both skips, so each is one benign
+    SKIPPED_COMMIT and nothing else is found."""
+    events, commit_rows = covered_skips_story(engine)
+    ledger, commits = ledger_table(events), commits_table(*commit_rows)
+    dialect = {e.offset - e.raw_offset for e in events if e.offset is not None and e.raw_offset is not None}
+    assert dialect == ({1} if engine == "flink-legacy" else {0})
+
+    found = la.LedgerAudit(
+        ledger, commits, WINDOW, RULES, ingested_at=at(COVERED_SKIPS_STOP + 1)
+    ).all_findings()
+
+    assert sorted(
+        (
+            f.finding_type,
+            f.checkpoint_id,
+            f.offset_start,
+            f.severity,
+            f.status,
+            f.evidence["skip_reason"],
+            f.evidence["covered_by_checkpoint"],
+        )
+        for f in found
+    ) == [
+        (vocab.SKIPPED_COMMIT, 2, 20, vocab.INFO, vocab.BENIGN, vocab.SKIP_SUPERSEDED_IN_FLIGHT, 3),
+        (vocab.SKIPPED_COMMIT, 4, 40, vocab.INFO, vocab.BENIGN, vocab.SKIP_PENDING_EVICTED, 5),
     ]
