@@ -111,6 +111,8 @@ def group_findings(findings: Sequence[Finding]) -> list[Incident]:
                 incident.findings.append(f)
                 if f["run_id"]:
                     incident.run_ids.add(str(f["run_id"]))
+                # A DUPLICATE names no run of its own: its writers that are runs of the job.
+                incident.run_ids.update(str(r) for r in _evidence(f).get("job_runs") or [])
 
     def free(*types: str) -> list[Finding]:
         return [f for f in findings if f["finding_type"] in types and f["finding_id"] not in claimed]
@@ -324,17 +326,9 @@ def cause(incident: Incident, effect: Mapping[str, Any]) -> str:
             "a reset tool or another consumer on the same group id."
         )
     if incident.kind == vocab.INCIDENT_SECOND_WRITER:
-        writers = sorted(
-            {
-                str(w.get("run"))
-                for f in incident.findings
-                for w in _evidence(f).get("writers", [])
-                if isinstance(w, dict)
-            }
-        )
         return (
             f"{effect['records_duplicated']} extra copies in the sink of {job} on {where} that no "
-            f"restart explains, written by {', '.join(writers)}."
+            f"restart explains, written by {_writers(incident, job)}."
         )
     if incident.kind == vocab.INCIDENT_GAP:
         return (
@@ -347,6 +341,21 @@ def cause(incident: Incident, effect: Mapping[str, Any]) -> str:
         f"Commits of {len(incident.findings)} completed checkpoint(s) of {job} never reached the group "
         f"and nothing later covered them, on {where}."
     )
+
+
+def _writers(incident: Incident, job: str) -> str:
+    """Who wrote the copies: the job's runs, then the writers that are no run of it (as the
+    DUPLICATE evidence tells them apart), else every writer the evidence names."""
+    evidence = [_evidence(f) for f in incident.findings]
+    outside = sorted({str(w) for e in evidence for w in e.get("outside_writers") or []})
+    named = [f"run {r}" for r in sorted(incident.run_ids)] + [
+        f"{w or 'a writer with no run id'} (no run of {job})" for w in outside
+    ]
+    if not named:  # findings stored before the evidence told the writers apart
+        named = sorted(
+            {str(w.get("run")) for e in evidence for w in e.get("writers", []) if isinstance(w, dict)}
+        )
+    return " and ".join(named) or "unknown writers"
 
 
 def _replay_plan(ranges: Sequence[tuple[str, int, int, int]]) -> dict[str, Any]:

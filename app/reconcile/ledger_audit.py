@@ -19,8 +19,9 @@ Views for the sink phase and forensics: completed checkpoints, the ranges the si
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 import duckdb
 import pyarrow as pa
@@ -311,6 +312,65 @@ class LedgerAudit:
         )
         return [{c: r[c] for c in fx.RESTART_COLUMNS} for r in aware_rows(rows)]
 
+    def copy_dates(self, duplicates: Sequence[Finding]) -> list[rc.CopyDates]:
+        """For each DUPLICATE, what the ledger says of its copies (``findings.CopyDates``), in one
+        query: the completion of each writer's (run, checkpoint) of the job, the job's runs among
+        the writers, and the first completion of a checkpoint of the job covering the offsets."""
+        if not duplicates:
+            return []
+        writers = [
+            {"i": i, "job_name": f.job_name, "run_id": w.get("run"), "checkpoint_id": w.get("cp")}
+            for i, f in enumerate(duplicates)
+            for w in f.evidence.get("writers", [])
+            if isinstance(w, Mapping)
+        ]
+        ranges = [
+            {"i": i, "job_name": f.job_name, "topic": f.topic, "partition": f.partition, "end": f.offset_end}
+            for i, f in enumerate(duplicates)
+        ]
+        self._db.register("dup_writers", pa.Table.from_pylist(writers, schema=_DUP_WRITERS))
+        self._db.register("dup_ranges", pa.Table.from_pylist(ranges, schema=_DUP_RANGES))
+        try:
+            rows = self.rows(
+                """
+                WITH completions AS (
+                    SELECT job_name, run_id, checkpoint_id, min(completed_at) AS completed_at
+                    FROM checkpoints GROUP BY job_name, run_id, checkpoint_id
+                ), job_runs AS (
+                    SELECT job_name, run_id FROM ledger WHERE run_id IS NOT NULL GROUP BY job_name, run_id
+                ), written AS (
+                    SELECT w.i,
+                           list(DISTINCT c.completed_at) FILTER (c.completed_at IS NOT NULL) AS written_at,
+                           list(DISTINCT r.run_id) FILTER (r.run_id IS NOT NULL) AS job_runs
+                    FROM dup_writers w
+                    LEFT JOIN completions c ON c.job_name = w.job_name AND c.run_id = w.run_id
+                     AND c.checkpoint_id = w.checkpoint_id
+                    LEFT JOIN job_runs r ON r.job_name = w.job_name AND r.run_id = w.run_id
+                    GROUP BY w.i
+                ), processed AS (
+                    SELECT d.i, min(k.completed_at) AS processed_at
+                    FROM dup_ranges d JOIN checkpoints k
+                      ON k.job_name = d.job_name AND k.topic = d.topic AND k."partition" = d."partition"
+                     AND k."offset" >= d."end"
+                    GROUP BY d.i
+                )
+                SELECT d.i, w.written_at, w.job_runs, p.processed_at
+                FROM dup_ranges d LEFT JOIN written w ON d.i = w.i LEFT JOIN processed p ON d.i = p.i
+                """
+            )
+        finally:
+            self._db.unregister("dup_writers")
+            self._db.unregister("dup_ranges")
+        by_index = {r["i"]: r for r in rows}
+        return [
+            rc.CopyDates(
+                written_at=tuple(sorted(aware(t) for t in by_index[i]["written_at"] or [])),
+                job_runs=tuple(sorted(by_index[i]["job_runs"] or [])),
+                processed_at=aware(by_index[i]["processed_at"]),
+            )
+            for i in range(len(duplicates))
+        ]
+
     # --- LEDGER_INCONSISTENT -----------------------------------------------------------------------
 
     # --- UNCLEAN_STOP --------------------------------------------------------------------------------
@@ -391,6 +451,21 @@ class LedgerAudit:
     # --- SKIPPED_COMMIT ----------------------------------------------------------------------------
 
     # --- COMMITTED_AHEAD ---------------------------------------------------------------------------
+
+
+# The keys of the DUPLICATE findings ``copy_dates`` looks up: their writers, and their ranges.
+_DUP_WRITERS: Final = pa.schema(
+    [("i", pa.int64()), ("job_name", pa.string()), ("run_id", pa.string()), ("checkpoint_id", pa.int64())]
+)
+_DUP_RANGES: Final = pa.schema(
+    [
+        ("i", pa.int64()),
+        ("job_name", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("end", pa.int64()),
+    ]
+)
 
 
 def ledger_groups(ledger: pa.Table) -> list[str]:

@@ -86,3 +86,44 @@ def test_covered_skips_reach_the_skip_rate_when_commits_are_ingested_right_after
     tables = report_io.read_tables(spark, cfg)
     assert tables.ledger is not None
     assert report_io.checkpoint_commit_counts(tables.ledger, tables.findings) == {GROUP: (5, 2)}
+
+
+def test_the_impact_chart_totals_are_the_incidents_totals_with_the_duplicates_dated(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+) -> None:
+    """A second writer appends copies of 10 offsets the job wrote (keeping their checkpoint id, under
+    its own run label), and 5 offsets of another partition are lost. The second_writer incident
+    is dated by the ledger's completion of the checkpoint that wrote the job's copies, names the
+    job's run and no run for the second writer, and the chart counts every incident."""
+    cfg = config_for(app_config, tmp_path)
+    ledger = ledger_df(
+        spark,
+        ev("RUN_STARTED", 0),
+        ev("OFFSETS_RESTORED", 0, offsets={0: 0, 1: 0}, detail={"source": "earliest"}),
+        checkpoint(1, 10, {0: 50, 1: 50}),
+        ev("RUN_STOPPED", 30),
+    )
+    save(ledger, cfg, "ledger")
+    save(commits_df(spark, gc(12, 0, 50), gc(12, 1, 50)), cfg, "group_commits")
+    copies = sink_rows(0, range(10, 20), run="second-writer", cp=1)
+    save(sink_df(spark, sink_rows(0, range(50)), copies, sink_rows(1, range(45))), cfg, "sink")
+
+    def confirmed(gaps: Any) -> list[dict[str, Any]]:
+        return [{"status": "confirmed", "data_records": g.end - g.start} for g in gaps]
+
+    reconcile(spark, cfg, "rec-1", confirmer=confirmed)
+
+    stored = {r.kind: r for r in read(spark, cfg, "incidents").collect()}
+    assert sorted(stored) == ["gap", "second_writer"]
+    writer = stored["second_writer"]
+    assert (writer.records_duplicated, list(writer.run_ids)) == (10, ["run-1"])
+    completed = at(11).replace(tzinfo=None)  # checkpoint 1's completion, as Spark's naive UTC
+    assert (writer.first_evidence_at, writer.last_evidence_at) == (completed, completed)
+    assert "run run-1 and second-writer (no run of job-a)" in writer.cause
+
+    tables = report_io.read_tables(spark, cfg)
+    assert tables.incidents is not None
+    chart = report_io.incident_impact(tables.incidents)
+    assert chart == [{"day": "2026-03-01", "lost": 5, "duplicated": 10}]
+    for column, key in (("records_lost", "lost"), ("records_duplicated", "duplicated")):
+        assert sum(r[key] for r in chart) == sum(getattr(r, column) for r in stored.values())

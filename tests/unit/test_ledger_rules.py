@@ -488,3 +488,63 @@ def test_covered_skips_are_judged_as_soon_as_their_covering_commit_is_ingested(e
         (vocab.SKIPPED_COMMIT, 2, 20, vocab.INFO, vocab.BENIGN, vocab.SKIP_SUPERSEDED_IN_FLIGHT, 3),
         (vocab.SKIPPED_COMMIT, 4, 40, vocab.INFO, vocab.BENIGN, vocab.SKIP_PENDING_EVICTED, 5),
     ]
+
+
+def test_duplicates_are_dated_by_the_ledgers_completion_of_their_writers_checkpoints() -> None:
+    """A DUPLICATE's copies are dated by the completion of the checkpoint that wrote each (run-1's
+    batch 1 at 11 s, run-2's batch 2 at 31 s); a second writer's label is no run of the job and
+    dates nothing. A sink that names no writer falls back on the completion of the job's first
+    checkpoint covering the offsets (the batch that wrote the job's copy)."""
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0, run="run-1"),
+        checkpoint(1, 10, {0: 50}, run="run-1"),
+        ev("RUN_STARTED", 20, run="run-2"),
+        checkpoint(2, 30, {0: 80}, run="run-2"),
+    )
+
+    def duplicate(start: int, end: int, *writers: dict[str, Any]) -> rc.Finding:
+        where = {"job_name": JOB, "group_id": GROUP, "topic": TOPIC, "partition": 0}
+        return rc.Finding.of(
+            vocab.DUPLICATE, vocab.ERROR, vocab.OPEN, where, {"writers": list(writers)},
+            offset_start=start, offset_end=end, record_count=end - start,
+        )  # fmt: skip
+
+    replayed = duplicate(40, 50, {"run": "run-1", "cp": 1}, {"run": "run-2", "cp": 2})
+    second = duplicate(10, 20, {"run": "run-1", "cp": 1}, {"run": "second-writer", "cp": 1})
+    anonymous = duplicate(60, 70, {}, {})
+    found = [
+        rc.dated_duplicate(f, d)
+        for f, d in zip(
+            (replayed, second, anonymous),
+            audit(ledger).copy_dates([replayed, second, anonymous]),
+            strict=True,
+        )
+    ]
+
+    keys = ("job_runs", "outside_writers", "first_copy_written_at", "last_copy_written_at", "processed_at")
+    assert [{k: f.evidence.get(k) for k in keys} for f in found] == [
+        {
+            "job_runs": ["run-1", "run-2"],
+            "outside_writers": [],
+            "first_copy_written_at": at(11),
+            "last_copy_written_at": at(31),
+            "processed_at": None,
+        },
+        {
+            "job_runs": ["run-1"],
+            "outside_writers": ["second-writer"],
+            "first_copy_written_at": at(11),
+            "last_copy_written_at": at(11),
+            "processed_at": None,
+        },
+        {
+            "job_runs": [],
+            "outside_writers": [""],
+            "first_copy_written_at": None,
+            "last_copy_written_at": None,
+            "processed_at": at(31),
+        },
+    ]
+    # The finding itself is unchanged: same id, same writers.
+    assert [f.finding_id for f in found] == [f.finding_id for f in (replayed, second, anonymous)]
+    assert audit(ledger).copy_dates([]) == []
