@@ -199,7 +199,7 @@ def skipped_commits(audit: LedgerAudit, horizon: datetime | None) -> list[Findin
     lost when the window moves on (the finding ids are the same).
 
     Whatever the reason (superseded, failed, never attempted), a checkpoint whose offsets a
-    later commit of the same job covered (a group commit that job's requests explain, at or
+    later commit of the same job covered (a group commit of that job's own, ``ensure_matched``, at or
     beyond its offset, by the horizon) is benign (info); one nothing covered is a warning;
     commit_disabled is information.
     """

@@ -343,12 +343,12 @@ class CopyDates:
 def dated_duplicate(finding: Finding, dates: CopyDates) -> Finding:
     """A DUPLICATE with its evidence time and the job's writer runs.
 
-    ``first_copy_written_at`` / ``last_copy_written_at``: the copies the ledger can date; a copy by
-    a writer outside the job (no run of the job in the ledger, or no run id at all) has no date
+    ``first_copy_written_at`` / ``last_copy_written_at``: the copies the ledger can date. A copy
+    by a writer outside the job (no run of the job in the ledger, or no run id at all) has no date
     there; such writers are listed in ``outside_writers`` ("" for copies without a run id). When
-    no copy can be dated, ``processed_at``: the
-    completion of the job's checkpoint that first covered these offsets. ``job_runs`` are real run
-    ids of the job only; a second writer's label is never one.
+    no copy can be dated, ``processed_at``: the completion of the job's checkpoint that first
+    covered these offsets. ``job_runs`` are real run ids of the job only; a second writer's label
+    is never one.
     """
     writers = [w for w in finding.evidence.get("writers", []) if isinstance(w, Mapping)]
     runs = set(dates.job_runs)
