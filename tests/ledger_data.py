@@ -13,6 +13,9 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from app.contracts.offsets import EventSource, LedgerEvent
 from app.contracts.tables import FINDINGS_SCHEMA, GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA
+from app.contracts.vocabulary import ENGINE_FLINK_LEGACY, EVENT_COMMIT_SUCCEEDED
+from app.stream.commit_outcome import CommitResult
+from app.stream.committer import OffsetCommitter
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 TOPIC = "orders"
@@ -98,6 +101,53 @@ def gc(
         when,
         "ingest-1",
     )
+
+
+# When the job of ``covered_skips_story`` stops.
+COVERED_SKIPS_STOP = 20
+
+
+def covered_skips_story(engine: str) -> tuple[list[LedgerEvent], list[tuple[Any, ...]]]:
+    """Ledger events as the committer writes them in ``engine``'s dialect, and the group commits it
+    made: checkpoint 2's request is superseded in flight by 3's, checkpoint 4 is evicted from the
+    pending ones by 5's snapshot; 1, 3 and 5 are committed (10, 30, 50), so 3 covers 2 and 5
+    covers 4. The run starts at 0 s and stops at ``COVERED_SKIPS_STOP``."""
+
+    def raw(offset: int) -> int:
+        # Flink's legacy consumer records the last processed offset: one less than the next to read.
+        return offset - 1 if engine == ENGINE_FLINK_LEGACY else offset
+
+    ticks = iter(range(1, COVERED_SKIPS_STOP))
+    committer = OffsetCommitter(
+        job_name=JOB,
+        run_id="run-1",
+        engine=engine,
+        group_id=GROUP,
+        commit_fn=CommitResult.ok,
+        clock=lambda: at(next(ticks)),
+        max_pending=1,
+        autostart=False,
+    )
+    tp = (TOPIC, 0)
+    committer.snapshot(1, {tp: raw(10)})
+    committer.notify_checkpoint_complete(1)
+    committer.run_once()
+    committer.snapshot(2, {tp: raw(20)})
+    committer.notify_checkpoint_complete(2)  # waits in the slot ...
+    committer.snapshot(3, {tp: raw(30)})
+    committer.notify_checkpoint_complete(3)  # ... and 3 takes its place: superseded_in_flight
+    committer.run_once()
+    committer.snapshot(4, {tp: raw(40)})
+    committer.snapshot(5, {tp: raw(50)})  # one pending at most: 4 is evicted
+    committer.notify_checkpoint_complete(4)
+    committer.notify_checkpoint_complete(5)
+    committer.run_once()
+    events = committer.drain()
+    acked = [e for e in events if e.event_type == EVENT_COMMIT_SUCCEEDED]
+    # The group's log holds what the broker acknowledged, normalized in both dialects.
+    commits = [gc((e.event_time - T0).total_seconds(), 0, e.offset) for e in acked]
+    started = ev("RUN_STARTED", 0, engine=engine)
+    return [*started, *events, *ev("RUN_STOPPED", COVERED_SKIPS_STOP, engine=engine)], commits
 
 
 def sink_rows(

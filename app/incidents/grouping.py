@@ -11,8 +11,10 @@ it and no other:
    A restart that resumed exactly after a crash is an ``unclean_stop`` (info: nothing lost).
 2. ``unclean_stop`` -- a run that died and was not followed.
 3. ``commit_outage`` -- per run: its COMMIT_FAILUREs and the SKIPPED_COMMITs whose commit failed.
-4. ``external_offset_change`` -- per group, commits no request of the job explains (FOREIGN_COMMIT,
-   COMMIT_REGRESSION, COMMITTED_AHEAD, COMMIT_MISMATCH), clustered in time.
+4. ``external_offset_change`` -- per group, its offsets changed against the checkpoints, clustered
+   in time: commits no claim of the job explains (FOREIGN_COMMIT) and what they did
+   (COMMIT_REGRESSION, COMMITTED_AHEAD), and the job's own commits of a wrong offset
+   (COMMIT_MISMATCH, told apart in the cause).
 5. ``second_writer`` -- per job, DUPLICATEs no restart explains.
 6. ``gap`` -- per job, records missing from the sink that no restart explains.
 7. ``ledger_gap`` -- per job, sink rows past the last completed checkpoint and ledger
@@ -109,6 +111,8 @@ def group_findings(findings: Sequence[Finding]) -> list[Incident]:
                 incident.findings.append(f)
                 if f["run_id"]:
                     incident.run_ids.add(str(f["run_id"]))
+                # A DUPLICATE names no run of its own: its writers that are runs of the job.
+                incident.run_ids.update(str(r) for r in _evidence(f).get("job_runs") or [])
 
     def free(*types: str) -> list[Finding]:
         return [f for f in findings if f["finding_type"] in types and f["finding_id"] not in claimed]
@@ -310,23 +314,21 @@ def cause(incident: Incident, effect: Mapping[str, Any]) -> str:
             f"Offset commits of {job} failed ({', '.join(errors) or 'unknown error'}) on {where}; "
             "the group's offsets lagged the checkpoints meanwhile."
         )
+    if incident.kind == vocab.INCIDENT_EXTERNAL_OFFSET_CHANGE and set(found) == {vocab.COMMIT_MISMATCH}:
+        # The job's own commits (it requested or was acknowledged those offsets), not an outsider's.
+        return (
+            f"{job} committed offsets to group {incident.group_id} that differ from its checkpoints' "
+            f"on {where} (COMMIT_MISMATCH): an offset-dialect error in its committer."
+        )
     if incident.kind == vocab.INCIDENT_EXTERNAL_OFFSET_CHANGE:
         return (
             f"The offsets of group {incident.group_id} were changed outside {job} on {where} ({kinds}): "
             "a reset tool or another consumer on the same group id."
         )
     if incident.kind == vocab.INCIDENT_SECOND_WRITER:
-        writers = sorted(
-            {
-                str(w.get("run"))
-                for f in incident.findings
-                for w in _evidence(f).get("writers", [])
-                if isinstance(w, dict)
-            }
-        )
         return (
             f"{effect['records_duplicated']} extra copies in the sink of {job} on {where} that no "
-            f"restart explains, written by {', '.join(writers)}."
+            f"restart explains, written by {_writers(incident, job)}."
         )
     if incident.kind == vocab.INCIDENT_GAP:
         return (
@@ -339,6 +341,21 @@ def cause(incident: Incident, effect: Mapping[str, Any]) -> str:
         f"Commits of {len(incident.findings)} completed checkpoint(s) of {job} never reached the group "
         f"and nothing later covered them, on {where}."
     )
+
+
+def _writers(incident: Incident, job: str) -> str:
+    """Who wrote the copies: the job's runs, then the writers that are no run of it (as the
+    DUPLICATE evidence tells them apart), else every writer the evidence names."""
+    evidence = [_evidence(f) for f in incident.findings]
+    outside = sorted({str(w) for e in evidence for w in e.get("outside_writers") or []})
+    named = [f"run {r}" for r in sorted(incident.run_ids)] + [
+        f"{w or 'a writer with no run id'} (no run of {job})" for w in outside
+    ]
+    if not named:  # findings stored before the evidence told the writers apart
+        named = sorted(
+            {str(w.get("run")) for e in evidence for w in e.get("writers", []) if isinstance(w, dict)}
+        )
+    return " and ".join(named) or "unknown writers"
 
 
 def _replay_plan(ranges: Sequence[tuple[str, int, int, int]]) -> dict[str, Any]:

@@ -71,7 +71,9 @@ def commit_failures(audit: LedgerAudit) -> list[Finding]:
 
 
 def foreign_commits(audit: LedgerAudit) -> list[Finding]:
-    """Group commits that no ledger request explains (reset tool, another consumer on the group)."""
+    """Group commits whose offset no request or acknowledgement of a job carries: a reset tool (to
+    earliest, latest or any offset) or another client committing with the group id, whenever it
+    happened."""
     audit.ensure_matched()
     foreign = audit.rows(
         f"""
@@ -104,11 +106,10 @@ def foreign_commits(audit: LedgerAudit) -> list[Finding]:
 
 
 def commit_mismatches(audit: LedgerAudit) -> list[Finding]:
-    """A commit matched to a checkpoint whose normalized offset differs from the committed one.
-
-    Either the committer sent the request's offset but that differs from the checkpoint's
-    normalized offset (an engine-dialect bug: e.g. Flink legacy's +1 forgotten), or the commit
-    was matched only by time to a request with another offset.
+    """The job's own commit (its request, acknowledgement or raw offset: ``ensure_matched``) of an
+    offset other than its checkpoint's normalized one: an engine-dialect bug in the committer, e.g.
+    Flink legacy's +1 forgotten. A commit of an offset the job never claimed is no mismatch but a
+    FOREIGN_COMMIT, however close in time to the job's own commits it was made.
     """
     audit.ensure_matched()
     bad = audit.rows(
@@ -188,14 +189,17 @@ def skipped_commits(audit: LedgerAudit, horizon: datetime | None) -> list[Findin
 
     Reached means: a group commit of that very offset at or after the completion (minus clock
     skew). ``horizon`` is how far group_commits has been ingested (None: never, so nothing is
-    judged). A checkpoint is judged once its fate is known by then: its run has ended (stopped,
-    or the job started again) or it completed a match window before the horizon; before
-    that its commit may still be in flight. Checkpoints completed in the match window before
+    judged). A checkpoint is judged once its fate is known by then: a later commit of its job
+    covers it (the job commits in order, one at a time, so its own commit cannot come after
+    that one), its run has ended (stopped, or the job started again) or it completed a match
+    window before the horizon; before that its commit may still be in flight. A skip that a
+    later commit covered is therefore reported as soon as that commit is ingested, even by an
+    ingest moments after the job stopped. Checkpoints completed in the match window before
     ``since`` are judged again, so one left unjudged at the end of the previous window is not
     lost when the window moves on (the finding ids are the same).
 
     Whatever the reason (superseded, failed, never attempted), a checkpoint whose offsets a
-    later commit of the same job covered (a group commit that job's requests explain, at or
+    later commit of the same job covered (a group commit of that job's own, ``ensure_matched``, at or
     beyond its offset, by the horizon) is benign (info); one nothing covered is a warning;
     commit_disabled is information.
     """
@@ -213,28 +217,38 @@ def skipped_commits(audit: LedgerAudit, horizon: datetime | None) -> list[Findin
     known_by = sql_ts(horizon)
     key = "job_name, run_id, checkpoint_id"
     superseded = sql_in(vocab.SUPERSEDED_SKIP_REASONS)
+    reason = sql_detail(vocab.DETAIL_REASON)
     rows = audit.rows(
         f"""
-        WITH unreached AS (
-            SELECT k.* FROM checkpoints k
+        WITH candidates AS (
+            SELECT k.*, e.ended_at FROM checkpoints k
             LEFT JOIN run_ends e ON k.job_name = e.job_name AND k.run_id = e.run_id
             WHERE k."offset" IS NOT NULL AND k.completed_at < {sql_ts(audit.window.until)} {judged_from}
-              AND (k.completed_at + {window} <= {known_by}
-                   OR (e.ended_at IS NOT NULL AND e.ended_at + {skew} <= {known_by}))
               AND NOT EXISTS (SELECT 1 FROM commits c WHERE {same_tp} AND c.committed_offset = k."offset")
         ), covering AS (
             SELECT k.job_name, k.run_id, k.checkpoint_id, k.topic, k."partition",
                    min(c.effective_time) AS covered_at,
                    arg_min_null(c.committed_offset, c.effective_time) AS covered_by_offset,
                    arg_min_null(c.checkpoint_id, c.effective_time) AS covered_by_checkpoint
-            FROM unreached k JOIN matched c
+            FROM candidates k JOIN matched c
               ON {same_tp} AND c.committed_offset >= k."offset" AND c.job_name = k.job_name
              AND c.effective_time <= {known_by}
             GROUP BY k.job_name, k.run_id, k.checkpoint_id, k.topic, k."partition"
+        ), unreached AS (
+            -- Judged once its fate is known: covered (the job commits in order, one at a time, so
+            -- its own commit can no longer follow), or old enough, or its run over, by the horizon.
+            SELECT k.* EXCLUDE (ended_at) FROM candidates k
+            WHERE k.completed_at + {window} <= {known_by}
+               OR (k.ended_at IS NOT NULL AND k.ended_at + {skew} <= {known_by})
+               OR EXISTS (SELECT 1 FROM covering v WHERE v.job_name = k.job_name AND v.run_id = k.run_id
+                            AND v.checkpoint_id = k.checkpoint_id AND v.topic = k.topic
+                            AND v."partition" = k."partition")
         ), events AS (
             SELECT * FROM ledger WHERE checkpoint_id IS NOT NULL
         ), skipped AS (
-            SELECT {key}, max({sql_detail(vocab.DETAIL_REASON)}) AS skip_reason,
+            -- The first reason is the cause (an evicted checkpoint is later also an unknown one).
+            SELECT {key},
+                   arg_min_null({reason}, {{'t': event_time, 'r': {reason}}}) AS skip_reason,
                    max({sql_detail(vocab.DETAIL_SUPERSEDED_BY)}) AS superseded_by
             FROM events WHERE event_type = '{vocab.EVENT_COMMIT_SKIPPED}' GROUP BY {key}
         ), failed AS (

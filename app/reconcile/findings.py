@@ -18,6 +18,7 @@ offset, writer_checkpoint_id, writer_run_id``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections import defaultdict
@@ -324,6 +325,46 @@ def duplicate_finding(rng: PartitionRange, run: Mapping[str, Any]) -> Finding:
             "writers": writers,
         },
     )
+
+
+@dataclass(frozen=True)
+class CopyDates:
+    """What the ledger says of one DUPLICATE's copies: when each copy it can date was written (the
+    completion of the writer's checkpoint: a batch's output is durable once its checkpoint
+    completed), the job's runs among the writers, and when the job's first checkpoint covering
+    the duplicated offsets completed (the date of the job's own copy when the sink names no writer
+    the ledger knows)."""
+
+    written_at: tuple[datetime, ...] = ()
+    job_runs: tuple[str, ...] = ()
+    processed_at: datetime | None = None
+
+
+def dated_duplicate(finding: Finding, dates: CopyDates) -> Finding:
+    """A DUPLICATE with its evidence time and the job's writer runs.
+
+    ``first_copy_written_at`` / ``last_copy_written_at``: the copies the ledger can date. A copy
+    by a writer outside the job (no run of the job in the ledger, or no run id at all) has no date
+    there; such writers are listed in ``outside_writers`` ("" for copies without a run id). When
+    no copy can be dated, ``processed_at``: the completion of the job's checkpoint that first
+    covered these offsets. ``job_runs`` are real run ids of the job only; a second writer's label
+    is never one.
+    """
+    writers = [w for w in finding.evidence.get("writers", []) if isinstance(w, Mapping)]
+    runs = set(dates.job_runs)
+    evidence: dict[str, Any] = {
+        **finding.evidence,
+        "job_runs": sorted(runs),
+        "outside_writers": sorted(
+            {str(w["run"]) if w.get("run") is not None else "" for w in writers if w.get("run") not in runs}
+        ),
+    }
+    if dates.written_at:
+        evidence["first_copy_written_at"] = min(dates.written_at)
+        evidence["last_copy_written_at"] = max(dates.written_at)
+    else:
+        evidence["processed_at"] = dates.processed_at
+    return dataclasses.replace(finding, evidence={k: _aware(v) for k, v in evidence.items()})
 
 
 def beyond_finding(rng: PartitionRange, stats: Mapping[str, Any]) -> Finding:

@@ -19,8 +19,9 @@ Views for the sink phase and forensics: completed checkpoints, the ranges the si
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 import duckdb
 import pyarrow as pa
@@ -35,7 +36,18 @@ from app.reconcile import commit_rules, ledger_rules
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile.findings import Finding
-from app.reconcile.ledger_sql import VIEWS, aware, aware_rows, naive_utc, sql_detail, sql_in, sql_secs, sql_ts
+from app.reconcile.ledger_sql import (
+    CLAIM_ACKNOWLEDGED,
+    CLAIM_REQUESTED,
+    VIEWS,
+    aware,
+    aware_rows,
+    naive_utc,
+    sql_detail,
+    sql_in,
+    sql_secs,
+    sql_ts,
+)
 
 # Skip reasons of the committer, folded into the three classes DESIGN section 5 names.
 
@@ -300,6 +312,65 @@ class LedgerAudit:
         )
         return [{c: r[c] for c in fx.RESTART_COLUMNS} for r in aware_rows(rows)]
 
+    def copy_dates(self, duplicates: Sequence[Finding]) -> list[rc.CopyDates]:
+        """For each DUPLICATE, what the ledger says of its copies (``findings.CopyDates``), in one
+        query: the completion of each writer's (run, checkpoint) of the job, the job's runs among
+        the writers, and the first completion of a checkpoint of the job covering the offsets."""
+        if not duplicates:
+            return []
+        writers = [
+            {"i": i, "job_name": f.job_name, "run_id": w.get("run"), "checkpoint_id": w.get("cp")}
+            for i, f in enumerate(duplicates)
+            for w in f.evidence.get("writers", [])
+            if isinstance(w, Mapping)
+        ]
+        ranges = [
+            {"i": i, "job_name": f.job_name, "topic": f.topic, "partition": f.partition, "end": f.offset_end}
+            for i, f in enumerate(duplicates)
+        ]
+        self._db.register("dup_writers", pa.Table.from_pylist(writers, schema=_DUP_WRITERS))
+        self._db.register("dup_ranges", pa.Table.from_pylist(ranges, schema=_DUP_RANGES))
+        try:
+            rows = self.rows(
+                """
+                WITH completions AS (
+                    SELECT job_name, run_id, checkpoint_id, min(completed_at) AS completed_at
+                    FROM checkpoints GROUP BY job_name, run_id, checkpoint_id
+                ), job_runs AS (
+                    SELECT job_name, run_id FROM ledger WHERE run_id IS NOT NULL GROUP BY job_name, run_id
+                ), written AS (
+                    SELECT w.i,
+                           list(DISTINCT c.completed_at) FILTER (c.completed_at IS NOT NULL) AS written_at,
+                           list(DISTINCT r.run_id) FILTER (r.run_id IS NOT NULL) AS job_runs
+                    FROM dup_writers w
+                    LEFT JOIN completions c ON c.job_name = w.job_name AND c.run_id = w.run_id
+                     AND c.checkpoint_id = w.checkpoint_id
+                    LEFT JOIN job_runs r ON r.job_name = w.job_name AND r.run_id = w.run_id
+                    GROUP BY w.i
+                ), processed AS (
+                    SELECT d.i, min(k.completed_at) AS processed_at
+                    FROM dup_ranges d JOIN checkpoints k
+                      ON k.job_name = d.job_name AND k.topic = d.topic AND k."partition" = d."partition"
+                     AND k."offset" >= d."end"
+                    GROUP BY d.i
+                )
+                SELECT d.i, w.written_at, w.job_runs, p.processed_at
+                FROM dup_ranges d LEFT JOIN written w ON d.i = w.i LEFT JOIN processed p ON d.i = p.i
+                """
+            )
+        finally:
+            self._db.unregister("dup_writers")
+            self._db.unregister("dup_ranges")
+        by_index = {r["i"]: r for r in rows}
+        return [
+            rc.CopyDates(
+                written_at=tuple(sorted(aware(t) for t in by_index[i]["written_at"] or [])),
+                job_runs=tuple(sorted(by_index[i]["job_runs"] or [])),
+                processed_at=aware(by_index[i]["processed_at"]),
+            )
+            for i in range(len(duplicates))
+        ]
+
     # --- LEDGER_INCONSISTENT -----------------------------------------------------------------------
 
     # --- UNCLEAN_STOP --------------------------------------------------------------------------------
@@ -309,52 +380,68 @@ class LedgerAudit:
     # --- commit matching ---------------------------------------------------------------------------
 
     def ensure_matched(self) -> None:
-        """A temp table ``matched``: each effective group commit with the request that explains it.
+        """A temp table ``matched``: each effective group commit with the claim of the job that
+        makes it the job's own, if any.
 
-        ``match_kind`` 'exact': a request sent this very offset within the window before the
-        commit (an Admin API snapshot, which has no history, is explained by one at any earlier
-        time); 'time': a request of the same partition within the window but with another offset,
-        by a run that had not stopped yet (after it stopped, such a commit is foreign); null: none.
-        Of several candidates the latest request wins.
+        A commit is the job's own only when the job sent or was acknowledged that very offset for
+        that partition (``claims``: a COMMIT_REQUESTED, a recovered completion the dead process
+        may have sent, a COMMIT_SUCCEEDED) within the match window of that event: requested at
+        most ``commit_match_window_s`` before the commit (and no more than the clock skew after
+        it), or acknowledged at most that long after it. An Admin API snapshot, which has no
+        history, is explained by a claim at any earlier time. ``match_kind`` says how:
+
+        - 'exact': the offset the job requested or was acknowledged;
+        - 'raw': the request's raw offset where it differs from the normalized one (Flink
+          legacy's last processed offset): what a committer that forgot the +1 sends. The
+          commit is the job's, and COMMIT_MISMATCH reports its wrong offset;
+        - null: no claim of any job carries that offset. The commit is foreign whenever it was
+          made, even seconds after the job's own commit: a reset of the group (to earliest, to
+          latest) or another client committing with the job's group id.
+
+        Of several claims an exact one wins over a raw one, a request over an acknowledgement,
+        then the latest.
         """
-        skew, window = sql_secs(self.rules.clock_skew_s), sql_secs(self.rules.commit_match_window_s)
-        timed = f"r.requested_at - {skew} <= c.commit_time AND c.commit_time <= r.requested_at + {window}"
-        snapshot_ok = (
-            f"c.record_kind = '{vocab.RECORD_SNAPSHOT}' "
-            f"AND (c.commit_time IS NULL OR r.requested_at <= c.commit_time + {skew})"
-        )
-        same_tp = 'c.group_id = r.group_id AND c.topic = r.topic AND c."partition" = r."partition"'
-        ranked = "row_number() OVER (PARTITION BY c.commit_row ORDER BY r.requested_at DESC, r.run_id)"
-        request_cols = (
-            "r.job_name, r.run_id, r.checkpoint_id, r.requested_offset, r.checkpoint_offset, r.requested_at"
-        )
         if self._has_matched:
             return
+        skew, window = sql_secs(self.rules.clock_skew_s), sql_secs(self.rules.commit_match_window_s)
+        requested = f"r.requested_at - {skew} <= c.commit_time AND c.commit_time <= r.requested_at + {window}"
+        acknowledged = (
+            f"r.requested_at - {window} <= c.commit_time AND c.commit_time <= r.requested_at + {skew}"
+        )
+        in_time = (
+            f"CASE WHEN r.claim = '{CLAIM_ACKNOWLEDGED}' THEN {acknowledged} ELSE {requested} END "
+            f"OR (c.record_kind = '{vocab.RECORD_SNAPSHOT}' "
+            f"AND (c.commit_time IS NULL OR r.requested_at <= c.commit_time + {skew}))"
+        )
+        same_tp = 'c.group_id = r.group_id AND c.topic = r.topic AND c."partition" = r."partition"'
+        ranked = (
+            "row_number() OVER (PARTITION BY c.commit_row ORDER BY r.match_kind = 'exact' DESC, "
+            f"r.claim = '{CLAIM_REQUESTED}' DESC, r.requested_at DESC, r.run_id)"
+        )
+        claim_cols = (
+            "r.match_kind, r.job_name, r.run_id, r.checkpoint_id, r.requested_offset, r.checkpoint_offset, "
+            "r.requested_at"
+        )
         self._db.execute(
             f"""
             CREATE TEMP TABLE matched AS
-            WITH exact AS (
-                SELECT c.*, 'exact' AS match_kind, {request_cols}, {ranked} AS rank
-                FROM commits c JOIN requests r
-                  ON {same_tp} AND c.committed_offset = r.requested_offset
-                 AND (({timed}) OR ({snapshot_ok}))
-                QUALIFY rank = 1
-            ), leftover AS (
-                SELECT * FROM commits c WHERE c.commit_row NOT IN (SELECT commit_row FROM exact)
-            ), timed AS (
-                SELECT c.*, 'time' AS match_kind, {request_cols}, {ranked} AS rank
-                FROM leftover c JOIN requests r
-                  ON {same_tp} AND ({timed})
-                 AND (r.run_stopped_at IS NULL OR c.commit_time <= r.run_stopped_at + {skew})
+            WITH carried AS (
+                SELECT *, requested_offset AS carried_offset, 'exact' AS match_kind FROM claims
+                UNION ALL
+                SELECT *, requested_raw AS carried_offset, 'raw' AS match_kind FROM claims
+                WHERE claim = '{CLAIM_REQUESTED}' AND requested_raw >= 0 AND requested_raw != requested_offset
+            ), own AS (
+                SELECT c.*, {claim_cols}, {ranked} AS rank
+                FROM commits c JOIN carried r
+                  ON {same_tp} AND c.committed_offset = r.carried_offset AND ({in_time})
                 QUALIFY rank = 1
             )
-            SELECT * EXCLUDE (rank) FROM exact
-            UNION ALL BY NAME SELECT * EXCLUDE (rank) FROM timed
+            SELECT * EXCLUDE (rank) FROM own
             UNION ALL BY NAME
             SELECT c.*, NULL AS match_kind, NULL AS job_name, NULL AS run_id, NULL::BIGINT AS checkpoint_id,
                    NULL::BIGINT AS requested_offset, NULL::BIGINT AS checkpoint_offset,
                    NULL::TIMESTAMP AS requested_at
-            FROM leftover c WHERE c.commit_row NOT IN (SELECT commit_row FROM timed)
+            FROM commits c WHERE c.commit_row NOT IN (SELECT commit_row FROM own)
             """
         )
         self._has_matched = True
@@ -364,6 +451,21 @@ class LedgerAudit:
     # --- SKIPPED_COMMIT ----------------------------------------------------------------------------
 
     # --- COMMITTED_AHEAD ---------------------------------------------------------------------------
+
+
+# The keys of the DUPLICATE findings ``copy_dates`` looks up: their writers, and their ranges.
+_DUP_WRITERS: Final = pa.schema(
+    [("i", pa.int64()), ("job_name", pa.string()), ("run_id", pa.string()), ("checkpoint_id", pa.int64())]
+)
+_DUP_RANGES: Final = pa.schema(
+    [
+        ("i", pa.int64()),
+        ("job_name", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("end", pa.int64()),
+    ]
+)
 
 
 def ledger_groups(ledger: pa.Table) -> list[str]:

@@ -1,6 +1,6 @@
 """The SQL vocabulary of the driver-side audit: literals built from the contract's words, and the
 views every rule of ``app.reconcile.ledger_audit`` starts from (completed checkpoints, run ends,
-commits, requests). DuckDB over the window's Arrow tables; Spark's null order."""
+commits, the commits the job claims as its own). DuckDB over the window's Arrow tables; Spark's null order."""
 
 from __future__ import annotations
 
@@ -16,9 +16,14 @@ from app.contracts.vocabulary import (
     EVENT_CHECKPOINT_COMPLETED,
     EVENT_CHECKPOINT_SNAPSHOT,
     EVENT_COMMIT_REQUESTED,
+    EVENT_COMMIT_SUCCEEDED,
     EVENT_RUN_STARTED,
     EVENT_RUN_STOPPED,
 )
+
+# What a row of ``claims`` is: a commit the job asked for (or recovered), or one Kafka acknowledged.
+CLAIM_REQUESTED: Final = "requested"
+CLAIM_ACKNOWLEDGED: Final = "acknowledged"
 
 
 def sql_ts(value: datetime) -> str:
@@ -122,16 +127,19 @@ SELECT *, row_number() OVER () AS commit_row, coalesce(commit_time, log_time) AS
 FROM gc WHERE record_kind IN ({sql_in((vocab.RECORD_COMMIT, vocab.RECORD_SNAPSHOT))})
   AND committed_offset IS NOT NULL;
 
--- COMMIT_REQUESTED per partition, and completions the job recovered after a crash (the dead
--- process may have sent their commit), with the checkpoint's normalized offset and the time the
--- run ended: its RUN_STOPPED or, when it died without one, the job's next start.
-CREATE TEMP TABLE requests AS
-WITH asked AS (
+-- What the job says it sent to the group, per partition: its COMMIT_REQUESTED rows, the completions
+-- it recovered after a crash (the dead process may have sent their commit) and what Kafka
+-- acknowledged to it (COMMIT_SUCCEEDED), each with the checkpoint's normalized offset and the time
+-- the run ended: its RUN_STOPPED or, when it died without one, the job's next start.
+CREATE TEMP TABLE claims AS
+WITH sent AS (
     SELECT job_name, run_id, checkpoint_id, group_id, engine, topic, "partition",
-           "offset" AS requested_offset, event_time AS requested_at
+           CASE WHEN event_type = '{EVENT_COMMIT_SUCCEEDED}' THEN '{CLAIM_ACKNOWLEDGED}'
+                ELSE '{CLAIM_REQUESTED}' END AS claim,
+           "offset" AS requested_offset, raw_offset AS requested_raw, event_time AS requested_at
     FROM ledger
-    WHERE "partition" IS NOT NULL AND (
-        event_type = '{EVENT_COMMIT_REQUESTED}'
+    WHERE "partition" IS NOT NULL AND "offset" IS NOT NULL AND (
+        event_type IN ('{EVENT_COMMIT_REQUESTED}', '{EVENT_COMMIT_SUCCEEDED}')
         OR (event_type = '{EVENT_CHECKPOINT_COMPLETED}'
             AND coalesce({sql_detail(vocab.DETAIL_RECOVERED)}, 'false') = 'true'))
 ), stopped AS (
@@ -147,7 +155,7 @@ WITH asked AS (
     FROM started a FULL JOIN stopped b ON a.job_name = b.job_name AND a.run_id = b.run_id
 )
 SELECT q.*, c."offset" AS checkpoint_offset, c.raw_offset AS checkpoint_raw, e.run_stopped_at
-FROM asked q
+FROM sent q
 LEFT JOIN checkpoints c
   ON q.job_name = c.job_name AND q.run_id = c.run_id AND q.checkpoint_id = c.checkpoint_id
  AND q.topic = c.topic AND q."partition" = c."partition"

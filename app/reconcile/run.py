@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from app.config import AppConfig, ReconcileConfig
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
-from app.contracts.vocabulary import SEVERITIES
+from app.contracts.vocabulary import DUPLICATE, SEVERITIES
 from app.errors import (
     ConfigError,
     error_kind,
@@ -241,8 +241,16 @@ def _sink_and_restart_findings(
     judged = [(rng, start, end, v) for (rng, start, end), v in zip(gaps, verdicts, strict=True)]
     sink_rows += rc.gap_findings(judged)
 
-    core = [*fx.find_restart_anomalies(restart_rows, observed), *sink_rows]
+    core = [*fx.find_restart_anomalies(restart_rows, observed), *_with_copy_dates(audit, sink_rows)]
     return rc.finalize_findings(core, result.run_id, p.now), ranges, stats
+
+
+def _with_copy_dates(audit: la.LedgerAudit, found: Sequence[Finding]) -> list[Finding]:
+    """The findings with every DUPLICATE dated and its writer runs named from the ledger
+    (``findings.dated_duplicate``): the evidence time its incident and the impact chart need."""
+    dups = [f for f in found if f.finding_type == DUPLICATE]
+    dated = [rc.dated_duplicate(f, d) for f, d in zip(dups, audit.copy_dates(dups), strict=True)]
+    return [*(f for f in found if f.finding_type != DUPLICATE), *dated]
 
 
 def _write_summary(

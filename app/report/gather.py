@@ -125,6 +125,11 @@ def top_incidents(incidents: pa.Table, limit: int) -> list[dict[str, Any]]:
     return sorted(rows, key=incident_order)[:limit]
 
 
+def incident_impact(incidents: pa.Table) -> list[dict[str, Any]]:
+    """The impact chart's rows over every stored incident (render.impact_by_day)."""
+    return rp.impact_by_day({k: _spark_value(v) for k, v in r.items()} for r in incidents.to_pylist())
+
+
 def latest_summary(summary: pa.Table, reconcile_run_id: str | None) -> list[dict[str, Any]]:
     """One row per job/topic/partition: the given run's, else each partition's most advanced."""
     if reconcile_run_id is not None:
@@ -252,6 +257,7 @@ def gather(
         incidents=[]
         if t.incidents is None
         else rp.incident_rows(top_incidents(t.incidents, cfg.report.max_findings)),
+        impact=[] if t.incidents is None else incident_impact(t.incidents),
         checks=checks,
         check_run_id=check_run,
         data_docs_href=docs_href(Path(data_docs_dir(cfg)) / "index.html", output),

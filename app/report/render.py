@@ -51,6 +51,7 @@ class ReportData:
     restarts: Sequence[Row] = ()  # job_name, run_id, started_at, classification, replayed, skipped
     findings: Sequence[Row] = ()  # the findings table's rows (non-benign), most severe first
     incidents: Sequence[Row] = ()  # incident_rows(): most severe first
+    impact: Sequence[Row] = ()  # impact_by_day() over every incident: day, lost, duplicated
     checks: Sequence[Row] = ()  # suite, evaluated, failed
     check_run_id: str | None = None
     data_docs_href: str | None = None
@@ -129,8 +130,8 @@ def restart_rows(per_partition: Iterable[Row]) -> list[dict[str, Any]]:
 
 
 def incident_rows(incidents: Iterable[Row]) -> list[dict[str, Any]]:
-    """Incidents contract rows as the dashboard shows them: impact, cause, the repair command, and
-    the day of their last evidence for the impact chart."""
+    """Incidents contract rows as the dashboard's incidents table shows them: impact, cause, the
+    repair command, and the day of their last evidence."""
     out = []
     for r in incidents:
         plan = json.loads(r.get("remedy") or "{}")
@@ -154,6 +155,29 @@ def incident_rows(incidents: Iterable[Row]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+# The impact chart's category for an incident with impact but no evidence time: shown, not dropped.
+UNDATED: Final = "undated"
+
+
+def impact_by_day(incidents: Iterable[Row]) -> list[dict[str, Any]]:
+    """Records lost and duplicated per day of the incidents' last evidence, for the impact chart.
+
+    Every incident of the table counts (not only the rows the incidents table shows), so the
+    chart's totals are the table's totals; an incident with impact and no evidence time (which
+    reconcile no longer writes) is counted under ``UNDATED``, last, rather than left out.
+    """
+    days: dict[str, dict[str, int]] = {}
+    for r in incidents:
+        lost, duplicated = int(r.get("records_lost") or 0), int(r.get("records_duplicated") or 0)
+        if not lost and not duplicated:
+            continue
+        last = r.get("last_evidence_at")
+        day = days.setdefault(str(last)[:10] if last else UNDATED, {"lost": 0, "duplicated": 0})
+        day["lost"] += lost
+        day["duplicated"] += duplicated
+    return [{"day": d, **days[d]} for d in sorted(days, key=lambda d: (d == UNDATED, d))]
 
 
 def severity_counts(findings: Iterable[Row]) -> dict[str, int]:

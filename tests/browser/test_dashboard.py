@@ -58,6 +58,34 @@ def sample_data() -> rp.ReportData:
     for f in findings:
         key = (f["detected_at"][:10], f["finding_type"], f["severity"])
         by_day[key] = by_day.get(key, 0) + 1
+    incidents = [
+        {
+            "incident_id": "inc-restart-0001",
+            "kind": "restart",
+            "severity": "critical",
+            "status": "open",
+            "job_name": "orders-audit",
+            "cause": "Run run-3 of orders-audit restarted from 'latest' and skipped 35 offsets.",
+            "partitions": 3,
+            "records_lost": 35,
+            "last_evidence_at": T0 + timedelta(days=2),
+            "remedy": json.dumps({"steps": [{"action": "replay"}], "command": "offset-audit repair"}),
+            "finding_ids": [f["finding_id"] for f in findings if f["finding_type"] == "GAP"],
+        },
+        {
+            "incident_id": "inc-writer-0002",
+            "kind": "second_writer",
+            "severity": "error",
+            "status": "resolved",
+            "job_name": "orders-audit",
+            "cause": "20 extra copies.",
+            "partitions": 1,
+            "records_duplicated": 20,
+            "last_evidence_at": T0 + timedelta(days=3),
+            "remedy": "{}",
+            "finding_ids": [],
+        },
+    ]
     return rp.ReportData(
         title="Offset audit (browser test)",
         generated_at=T0 + timedelta(days=5),
@@ -101,36 +129,8 @@ def sample_data() -> rp.ReportData:
             },
         ],
         findings=findings,
-        incidents=rp.incident_rows(
-            [
-                {
-                    "incident_id": "inc-restart-0001",
-                    "kind": "restart",
-                    "severity": "critical",
-                    "status": "open",
-                    "job_name": "orders-audit",
-                    "cause": "Run run-3 of orders-audit restarted from 'latest' and skipped 35 offsets.",
-                    "partitions": 3,
-                    "records_lost": 35,
-                    "last_evidence_at": T0 + timedelta(days=2),
-                    "remedy": json.dumps({"steps": [{"action": "replay"}], "command": "offset-audit repair"}),
-                    "finding_ids": [f["finding_id"] for f in findings if f["finding_type"] == "GAP"],
-                },
-                {
-                    "incident_id": "inc-writer-0002",
-                    "kind": "second_writer",
-                    "severity": "error",
-                    "status": "resolved",
-                    "job_name": "orders-audit",
-                    "cause": "20 extra copies.",
-                    "partitions": 1,
-                    "records_duplicated": 20,
-                    "last_evidence_at": T0 + timedelta(days=3),
-                    "remedy": "{}",
-                    "finding_ids": [],
-                },
-            ]
-        ),
+        incidents=rp.incident_rows(incidents),
+        impact=rp.impact_by_day(incidents),
         checks=[
             {"suite": "ledger", "evaluated": 12, "failed": 0},
             {"suite": "findings", "evaluated": 14, "failed": 2},

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from app.config import AppConfig
 from app.contracts.tables import INGEST_POSITIONS_SCHEMA
 from app.report import gather as report_io
+from tests.ledger_data import COVERED_SKIPS_STOP, covered_skips_story
 from tests.spark.tables import GROUP, at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
@@ -53,3 +54,76 @@ def test_the_skip_rate_counts_the_checkpoints_the_findings_call_skipped(
     assert tables.ledger is not None
     counts = report_io.checkpoint_commit_counts(tables.ledger, tables.findings)
     assert counts == {GROUP: (3, len(skipped))}
+
+
+@pytest.mark.parametrize("engine", ["spark", "flink-legacy"])
+def test_covered_skips_reach_the_skip_rate_when_commits_are_ingested_right_after_the_stop(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path, engine: str
+) -> None:
+    """The same story in both dialects, through reconcile over Delta tables: a superseded and an
+    evicted checkpoint, both covered by later commits; ingest-offsets ran a second after the job
+    stopped, inside the clock-skew allowance. Both skips are reported (benign) and counted."""
+    cfg = config_for(app_config, tmp_path)
+    events, commit_rows = covered_skips_story(engine)
+    save(ledger_df(spark, events), cfg, "ledger")
+    save(commits_df(spark, *commit_rows), cfg, "group_commits")
+    save(sink_df(spark, sink_rows(0, range(50))), cfg, "sink")
+    ingested = at(COVERED_SKIPS_STOP + 1)
+    save(
+        spark.createDataFrame([(0, 3, "ingest-1", ingested)], INGEST_POSITIONS_SCHEMA),
+        cfg,
+        "ingest_positions",
+    )
+    assert ingested < at(COVERED_SKIPS_STOP + 2 * cfg.reconcile.clock_skew_s)  # the run's end is not past it
+
+    reconcile(spark, cfg, "rec-1")
+
+    findings = read(spark, cfg, "findings").collect()
+    assert sorted((f.finding_type, f.checkpoint_id, f.severity, f.status) for f in findings) == [
+        ("SKIPPED_COMMIT", 2, "info", "benign"),
+        ("SKIPPED_COMMIT", 4, "info", "benign"),
+    ]
+    tables = report_io.read_tables(spark, cfg)
+    assert tables.ledger is not None
+    assert report_io.checkpoint_commit_counts(tables.ledger, tables.findings) == {GROUP: (5, 2)}
+
+
+def test_the_impact_chart_totals_are_the_incidents_totals_with_the_duplicates_dated(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+) -> None:
+    """A second writer appends copies of 10 offsets the job wrote (keeping their checkpoint id, under
+    its own run label), and 5 offsets of another partition are lost. The second_writer incident
+    is dated by the ledger's completion of the checkpoint that wrote the job's copies, names the
+    job's run and no run for the second writer, and the chart counts every incident."""
+    cfg = config_for(app_config, tmp_path)
+    ledger = ledger_df(
+        spark,
+        ev("RUN_STARTED", 0),
+        ev("OFFSETS_RESTORED", 0, offsets={0: 0, 1: 0}, detail={"source": "earliest"}),
+        checkpoint(1, 10, {0: 50, 1: 50}),
+        ev("RUN_STOPPED", 30),
+    )
+    save(ledger, cfg, "ledger")
+    save(commits_df(spark, gc(12, 0, 50), gc(12, 1, 50)), cfg, "group_commits")
+    copies = sink_rows(0, range(10, 20), run="second-writer", cp=1)
+    save(sink_df(spark, sink_rows(0, range(50)), copies, sink_rows(1, range(45))), cfg, "sink")
+
+    def confirmed(gaps: Any) -> list[dict[str, Any]]:
+        return [{"status": "confirmed", "data_records": g.end - g.start} for g in gaps]
+
+    reconcile(spark, cfg, "rec-1", confirmer=confirmed)
+
+    stored = {r.kind: r for r in read(spark, cfg, "incidents").collect()}
+    assert sorted(stored) == ["gap", "second_writer"]
+    writer = stored["second_writer"]
+    assert (writer.records_duplicated, list(writer.run_ids)) == (10, ["run-1"])
+    completed = at(11).replace(tzinfo=None)  # checkpoint 1's completion, as Spark's naive UTC
+    assert (writer.first_evidence_at, writer.last_evidence_at) == (completed, completed)
+    assert "run run-1 and second-writer (no run of job-a)" in writer.cause
+
+    tables = report_io.read_tables(spark, cfg)
+    assert tables.incidents is not None
+    chart = report_io.incident_impact(tables.incidents)
+    assert chart == [{"day": "2026-03-01", "lost": 5, "duplicated": 10}]
+    for column, key in (("records_lost", "lost"), ("records_duplicated", "duplicated")):
+        assert sum(r[key] for r in chart) == sum(getattr(r, column) for r in stored.values())

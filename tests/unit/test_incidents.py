@@ -4,6 +4,7 @@ impact; information forms none; ids are stable across reconciliation runs."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -73,20 +74,43 @@ def demo_findings() -> list[dict[str, Any]]:
         finding(vocab.FOREIGN_COMMIT, "error", 0, 380, run=None, count=None, commit_time=t(20)),
         finding(vocab.COMMIT_REGRESSION, "error", 0, 380, 480, commit_time=t(21)),
         *[
-            finding(vocab.RESTART_SKIP, "critical", p, 520, 570, run="run-5", resume_source="latest")
+            finding(
+                vocab.RESTART_SKIP,
+                "critical",
+                p,
+                520,
+                570,
+                run="run-5",
+                resume_source="latest",
+                started_at=t(40),
+            )
             for p in range(3)
         ],
         *[
-            finding(vocab.GAP, "critical", p, 520, 570, run=None, status="confirmed", checkpoint=2)
+            finding(
+                vocab.GAP,
+                "critical",
+                p,
+                520,
+                570,
+                run=None,
+                status="confirmed",
+                checkpoint=2,
+                checkpoint_completed_at=t(45),
+            )
             for p in range(3)
         ],
-        finding(
+        finding(  # as reconcile dates it: the ledger knows run-1's copy, not the second writer's
             vocab.DUPLICATE,
             "error",
             1,
             150,
             170,
-            writers=[{"run": "run-1", "cp": 1}, {"run": "second-writer"}],
+            writers=[{"run": "run-1", "cp": 1}, {"run": "second-writer", "cp": 1}],
+            job_runs=["run-1"],
+            outside_writers=["second-writer"],
+            first_copy_written_at=t(2),
+            last_copy_written_at=t(2),
         ),
         finding(vocab.GAP, "info", 2, 600, 610, status="benign"),
     ]
@@ -117,8 +141,19 @@ def test_the_demos_events_are_five_incidents_with_their_impact() -> None:
     assert replay["reset_offsets_csv"] == "orders,0,520\norders,1,520\norders,2,520\n"
     assert plan["command"] == f"offset-audit repair --incident {restart['incident_id']}"
     writer = next(r for r in rows if r["kind"] == "second_writer")
-    assert writer["records_duplicated"] == 20
-    assert "second-writer" in writer["cause"]
+    assert (writer["records_duplicated"], writer["run_ids"]) == (20, ["run-1"])  # a real run id only
+    assert (
+        writer["first_evidence_at"]
+        == writer["last_evidence_at"]
+        == datetime(2026, 3, 1, 12, 0, 2, tzinfo=UTC)
+    )
+    assert "written by run run-1 and second-writer (no run of orders-audit)" in writer["cause"]
+    # Every incident with an impact carries its evidence time: the impact chart places it by that.
+    harmful = [
+        r for r in rows if any(r[k] for k in ("records_lost", "records_duplicated", "records_unverifiable"))
+    ]
+    assert {r["kind"] for r in harmful} == {"restart", "second_writer"}
+    assert all(r["last_evidence_at"] is not None for r in harmful)
     reset = next(r for r in rows if r["kind"] == "external_offset_change")
     assert json.loads(reset["remedy"])["steps"][0]["reset_offsets_csv"] == "orders,0,610\n"
     crash = next(r for r in rows if r["kind"] == "unclean_stop")
@@ -146,3 +181,22 @@ def test_a_crash_followed_by_a_restart_that_replayed_is_one_restart_incident() -
         ("restart", "error", 10, 10)
     ]
     assert "after run run-1 died" in rows[0]["cause"]
+
+
+def test_the_jobs_own_commits_of_a_wrong_offset_are_not_called_an_outside_change() -> None:
+    mismatch = [
+        finding(vocab.COMMIT_MISMATCH, "error", p, 9, 10, commit_time="2026-03-01 12:00:02+00:00")
+        for p in (0, 1)
+    ]
+    (row,) = inc.to_rows(inc.group_findings(mismatch), "rec", {})
+    assert (row["kind"], row["severity"], row["partitions"]) == ("external_offset_change", "error", 2)
+    assert row["cause"].startswith(
+        f"{JOB} committed offsets to group {GROUP} that differ from its checkpoints'"
+    )
+    assert "outside" not in row["cause"]
+    # With a foreign commit in the same change, the outside change leads the cause.
+    foreign = finding(
+        vocab.FOREIGN_COMMIT, "error", 2, 0, count=None, commit_time="2026-03-01 12:00:03+00:00"
+    )
+    (mixed,) = inc.to_rows(inc.group_findings([*mismatch, foreign]), "rec", {})
+    assert "changed outside" in mixed["cause"]

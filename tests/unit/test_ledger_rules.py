@@ -17,7 +17,19 @@ from app.reconcile import findings as rc
 from app.reconcile import ledger_audit as la
 from app.stream.commit_outcome import CommitResult
 from app.stream.committer import OffsetCommitter
-from tests.ledger_data import GROUP, JOB, TOPIC, at, checkpoint, commits_table, ev, gc, ledger_table
+from tests.ledger_data import (
+    COVERED_SKIPS_STOP,
+    GROUP,
+    JOB,
+    TOPIC,
+    at,
+    checkpoint,
+    commits_table,
+    covered_skips_story,
+    ev,
+    gc,
+    ledger_table,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -215,6 +227,62 @@ def test_foreign_commits_and_mismatches() -> None:
     ]
 
 
+@pytest.mark.parametrize("stopped", [False, True])
+def test_commits_the_job_never_claimed_are_foreign_even_seconds_after_its_own(stopped: bool) -> None:
+    """An operator's reset to earliest (0) and to latest (80), and another client committing a
+    lower offset (37) with the job's group id, each moments after the job committed 50 and well
+    inside the match window: none carries an offset the job requested or was acknowledged, so
+    each is a FOREIGN_COMMIT, never a COMMIT_MISMATCH (the job did not commit them)."""
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0),
+        checkpoint(1, 0, {0: 50, 1: 50, 2: 50}),
+        ev("RUN_STOPPED", 3) if stopped else [],
+    )
+    commits = commits_table(
+        gc(2, 0, 50),
+        gc(2, 1, 50),
+        gc(2, 2, 50),
+        gc(3, 0, 0),  # reset to earliest
+        gc(3, 1, 80),  # reset to latest
+        gc(4, 2, 37),  # another client on the job's group id
+    )
+    found = audit(ledger, commits, rc.AuditWindow(until=at(10_000), since=None)).all_findings()
+    assert findings(found, vocab.COMMIT_MISMATCH) == []
+    foreign = findings(found, vocab.FOREIGN_COMMIT)
+    assert [(f["partition"], f["offset_start"], f["job_name"], f["severity"]) for f in foreign] == [
+        (0, 0, JOB, "error"),
+        (1, 80, JOB, "error"),
+        (2, 37, JOB, "error"),
+    ]
+
+
+def test_the_jobs_own_commits_are_those_it_requested_was_acknowledged_or_recovered() -> None:
+    """Each commit below carries an offset the job claims, so none is foreign: a request, an
+    acknowledgement of another offset than requested (what Kafka holds is what was acknowledged),
+    a completion recovered after a crash (the dead process may have sent it)."""
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0),
+        checkpoint(1, 0, {0: 10, 1: 10, 2: 10}),
+        ev("CHECKPOINT_SNAPSHOT", 10, cp=2, offsets={0: 20, 1: 20}),
+        ev("CHECKPOINT_COMPLETED", 11, cp=2, offsets={0: 20, 1: 20}),
+        ev("COMMIT_REQUESTED", 11, cp=2, offsets={0: 20, 1: 20}, detail={"attempt": 2}),
+        ev("COMMIT_SUCCEEDED", 12, cp=2, offsets={1: 21}, detail={"attempt": 2, "requested_offset": 20}),
+        ev("RUN_STARTED", 30, run="run-2"),
+        ev("CHECKPOINT_SNAPSHOT", 20, run="run-1", cp=3, offsets={2: 30}, detail={"recovered": True}),
+        ev("CHECKPOINT_COMPLETED", 20, run="run-1", cp=3, offsets={2: 30}, detail={"recovered": True}),
+    )
+    commits = commits_table(
+        gc(2, 0, 10), gc(2, 1, 10), gc(2, 2, 10), gc(12, 0, 20), gc(12, 1, 21), gc(21, 2, 30)
+    )
+    found = audit(ledger, commits, rc.AuditWindow(until=at(10_000), since=None)).all_findings()
+    assert findings(found, vocab.FOREIGN_COMMIT) == []
+    # Kafka holding 21 where checkpoint 2 says 20 is the job's own commit of a wrong offset.
+    assert [
+        (f["partition"], f["checkpoint_id"], f["evidence"]["match"], f["evidence"]["difference"])
+        for f in findings(found, vocab.COMMIT_MISMATCH)
+    ] == [(1, 2, "exact", 1)]
+
+
 def test_commit_regression_and_a_tombstone_resets_history() -> None:
     ledger = ledger_table(checkpoint(1, 0, {0: 10}))
     commits = commits_table(
@@ -387,3 +455,96 @@ def test_the_committers_drained_events_audit_to_one_benign_skip() -> None:
             "identity": "",
         }
     ]
+
+
+@pytest.mark.parametrize("engine", ["spark", "flink-legacy"])
+def test_covered_skips_are_judged_as_soon_as_their_covering_commit_is_ingested(engine: str) -> None:
+    """The same story in both dialects (``covered_skips_story``): checkpoint 2's request is
+    superseded in flight, checkpoint 4 evicted from the pending ones, the commits of 3 and 5 cover
+    them. Group commits are ingested a moment after the job stopped, before its end is past the
+    clock skew: the covering commits already settle both skips, so each is one benign
+    SKIPPED_COMMIT and nothing else is found."""
+    events, commit_rows = covered_skips_story(engine)
+    ledger, commits = ledger_table(events), commits_table(*commit_rows)
+    dialect = {e.offset - e.raw_offset for e in events if e.offset is not None and e.raw_offset is not None}
+    assert dialect == ({1} if engine == "flink-legacy" else {0})
+
+    found = la.LedgerAudit(
+        ledger, commits, WINDOW, RULES, ingested_at=at(COVERED_SKIPS_STOP + 1)
+    ).all_findings()
+
+    assert sorted(
+        (
+            f.finding_type,
+            f.checkpoint_id,
+            f.offset_start,
+            f.severity,
+            f.status,
+            f.evidence["skip_reason"],
+            f.evidence["covered_by_checkpoint"],
+        )
+        for f in found
+    ) == [
+        (vocab.SKIPPED_COMMIT, 2, 20, vocab.INFO, vocab.BENIGN, vocab.SKIP_SUPERSEDED_IN_FLIGHT, 3),
+        (vocab.SKIPPED_COMMIT, 4, 40, vocab.INFO, vocab.BENIGN, vocab.SKIP_PENDING_EVICTED, 5),
+    ]
+
+
+def test_duplicates_are_dated_by_the_ledgers_completion_of_their_writers_checkpoints() -> None:
+    """A DUPLICATE's copies are dated by the completion of the checkpoint that wrote each (run-1's
+    batch 1 at 11 s, run-2's batch 2 at 31 s); a second writer's label is no run of the job and
+    dates nothing. A sink that names no writer falls back on the completion of the job's first
+    checkpoint covering the offsets (the batch that wrote the job's copy)."""
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0, run="run-1"),
+        checkpoint(1, 10, {0: 50}, run="run-1"),
+        ev("RUN_STARTED", 20, run="run-2"),
+        checkpoint(2, 30, {0: 80}, run="run-2"),
+    )
+
+    def duplicate(start: int, end: int, *writers: dict[str, Any]) -> rc.Finding:
+        where = {"job_name": JOB, "group_id": GROUP, "topic": TOPIC, "partition": 0}
+        return rc.Finding.of(
+            vocab.DUPLICATE, vocab.ERROR, vocab.OPEN, where, {"writers": list(writers)},
+            offset_start=start, offset_end=end, record_count=end - start,
+        )  # fmt: skip
+
+    replayed = duplicate(40, 50, {"run": "run-1", "cp": 1}, {"run": "run-2", "cp": 2})
+    second = duplicate(10, 20, {"run": "run-1", "cp": 1}, {"run": "second-writer", "cp": 1})
+    anonymous = duplicate(60, 70, {}, {})
+    found = [
+        rc.dated_duplicate(f, d)
+        for f, d in zip(
+            (replayed, second, anonymous),
+            audit(ledger).copy_dates([replayed, second, anonymous]),
+            strict=True,
+        )
+    ]
+
+    keys = ("job_runs", "outside_writers", "first_copy_written_at", "last_copy_written_at", "processed_at")
+    assert [{k: f.evidence.get(k) for k in keys} for f in found] == [
+        {
+            "job_runs": ["run-1", "run-2"],
+            "outside_writers": [],
+            "first_copy_written_at": at(11),
+            "last_copy_written_at": at(31),
+            "processed_at": None,
+        },
+        {
+            "job_runs": ["run-1"],
+            "outside_writers": ["second-writer"],
+            "first_copy_written_at": at(11),
+            "last_copy_written_at": at(11),
+            "processed_at": None,
+        },
+        {
+            "job_runs": [],
+            "outside_writers": [""],
+            "first_copy_written_at": None,
+            "last_copy_written_at": None,
+            "processed_at": at(31),
+        },
+    ]
+    # The finding itself is unchanged: same id, same writers.
+    assert [f.finding_id for f in found] == [f.finding_id for f in (replayed, second, anonymous)]
+    assert audit(ledger).copy_dates([]) == []

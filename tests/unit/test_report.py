@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -123,3 +124,23 @@ def test_severity_cards_count_findings_by_severity() -> None:
     findings = [{"severity": "critical"}, {"severity": "warn"}, {"severity": "warn"}]
 
     assert rp.severity_counts(findings) == {"critical": 1, "error": 0, "warn": 2, "info": 0}
+
+
+def test_the_impact_chart_counts_every_incident_with_impact_by_the_day_of_its_evidence() -> None:
+    incidents: list[dict[str, Any]] = [
+        {"records_lost": 35, "records_duplicated": 0, "last_evidence_at": datetime(2026, 3, 3, 9, 30)},
+        {"records_lost": 0, "records_duplicated": 20, "last_evidence_at": datetime(2026, 3, 1, 12, 0)},
+        {"records_lost": 5, "records_duplicated": 2, "last_evidence_at": datetime(2026, 3, 3, 23, 59)},
+        {"records_lost": 0, "records_duplicated": 0, "last_evidence_at": None},  # no impact: no bar
+        {"records_lost": None, "records_duplicated": 7, "last_evidence_at": None},  # shown, not dropped
+    ]
+
+    rows = rp.impact_by_day(incidents)
+
+    assert rows == [
+        {"day": "2026-03-01", "lost": 0, "duplicated": 20},
+        {"day": "2026-03-03", "lost": 40, "duplicated": 2},
+        {"day": rp.UNDATED, "lost": 0, "duplicated": 7},
+    ]
+    for key, column in (("lost", "records_lost"), ("duplicated", "records_duplicated")):
+        assert sum(r[key] for r in rows) == sum(int(i[column] or 0) for i in incidents)

@@ -146,15 +146,11 @@
   D.vocab.finding_types.forEach(function (t, i) { typeColors[t] = PALETTE[i % PALETTE.length]; });
   var ttype = byDay("finding_type", D.vocab.finding_types);
   var tsev = byDay("severity", D.vocab.severities);
+  // Summed over every incident by the server (render.impact_by_day), in day order.
   var impact = (function () {
     var days = {};
-    D.incidents.forEach(function (i) {
-      if (!i.day) { return; }
-      days[i.day] = days[i.day] || {lost: 0, duplicated: 0};
-      days[i.day].lost += i.records_lost;
-      days[i.day].duplicated += i.records_duplicated;
-    });
-    return {cats: Object.keys(days).sort(), values: days};
+    D.impact.forEach(function (r) { days[r.day] = {lost: r.lost, duplicated: r.duplicated}; });
+    return {cats: D.impact.map(function (r) { return r.day; }), values: days};
   })();
   var charts = {
     "records-impact": function (h) {

@@ -1,0 +1,125 @@
+"""Commits the job never made, on the real broker: moments after the reference job's last
+checkpoint and commit, an operator resets its group to earliest on one partition and to latest on
+another (skipping records that arrived since), and another client commits a lower offset with the
+job's group id on the third. Each lands inside `reconcile.commit_match_window_s` of the job's own
+commit; none carries an offset the job requested, so `reconcile` calls each a FOREIGN_COMMIT and
+none a COMMIT_MISMATCH (which would blame the job)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from app.contracts import vocabulary as vocab
+from app.kafka.clients import plain_conf, retry_kafka
+from app.kafka.commit import watermarks
+from app.offsets_topic.ingest_io import ingest_offsets
+from app.reconcile.outputs import AuditRun
+from app.reconcile.run import run_reconcile
+from app.stream.job import StopWhen, StreamJob
+from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic, group_offsets, job_config, produce, read
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 3
+PER_PARTITION = 30
+ARRIVED_AFTER = 20  # per partition, after the job's last checkpoint: what a reset to latest skips
+OTHER_CLIENT_OFFSET = 3  # a client far behind the job
+# By time alone each foreign commit could pass for the job's own: the clock-skew allowance covers
+# the moments between the job's stop and the commits. The verdict must come from the offsets.
+CLOCK_SKEW_S = 120
+
+
+def log_bounds(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """Each partition's (earliest, latest) offsets: what a reset to earliest or latest commits."""
+    consumer = Consumer(plain_conf(bootstrap, **{"group.id": f"{topic}-reset-tool"}))
+    try:
+        bounds = watermarks(consumer, [(topic, p) for p in range(PARTITIONS)], KAFKA_TIMEOUT_S)
+    finally:
+        consumer.close()
+    return {p: bounds[(topic, p)] for p in range(PARTITIONS)}
+
+
+def alter_group(admin: AdminClient, group: str, topic: str, partition: int, offset: int) -> None:
+    """What `kafka-consumer-groups --reset-offsets --execute` does: the Admin API's offset commit."""
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition, offset)])
+    retry_kafka(
+        lambda left: admin.alter_consumer_group_offsets([request], request_timeout=left)[group].result(left),
+        f"resetting {group}",
+        KAFKA_TIMEOUT_S,
+    )
+
+
+def commit_as_another_client(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:
+    """A second application configured with the job's group id, committing its own position."""
+    consumer = Consumer(plain_conf(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
+    try:
+        retry_kafka(
+            lambda left: consumer.commit(
+                offsets=[TopicPartition(topic, partition, offset)], asynchronous=False
+            ),
+            f"committing as another client of {group}",
+            KAFKA_TIMEOUT_S,
+        )
+    finally:
+        consumer.close()
+
+
+def test_resets_and_another_clients_commit_are_foreign_not_the_jobs_mismatch(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    topic, group = f"foreign-{unique}", f"foreign-{unique}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, PARTITIONS * PER_PARTITION, PARTITIONS)
+    cfg = job_config(
+        tmp_path, bootstrap, topic, group, "foreign-job", f"reconcile.clock_skew_s={CLOCK_SKEW_S}"
+    )
+    StreamJob(spark, cfg, bootstrap, run_id="run-1").run(StopWhen(idle_s=3))
+    assert group_offsets(bootstrap, group, topic, PARTITIONS) == dict.fromkeys(
+        range(PARTITIONS), PER_PARTITION
+    )
+
+    produce(bootstrap, topic, PARTITIONS * ARRIVED_AFTER, PARTITIONS, start=PARTITIONS * PER_PARTITION)
+    admin = AdminClient(plain_conf(bootstrap))
+    bounds = log_bounds(bootstrap, topic)
+    foreign = {0: bounds[0][0], 1: bounds[1][1], 2: OTHER_CLIENT_OFFSET}
+    alter_group(admin, group, topic, 0, foreign[0])  # reset to earliest: read everything again
+    alter_group(admin, group, topic, 1, foreign[1])  # reset to latest: skip what arrived
+    commit_as_another_client(bootstrap, group, topic, 2, foreign[2])
+    assert foreign == {0: 0, 1: PER_PARTITION + ARRIVED_AFTER, 2: OTHER_CLIENT_OFFSET}
+
+    ingest_offsets(spark, cfg, bootstrap, [group], run_id="ingest-1")
+    run_reconcile(spark, cfg, AuditRun(run_id="rec-1", now=datetime.now(UTC)))
+
+    # The job itself never asked for these offsets (else the test would prove nothing) ...
+    ledger = read(spark, cfg, "ledger").where(F.col("event_type") == vocab.EVENT_COMMIT_REQUESTED)
+    claimed = {(r.partition, r.offset) for r in ledger.collect()}
+    assert claimed
+    assert not claimed & set(foreign.items())
+    # ... and each foreign commit landed inside the match window of one of the job's own.
+    commits = read(spark, cfg, "group_commits").where(F.col("group_id") == group).collect()
+    own_times = [r.commit_time for r in commits if (r.partition, r.committed_offset) in claimed]
+    window = cfg.reconcile.commit_match_window_s
+    stopped = read(spark, cfg, "ledger").where(F.col("event_type") == vocab.EVENT_RUN_STOPPED).first()
+    assert stopped is not None
+    for partition, offset in foreign.items():
+        (made,) = [r.commit_time for r in commits if (r.partition, r.committed_offset) == (partition, offset)]
+        assert any(0 <= (made - t).total_seconds() <= window for t in own_times), (partition, offset)
+        assert (made - stopped.event_time).total_seconds() <= CLOCK_SKEW_S, (partition, offset)
+
+    findings = read(spark, cfg, "findings").collect()
+    assert [f for f in findings if f.finding_type == vocab.COMMIT_MISMATCH] == []
+    assert sorted(
+        (f.partition, f.offset_start, f.job_name, f.severity)
+        for f in findings
+        if f.finding_type == vocab.FOREIGN_COMMIT
+    ) == [(p, o, "foreign-job", "error") for p, o in sorted(foreign.items())]
+    incidents = read(spark, cfg, "incidents").where(F.col("kind") == vocab.INCIDENT_EXTERNAL_OFFSET_CHANGE)
+    (incident,) = incidents.collect()
+    assert "changed outside foreign-job" in incident.cause
