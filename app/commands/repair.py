@@ -2,8 +2,9 @@
 
 Without --execute it is a dry run: the plan reconcile stored with the incident is printed (replay
 ranges as Spark Kafka-source options and a reset-offsets CSV, duplicate copies to delete, group
-offsets to set) and nothing changes. With --execute the plan is carried out (app.incidents.repair), the
-incident is marked resolved, and the undo (the sink's table version before the change) is printed.
+offsets to set) and nothing changes; it reads the incidents table on the driver and starts no Spark.
+With --execute the plan is carried out (app.incidents.repair), the incident is marked resolved, and
+the undo (the sink's table version before the change) is printed.
 """
 
 from __future__ import annotations
@@ -57,10 +58,10 @@ def plan_text(row: Mapping[str, Any], plan: Mapping[str, Any]) -> str:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.reconcile.outputs import mark_resolved, read_incidents
-    from app.runtime.session import spark_session
+    from app.runtime.session import spark_session, table_storage
     from app.storage.tables import tables_from_config
 
-    rows = [r for r in read_incidents(spark_session(cfg), cfg) if r["incident_id"] == args.incident]
+    rows = [r for r in read_incidents(table_storage(cfg), cfg) if r["incident_id"] == args.incident]
     if not rows:
         raise UsageError(f"no incident {args.incident!r}; `offset-audit incidents` lists them")
     row = rows[0]
