@@ -35,6 +35,7 @@ by Spark and delta-rs at once: each table's writers above run one after the othe
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -46,6 +47,7 @@ from app.config import REDACTED, StorageConfig, is_secret_key
 from app.errors import InfrastructureError
 
 if TYPE_CHECKING:
+    import pyarrow.dataset
     from deltalake import DeltaTable
     from pyspark.sql import SparkSession
 
@@ -185,3 +187,21 @@ def open_table(where: Location) -> DeltaTable | None:
             return DeltaTable(where.uri, storage_options=dict(where.options))
         except TableNotFoundError:
             return None
+
+
+def arrow_dataset(table: DeltaTable, where: Location) -> pyarrow.dataset.Dataset:
+    """The table's current files as an Arrow dataset.
+
+    A local table is read through Arrow's own file system. By default delta-rs reads through a file
+    handler written in Python, whose buffers are Python objects; Arrow's I/O threads may release the
+    last of them while the interpreter shuts down, which aborts the process (SIGABRT, "terminate
+    called without an active exception") after its work is done. Object stores keep delta-rs's
+    handler, which holds their credentials; the CLI's end (``app.cli.run_and_exit``) covers them.
+    """
+    with storage_errors(where, "read"):
+        if urlparse(where.uri).scheme in LOCAL_SCHEMES:
+            from pyarrow import fs
+
+            root = fs.SubTreeFileSystem(os.path.abspath(where.uri), fs.LocalFileSystem())
+            return table.to_pyarrow_dataset(filesystem=root)
+        return table.to_pyarrow_dataset()

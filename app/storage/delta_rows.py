@@ -51,8 +51,7 @@ def dataset(storage: backend.StorageSettings, path: str) -> pa.dataset.Dataset |
     table = backend.open_table(where)
     if table is None:
         return None
-    with backend.storage_errors(where, "read"):
-        return table.to_pyarrow_dataset()
+    return backend.arrow_dataset(table, where)
 
 
 def read_columns(
@@ -63,8 +62,9 @@ def read_columns(
     table = backend.open_table(where)
     if table is None:
         return None
+    data = backend.arrow_dataset(table, where)
     with backend.storage_errors(where, "read"):
-        rows: list[dict[str, Any]] = table.to_pyarrow_dataset().to_table(columns=list(columns)).to_pylist()
+        rows: list[dict[str, Any]] = data.to_table(columns=list(columns)).to_pylist()
     return rows
 
 
