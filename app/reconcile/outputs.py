@@ -42,14 +42,31 @@ def resolved_incidents(spark: SparkSession, tables: Tables) -> set[str]:
     return {r["incident_id"] for r in rows if r["status"] == incidents.RESOLVED}
 
 
-def mark_resolved(
-    spark: SparkSession, cfg: AppConfig, row: Mapping[str, Any], repair: Mapping[str, Any]
-) -> None:
-    """Record a repair on its incident: status resolved, what was done inside the remedy."""
+def after_repair(row: Mapping[str, Any], repair: Mapping[str, Any], changed: bool) -> dict[str, Any]:
+    """The incident ``row`` after a repair: resolved, with what was done inside its remedy. A repeat
+    that changed nothing leaves a resolved incident as it was: its remedy keeps the execution that
+    did the work, and a rerun has nothing to record."""
+    if row["status"] == incidents.RESOLVED and not changed:
+        return dict(row)
     plan = json.loads(row["remedy"] or "{}")
     plan["executed"] = dict(repair)
-    updated = {**row, "status": incidents.RESOLVED, "remedy": json.dumps(plan, sort_keys=True, default=str)}
-    merge_incidents(spark, tables_from_config(cfg).incidents, [updated])
+    return {**row, "status": incidents.RESOLVED, "remedy": json.dumps(plan, sort_keys=True, default=str)}
+
+
+def mark_resolved(
+    storage: StorageSettings,
+    cfg: AppConfig,
+    row: Mapping[str, Any],
+    repair: Mapping[str, Any],
+    changed: bool,
+) -> bool:
+    """Record a repair on its incident (``after_repair``): one commit of the incidents table when the
+    row changes, none when it does not. Returns whether it wrote."""
+    updated = after_repair(row, repair, changed)
+    if updated == dict(row):
+        return False
+    merge_incidents(storage, tables_from_config(cfg).incidents, [updated])
+    return True
 
 
 def read_incidents(
