@@ -1,19 +1,23 @@
 """`offset-audit`: one CLI, thin subcommands, exit codes for schedulers.
 
 0 clean; 1 findings at or above --fail-on; 2 usage or config error; 3 infrastructure error.
-Errors become exit codes only here, at the top.
+Errors become exit codes only here, at the top: ``main`` returns the code (tests call it in
+process), ``run_and_exit`` ends the process with it (the console script, ``python -m app.cli`` and
+the spark-submit entry points in jobs/).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from app import __version__
 from app.config import AppConfig, load_config
@@ -31,6 +35,7 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_INFRA = 3
+EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
 
 log = logging.getLogger("offset-audit")
 
@@ -212,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("offset-audit: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:  # broad on purpose: the top of the program turns failures into exit codes
         log.debug("unhandled exception", exc_info=True)
         kind = error_kind(exc)
@@ -222,5 +227,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INFRA
 
 
+def run_and_exit(argv: Sequence[str] | None = None) -> NoReturn:
+    """The process entry point: ``main``, then the end of the process with exactly its code.
+
+    The interpreter's own shutdown is skipped on purpose. Native thread pools still alive while it
+    tears down (Arrow's I/O threads releasing buffers of delta-rs's file handler) abort the process
+    at random after its work is done ("terminate called without an active exception", SIGABRT): a
+    scheduler would read 134 where the code was 0 or 1. What that shutdown would do for us is done
+    here first: under spark-submit the SparkContext is stopped (the cluster sees a finished
+    application), logging is shut down and the output flushed. The local driver JVM dies with this
+    process (``runtime.spark.start_driver_dying_with_us``).
+    """
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # a handler that exits by itself still ends here, with its code
+        if isinstance(exc.code, int) or exc.code is None:
+            code = exc.code or EXIT_OK
+        else:
+            print(f"offset-audit: {exc.code}", file=sys.stderr)
+            code = EXIT_USAGE
+    except KeyboardInterrupt:  # outside main's handlers (while parsing)
+        code = EXIT_INTERRUPTED
+    if "pyspark" in sys.modules:  # a session may run only where pyspark was imported
+        from app.runtime.spark import stop_under_spark_submit
+
+        stop_under_spark_submit()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        # A reader gone (closed pipe) or a closed stream: there is nobody left to tell.
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit()

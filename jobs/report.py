@@ -2,7 +2,7 @@
 
 import sys
 
-from app.cli import main
+from app.cli import run_and_exit
 
 if __name__ == "__main__":
-    sys.exit(main(["report", *sys.argv[1:]]))
+    run_and_exit(["report", *sys.argv[1:]])

@@ -43,13 +43,12 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.reconcile import forensics
     from app.reconcile.findings import severity_at_least
     from app.reconcile.forensics_run import run_forensics, timeline
-    from app.runtime.session import spark_session
+    from app.runtime.session import spark_session, table_storage
 
     if args.at is not None:
         if len(args.jobs) != 1:
             raise UsageError("--at needs exactly one --job")
-        spark = spark_session(cfg)
-        entries = timeline(spark, cfg, job=args.jobs[0], at=args.at, around=args.around)
+        entries = timeline(table_storage(cfg), cfg, job=args.jobs[0], at=args.at, around=args.around)
         emit(
             args,
             {"job": args.jobs[0], "at": args.at, "entries": entries},

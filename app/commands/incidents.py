@@ -56,9 +56,9 @@ def incidents_text(rows: Sequence[Mapping[str, Any]]) -> str:
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.reconcile.findings import severity_at_least
     from app.reconcile.outputs import read_incidents
-    from app.runtime.session import spark_session
+    from app.runtime.session import table_storage
 
-    rows = read_incidents(spark_session(cfg), cfg, jobs=args.jobs, since=args.since)
+    rows = read_incidents(table_storage(cfg), cfg, jobs=args.jobs, since=args.since)
     failing = sum(1 for r in rows if r["status"] == "open" and severity_at_least(r["severity"], args.fail_on))
     summary = {"incidents": [incident_summary(r) for r in rows], "failing": failing, "fail_on": args.fail_on}
     emit(args, summary, incidents_text(rows))

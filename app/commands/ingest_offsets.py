@@ -11,8 +11,6 @@ import json
 
 from app.cli import EXIT_OK, emit
 from app.config import INGEST_MODES, AppConfig
-from app.kafka.clients import check_reachable
-from app.runtime.session import kafka_bootstrap, spark_session
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from app.kafka.clients import check_reachable
     from app.offsets_topic.ingest_io import ingest_offsets
+    from app.runtime.session import kafka_bootstrap, spark_session
 
     groups = args.groups if args.groups is not None else list(cfg.ingest.groups)
     mode = args.mode or cfg.ingest.mode

@@ -2,8 +2,10 @@
 
 Without --execute it is a dry run: the plan reconcile stored with the incident is printed (replay
 ranges as Spark Kafka-source options and a reset-offsets CSV, duplicate copies to delete, group
-offsets to set) and nothing changes. With --execute the plan is carried out (app.incidents.repair), the
-incident is marked resolved, and the undo (the sink's table version before the change) is printed.
+offsets to set) and nothing changes; it reads the incidents table on the driver and starts no Spark.
+With --execute the plan is carried out (app.incidents.repair), the incident is marked resolved, and
+the undo (the sink's table version before the change) is printed. Executing a repaired incident
+again changes nothing and writes nothing, not even the incidents table.
 """
 
 from __future__ import annotations
@@ -57,10 +59,10 @@ def plan_text(row: Mapping[str, Any], plan: Mapping[str, Any]) -> str:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.reconcile.outputs import mark_resolved, read_incidents
-    from app.runtime.session import spark_session
+    from app.runtime.session import spark_session, table_storage
     from app.storage.tables import tables_from_config
 
-    rows = [r for r in read_incidents(spark_session(cfg), cfg) if r["incident_id"] == args.incident]
+    rows = [r for r in read_incidents(table_storage(cfg), cfg) if r["incident_id"] == args.incident]
     if not rows:
         raise UsageError(f"no incident {args.incident!r}; `offset-audit incidents` lists them")
     row = rows[0]
@@ -75,9 +77,13 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     sink = tables_from_config(cfg).sink_for(str(row["job_name"]))
     outcome = repair.execute(spark, cfg, row, sink, lambda: kafka_bootstrap(cfg))
     done = {"actions": outcome.actions, "undo": outcome.undo}
-    mark_resolved(spark, cfg, row, done)
-    lines = [f"incident {row['incident_id']} repaired ({row['kind']}); marked resolved"]
+    updated = mark_resolved(spark, cfg, row, done, outcome.changed)
+    if updated:
+        lines = [f"incident {row['incident_id']} repaired ({row['kind']}); marked resolved"]
+    else:
+        lines = [f"incident {row['incident_id']} was repaired before ({row['kind']}); nothing changed"]
     lines += [f"  {json.dumps(a, sort_keys=True, default=str)}" for a in outcome.actions]
     lines += [f"  undo: {u}" for u in outcome.undo] or ["  nothing changed in the sink"]
-    emit(args, {"incident_id": row["incident_id"], "dry_run": False, **done}, "\n".join(lines))
+    summary = {"incident_id": row["incident_id"], "dry_run": False, "incident_updated": updated, **done}
+    emit(args, summary, "\n".join(lines))
     return EXIT_OK

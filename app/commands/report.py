@@ -31,10 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.report import browser
     from app.report.gather import build_report
-    from app.runtime.session import spark_session
+    from app.runtime.session import table_storage
 
-    spark = spark_session(cfg)
-    path = build_report(spark, cfg, args.run_id or f"report-{uuid.uuid4().hex[:12]}", output=args.output)
+    # The dashboard reads small aggregates of the tables on the driver: no Spark where none runs.
+    path = build_report(
+        table_storage(cfg), cfg, args.run_id or f"report-{uuid.uuid4().hex[:12]}", output=args.output
+    )
     shot = browser.screenshot(path, args.screenshot) if args.screenshot else None
     summary = {"report": str(path), "screenshot": None if shot is None else str(shot)}
     text = f"report written to {path}" + (f"\nscreenshot written to {shot}" if shot else "")

@@ -6,8 +6,6 @@ import argparse
 import dataclasses
 
 from app.config import AppConfig
-from app.kafka.clients import check_reachable
-from app.runtime.session import kafka_bootstrap, spark_session
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,6 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.cli import EXIT_OK, emit
+    from app.kafka.clients import check_reachable
+    from app.runtime.session import kafka_bootstrap, spark_session
     from app.stream.job import StopWhen, StreamJob, install_signal_handlers
 
     bootstrap = kafka_bootstrap(cfg)

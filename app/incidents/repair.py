@@ -11,7 +11,11 @@ from Kafka, and a duplicate by dropping the extra copies. Any other sink gets th
   one copy per offset, the first writer's (the oldest data file); the table version before it is
   the undo (Delta time travel / RESTORE).
 - reset_offsets: the group's offsets are set through the Admin API, only while the group has no
-  active members (a running consumer would overwrite them, or be confused by them).
+  active members (a running consumer would overwrite them, or be confused by them), and only when
+  they differ from the plan's: a rerun commits nothing.
+
+Whether a run changed anything (``RepairOutcome.changed``) decides whether the incident is written
+again: a second ``--execute`` of a repaired incident writes nowhere.
 """
 
 from __future__ import annotations
@@ -42,6 +46,18 @@ class RepairOutcome:
     incident_id: str
     actions: list[dict[str, Any]] = field(default_factory=list)
     undo: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        """Whether any step changed the sink (a new table version) or the group's offsets."""
+        return any(changed_anything(a) for a in self.actions)
+
+
+def changed_anything(action: Mapping[str, Any]) -> bool:
+    """Whether the step recorded in ``action`` changed the sink or the group's offsets."""
+    if "version_before" in action:
+        return bool(action["version_after"] != action["version_before"])
+    return bool(action.get("offsets_changed"))
 
 
 def is_reference_sink(columns: Sequence[str]) -> bool:
@@ -169,7 +185,8 @@ def delete_duplicates(
 def reset_offsets(
     cfg: AppConfig, bootstrap: str, group_id: str, offsets: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """Set the group's offsets, only while the group has no active members."""
+    """Set the group's offsets, only while the group has no active members, and only those that
+    differ from what the group holds (``offsets_changed`` counts them)."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
@@ -188,15 +205,35 @@ def reset_offsets(
         raise UsageError(
             f"group {group_id} has {len(described.members)} active member(s); stop its consumers first"
         )
-    parts = [TopicPartition(str(o["topic"]), int(o["partition"]), int(o["offset"])) for o in offsets]
-    retry_kafka(
-        lambda left: admin.alter_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group_id, parts)], request_timeout=left
+    wanted = {(str(o["topic"]), int(o["partition"])): int(o["offset"]) for o in offsets}
+    asked = [TopicPartition(topic, partition) for topic, partition in sorted(wanted)]
+    listed = retry_kafka(
+        lambda left: admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group_id, asked)], request_timeout=left
         )[group_id].result(left),
-        f"setting the offsets of group {group_id} at {bootstrap}",
+        f"reading the offsets of group {group_id} at {bootstrap}",
         timeout,
     )
-    return {"action": "reset_offsets", "group_id": group_id, "offsets": list(offsets)}
+    held = {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions or []}
+    parts = [
+        TopicPartition(t, p, offset)
+        for (t, p), offset in sorted(wanted.items())
+        if held.get((t, p)) != offset
+    ]
+    if parts:
+        retry_kafka(
+            lambda left: admin.alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group_id, parts)], request_timeout=left
+            )[group_id].result(left),
+            f"setting the offsets of group {group_id} at {bootstrap}",
+            timeout,
+        )
+    return {
+        "action": "reset_offsets",
+        "group_id": group_id,
+        "offsets": list(offsets),
+        "offsets_changed": len(parts),
+    }
 
 
 def _version(spark: SparkSession, path: str) -> int:

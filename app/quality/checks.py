@@ -62,6 +62,7 @@ from app.contracts.vocabulary import (
 )
 from app.errors import SchemaMismatchError, UsageError
 from app.storage import delta_rows
+from app.storage.backend import StorageSettings
 from checks.suites import SuiteSpec, all_suites
 
 log = logging.getLogger(__name__)
@@ -615,10 +616,10 @@ def write_results(spark: SparkSession, path: str, summary: CheckSummary) -> None
     delta_rows.replace_rows(spark, path, VALIDATION_RESULTS_SCHEMA, rows, f"run_id = '{summary.run_id}'")
 
 
-def latest_reconcile_run(spark: SparkSession, runs_path: str) -> str | None:
+def latest_reconcile_run(storage: StorageSettings, runs_path: str) -> str | None:
     """The newest successful reconcile run (reconcile's audit_runs), or None before the first;
     read from the driver (no Spark job for a few run records)."""
-    rows = delta_rows.read_columns(spark, runs_path, ["run_id", "command", "status", "finished_at"]) or []
+    rows = delta_rows.read_columns(storage, runs_path, ["run_id", "command", "status", "finished_at"]) or []
     done = [r for r in rows if r["command"] == "reconcile" and r["status"] == RUN_SUCCEEDED]
     latest = max(done, key=lambda r: (delta_rows.instant(r["finished_at"]), r["run_id"]), default=None)
     return None if latest is None else str(latest["run_id"])

@@ -3,12 +3,14 @@ around a moment."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from pyspark.sql import Column, SparkSession
-from pyspark.sql import functions as F
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
 
 from app.config import AppConfig
 from app.contracts.vocabulary import SEVERITIES
@@ -17,6 +19,8 @@ from app.reconcile import forensics as fx
 from app.reconcile.outputs import AuditRun, merge_restarts, read_incidents, record_run, resolve_scope
 from app.reconcile.run import match_rules, open_ledger_audit
 from app.reconcile.sink import SinkReader, observed_in_restart_ranges, sink_columns
+from app.storage import delta_rows
+from app.storage.backend import StorageSettings
 from app.storage.tables import read_delta, tables_from_config
 
 
@@ -62,59 +66,81 @@ def run_forensics(spark: SparkSession, cfg: AppConfig, run: AuditRun) -> Forensi
 
 
 def timeline(
-    spark: SparkSession, cfg: AppConfig, *, job: str, at: datetime, around: timedelta
+    storage: StorageSettings, cfg: AppConfig, *, job: str, at: datetime, around: timedelta
 ) -> list[dict[str, Any]]:
-    """Ledger events, group commits, restarts and findings of ``job`` within ``around`` of ``at``."""
+    """Ledger events, group commits, restarts and findings of ``job`` within ``around`` of ``at``.
+
+    A few thousand rows at most, read on the driver through delta-rs (the ledger's day partitions
+    prune its files): no Spark, so a person's `forensics --at` answers in about a second."""
     tables = tables_from_config(cfg)
     lo, hi = at - around, at + around
-    ledger = read_delta(spark, tables.ledger)
-    if ledger is None:
-        return []
-    events = ledger.filter(
-        (F.col("job_name") == job)
-        & (F.col("event_date") >= F.lit(lo.date()))
-        & (F.col("event_date") <= F.lit(hi.date()))
-        & F.col("event_time").between(F.lit(lo), F.lit(hi))
+    first, last = _at(lo), _at(hi)
+    in_window = (pc.field("event_time") >= first) & (pc.field("event_time") <= last)
+    ledger_rows = _rows(
+        storage,
+        tables.ledger,
+        (pc.field("job_name") == job)
+        & (pc.field("event_date") >= lo.date())
+        & (pc.field("event_date") <= hi.date())
+        & in_window,
+        order=lambda r: r["event_time"],
+        limit=5000,
     )
-    ledger_rows = [r.asDict() for r in events.orderBy("event_time").limit(5000).collect()]
     groups = sorted({r["group_id"] for r in ledger_rows if r.get("group_id")})
     runs = sorted({r["run_id"] for r in ledger_rows})
+    committed, logged = pc.field("commit_time"), pc.field("log_time")
     commit_rows = _rows(
-        spark,
+        storage,
         tables.group_commits,
-        F.col("group_id").isin(groups) & F.coalesce("commit_time", "log_time").between(F.lit(lo), F.lit(hi)),
+        pc.field("group_id").isin(groups)
+        & (
+            ((committed >= first) & (committed <= last))
+            | (committed.is_null() & (logged >= first) & (logged <= last))
+        ),
+        order=lambda r: r["commit_time"] or r["log_time"],
         limit=5000 if groups else 0,
     )
     restart_rows = _rows(
-        spark, tables.restarts, (F.col("job_name") == job) & F.col("started_at").between(F.lit(lo), F.lit(hi))
+        storage,
+        tables.restarts,
+        (pc.field("job_name") == job) & (pc.field("started_at") >= first) & (pc.field("started_at") <= last),
     )
-    most_severe_first = F.array_position(F.array(*[F.lit(s) for s in SEVERITIES]), F.col("severity"))
     finding_rows = _rows(
-        spark,
+        storage,
         tables.findings,
-        (F.col("job_name") == job) & (F.col("run_id").isin(runs) | F.col("run_id").isNull()),
-        order=most_severe_first,
+        (pc.field("job_name") == job) & (pc.field("run_id").isin(runs) | pc.field("run_id").is_null()),
+        order=lambda r: (_SEVERITY_RANK.get(r["severity"], len(SEVERITIES)), r["finding_id"]),
         limit=50 if runs else 0,
     )
     incident_rows = [
         i
-        for i in read_incidents(spark, cfg, jobs=[job])
+        for i in read_incidents(storage, cfg, jobs=[job])
         if set(i["run_ids"] or []) & set(runs)
         or (i["last_evidence_at"] is not None and lo <= i["last_evidence_at"] <= hi)
     ]
     return fx.timeline_entries(ledger_rows, commit_rows, restart_rows, finding_rows, incident_rows)
 
 
+_SEVERITY_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}  # most severe first
+
+
+def _at(instant: datetime) -> pa.Scalar:
+    return pa.scalar(instant, pa.timestamp("us", tz="UTC"))
+
+
 def _rows(
-    spark: SparkSession, path: str, where: Column, order: Column | None = None, limit: int | None = None
+    storage: StorageSettings,
+    path: str,
+    where: pc.Expression,
+    order: Callable[[dict[str, Any]], Any] | None = None,
+    limit: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The rows of a table matching ``where`` (none when the table does not exist or ``limit`` is 0)."""
-    df = read_delta(spark, path)
-    if df is None or limit == 0:
+    """The rows of a table matching ``where``, sorted by ``order``, the first ``limit`` of them
+    (none when the table does not exist or ``limit`` is 0)."""
+    dataset = delta_rows.dataset(storage, path)
+    if dataset is None or limit == 0:
         return []
-    df = df.filter(where)
+    rows: list[dict[str, Any]] = dataset.to_table(filter=where).to_pylist()
     if order is not None:
-        df = df.orderBy(order)
-    if limit is not None:
-        df = df.limit(limit)
-    return [r.asDict() for r in df.collect()]
+        rows.sort(key=order)
+    return rows if limit is None else rows[:limit]

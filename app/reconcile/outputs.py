@@ -18,6 +18,7 @@ from app.contracts.vocabulary import RUN_FAILED, RUN_PENDING, RUN_STATUSES, RUN_
 from app.incidents import grouping as incidents
 from app.reconcile import findings as rc
 from app.storage import delta_rows
+from app.storage.backend import StorageSettings
 from app.storage.tables import Tables, tables_from_config
 
 log = logging.getLogger(__name__)
@@ -31,9 +32,9 @@ def merge_findings(spark: SparkSession, path: str, rows: Sequence[Mapping[str, A
     delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
 
 
-def merge_incidents(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+def merge_incidents(storage: StorageSettings, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
     """Upsert by incident_id: a re-run over the same findings updates, never adds."""
-    delta_rows.merge_rows(spark, path, INCIDENTS_SCHEMA, rows, "incident_id")
+    delta_rows.merge_rows(storage, path, INCIDENTS_SCHEMA, rows, "incident_id")
 
 
 def resolved_incidents(spark: SparkSession, tables: Tables) -> set[str]:
@@ -41,22 +42,39 @@ def resolved_incidents(spark: SparkSession, tables: Tables) -> set[str]:
     return {r["incident_id"] for r in rows if r["status"] == incidents.RESOLVED}
 
 
-def mark_resolved(
-    spark: SparkSession, cfg: AppConfig, row: Mapping[str, Any], repair: Mapping[str, Any]
-) -> None:
-    """Record a repair on its incident: status resolved, what was done inside the remedy."""
+def after_repair(row: Mapping[str, Any], repair: Mapping[str, Any], changed: bool) -> dict[str, Any]:
+    """The incident ``row`` after a repair: resolved, with what was done inside its remedy. A repeat
+    that changed nothing leaves a resolved incident as it was: its remedy keeps the execution that
+    did the work, and a rerun has nothing to record."""
+    if row["status"] == incidents.RESOLVED and not changed:
+        return dict(row)
     plan = json.loads(row["remedy"] or "{}")
     plan["executed"] = dict(repair)
-    updated = {**row, "status": incidents.RESOLVED, "remedy": json.dumps(plan, sort_keys=True, default=str)}
-    merge_incidents(spark, tables_from_config(cfg).incidents, [updated])
+    return {**row, "status": incidents.RESOLVED, "remedy": json.dumps(plan, sort_keys=True, default=str)}
+
+
+def mark_resolved(
+    storage: StorageSettings,
+    cfg: AppConfig,
+    row: Mapping[str, Any],
+    repair: Mapping[str, Any],
+    changed: bool,
+) -> bool:
+    """Record a repair on its incident (``after_repair``): one commit of the incidents table when the
+    row changes, none when it does not. Returns whether it wrote."""
+    updated = after_repair(row, repair, changed)
+    if updated == dict(row):
+        return False
+    merge_incidents(storage, tables_from_config(cfg).incidents, [updated])
+    return True
 
 
 def read_incidents(
-    spark: SparkSession, cfg: AppConfig, *, jobs: Sequence[str] = (), since: datetime | None = None
+    storage: StorageSettings, cfg: AppConfig, *, jobs: Sequence[str] = (), since: datetime | None = None
 ) -> list[dict[str, Any]]:
     """Stored incidents, most severe first; only ``jobs`` (all when empty), only with evidence at or
-    after ``since``."""
-    rows = delta_rows.read_columns(spark, tables_from_config(cfg).incidents, INCIDENTS_SCHEMA.fieldNames())
+    after ``since``. Read on the driver through delta-rs: ``storage`` needs no session."""
+    rows = delta_rows.read_columns(storage, tables_from_config(cfg).incidents, INCIDENTS_SCHEMA.fieldNames())
     out = []
     for row in rows or []:
         row = {k: delta_rows.instant(v) for k, v in row.items()}

@@ -22,7 +22,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
 
 from app.config import AppConfig
 from app.contracts import vocabulary as vocab
@@ -31,6 +30,7 @@ from app.incidents.grouping import incident_order
 from app.quality.checks import data_docs_dir, latest_reconcile_run, results_table_path
 from app.report import render as rp
 from app.storage import delta_rows
+from app.storage.backend import StorageSettings
 from app.storage.tables import tables_from_config
 
 log = logging.getLogger(__name__)
@@ -53,16 +53,19 @@ class ReportTables:
 
 
 def _read(
-    spark: SparkSession, path: str, columns: Sequence[str] | None = None, where: pc.Expression | None = None
+    storage: StorageSettings,
+    path: str,
+    columns: Sequence[str] | None = None,
+    where: pc.Expression | None = None,
 ) -> pa.Table | None:
-    dataset = delta_rows.dataset(spark, path)
+    dataset = delta_rows.dataset(storage, path)
     if dataset is None:
         return None
     table: pa.Table = dataset.to_table(columns=None if columns is None else list(columns), filter=where)
     return table
 
 
-def read_tables(spark: SparkSession, cfg: AppConfig) -> ReportTables:
+def read_tables(storage: StorageSettings, cfg: AppConfig) -> ReportTables:
     t = tables_from_config(cfg)
     completed = (
         (pc.field("event_type") == EVENT_CHECKPOINT_COMPLETED)
@@ -70,12 +73,12 @@ def read_tables(spark: SparkSession, cfg: AppConfig) -> ReportTables:
         & pc.field("checkpoint_id").is_valid()
     )
     return ReportTables(
-        ledger=_read(spark, t.ledger, _CHECKPOINT_COLUMNS, completed),
-        findings=_read(spark, t.findings),
-        partition_summary=_read(spark, t.partition_summary),
-        restarts=_read(spark, t.restarts),
-        validation_results=_read(spark, results_table_path(cfg)),
-        incidents=_read(spark, t.incidents),
+        ledger=_read(storage, t.ledger, _CHECKPOINT_COLUMNS, completed),
+        findings=_read(storage, t.findings),
+        partition_summary=_read(storage, t.partition_summary),
+        restarts=_read(storage, t.restarts),
+        validation_results=_read(storage, results_table_path(cfg)),
+        incidents=_read(storage, t.incidents),
     )
 
 
@@ -216,15 +219,15 @@ def docs_href(docs_index: Path, report_path: Path) -> str | None:
 
 
 def gather(
-    spark: SparkSession,
+    storage: StorageSettings,
     cfg: AppConfig,
     run_id: str,
     output: Path,
     now: datetime | None = None,
     tables: ReportTables | None = None,
 ) -> rp.ReportData:
-    t = tables or read_tables(spark, cfg)
-    reconcile_run = latest_reconcile_run(spark, tables_from_config(cfg).runs)
+    t = tables or read_tables(storage, cfg)
+    reconcile_run = latest_reconcile_run(storage, tables_from_config(cfg).runs)
     notes = [
         f"table {name} does not exist yet: its section is empty"
         for name, df in (
@@ -270,11 +273,15 @@ def report_path(cfg: AppConfig) -> Path:
 
 
 def build_report(
-    spark: SparkSession, cfg: AppConfig, run_id: str, output: Path | None = None, now: datetime | None = None
+    storage: StorageSettings,
+    cfg: AppConfig,
+    run_id: str,
+    output: Path | None = None,
+    now: datetime | None = None,
 ) -> Path:
     """Gather, render and write the dashboard; returns the HTML file's path."""
     path = output or report_path(cfg)
-    data = gather(spark, cfg, run_id, path, now)
+    data = gather(storage, cfg, run_id, path, now)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(rp.render_html(data), encoding="utf-8")
     log.info("report written to %s", path)

@@ -163,6 +163,23 @@ def apply_storage_options(spark: SparkSession, options: Mapping[str, str]) -> No
     log.info("storage options set: %s", ", ".join(sorted(options)))  # names only, never values
 
 
+def stop_under_spark_submit(environ: Mapping[str, str] | None = None) -> bool:
+    """Stop the running SparkContext when spark-submit launched this process: the cluster manager
+    and the event log then see an application that finished, before the process leaves without the
+    interpreter's shutdown (``app.cli.run_and_exit``). A local driver JVM needs nothing: it dies with
+    this process. Returns whether a context was stopped."""
+    # pyspark keeps the running context in this class attribute and offers no public way to ask for it.
+    context = SparkContext._active_spark_context
+    if context is None or not running_under_spark_submit(environ):
+        return False
+    try:
+        context.stop()
+    except Exception:  # broad on purpose: the command's exit code is what the scheduler must get
+        log.warning("could not stop the SparkContext cleanly", exc_info=True)
+        return False
+    return True
+
+
 def _require_delta(spark: SparkSession) -> None:
     extensions = spark.conf.get("spark.sql.extensions", "") or ""
     if DELTA_EXTENSION not in extensions:

@@ -14,12 +14,15 @@ local files and on object storage alike; this module is the only one that opens 
 delta-rs (``delta_rows`` and the ledger's micro-batch append go through
 `open_table` and `location`).
 
-delta-rs reaches object storage with the settings Spark uses. For s3a:// it takes the Hadoop
-configuration's ``fs.s3a.*`` properties (where config ``storage.options`` are put by
-``runtime.spark.apply_storage_options``, and where a cluster's ``spark.hadoop.*`` defaults land)
-and translates them into its own storage options. Other object stores (abfss://, gs://, hdfs://)
-are handed to delta-rs as they are, with the credentials of its own environment (managed
-identity, ``GOOGLE_APPLICATION_CREDENTIALS``, ...): no Hadoop property of theirs is translated.
+delta-rs reaches object storage with the settings Spark uses. For s3a:// it takes the ``fs.s3a.*``
+properties and translates them into its own storage options: from the Hadoop configuration of a
+session that runs anyway (where config ``storage.options`` are put by
+``runtime.spark.apply_storage_options``, and where a cluster's ``spark.hadoop.*`` defaults land),
+and from config ``storage.options`` themselves where no session runs, so that a command that only
+reads small tables on the driver (``incidents``, a repair plan, a timeline) starts no JVM
+(``runtime.session.table_storage`` chooses). Other object stores (abfss://, gs://, hdfs://) are
+handed to delta-rs as they are, with the credentials of its own environment (managed identity,
+``GOOGLE_APPLICATION_CREDENTIALS``, ...): no Hadoop property of theirs is translated.
 
 Commits on S3 are safe against another delta-rs writer: delta-rs 1.x writes each commit file
 with a conditional put (If-None-Match), which AWS S3 and the usual S3 servers honour, so of two
@@ -32,23 +35,29 @@ by Spark and delta-rs at once: each table's writers above run one after the othe
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlparse
 
-from app.config import REDACTED, is_secret_key
+from app.config import REDACTED, StorageConfig, is_secret_key
 from app.errors import InfrastructureError
 
 if TYPE_CHECKING:
+    import pyarrow.dataset
     from deltalake import DeltaTable
     from pyspark.sql import SparkSession
 
 LOCAL_SCHEMES = ("", "file")
 S3_SCHEMES = ("s3a", "s3", "s3n")
 S3A_PREFIX = "fs.s3a."
+
+# Where the object-storage settings of a table come from: a live session's Hadoop configuration, or
+# the config's storage options where no session runs. None serves local tables only.
+StorageSettings: TypeAlias = "SparkSession | StorageConfig | None"
 
 
 @dataclass(frozen=True)
@@ -119,13 +128,24 @@ def hadoop_s3a_properties(spark: SparkSession) -> dict[str, str]:
     return {str(k): str(v) for k, v in props.items()}
 
 
-def location(spark: SparkSession | None, path: str) -> Location:
-    """The table at ``path`` as delta-rs reaches it with the session's storage settings."""
+def config_s3a_properties(storage: StorageConfig) -> dict[str, str]:
+    """The ``fs.s3a.*`` properties of config ``storage.options``, without the prefix: what a
+    session would put into its Hadoop configuration, known without starting one."""
+    return {k.removeprefix(S3A_PREFIX): v for k, v in storage.options.items() if k.startswith(S3A_PREFIX)}
+
+
+def location(settings: StorageSettings, path: str) -> Location:
+    """The table at ``path`` as delta-rs reaches it with ``settings``: a session's Hadoop
+    configuration (which also holds a cluster's own defaults) or the config's storage options."""
     if urlparse(path).scheme not in S3_SCHEMES:
         return location_of(path, {})
-    if spark is None:
-        raise InfrastructureError(f"a table on object storage ({path}) needs the session's storage settings")
-    return location_of(path, hadoop_s3a_properties(spark))
+    if settings is None:
+        raise InfrastructureError(
+            f"a table on object storage ({path}) needs the storage settings of the config or the session"
+        )
+    if isinstance(settings, StorageConfig):
+        return location_of(path, config_s3a_properties(settings))
+    return location_of(path, hadoop_s3a_properties(settings))
 
 
 # delta-rs colours the causes in its error texts with terminal escapes; logs want plain text.
@@ -167,3 +187,21 @@ def open_table(where: Location) -> DeltaTable | None:
             return DeltaTable(where.uri, storage_options=dict(where.options))
         except TableNotFoundError:
             return None
+
+
+def arrow_dataset(table: DeltaTable, where: Location) -> pyarrow.dataset.Dataset:
+    """The table's current files as an Arrow dataset.
+
+    A local table is read through Arrow's own file system. By default delta-rs reads through a file
+    handler written in Python, whose buffers are Python objects; Arrow's I/O threads may release the
+    last of them while the interpreter shuts down, which aborts the process (SIGABRT, "terminate
+    called without an active exception") after its work is done. Object stores keep delta-rs's
+    handler, which holds their credentials; the CLI's end (``app.cli.run_and_exit``) covers them.
+    """
+    with storage_errors(where, "read"):
+        if urlparse(where.uri).scheme in LOCAL_SCHEMES:
+            from pyarrow import fs
+
+            root = fs.SubTreeFileSystem(os.path.abspath(where.uri), fs.LocalFileSystem())
+            return table.to_pyarrow_dataset(filesystem=root)
+        return table.to_pyarrow_dataset()

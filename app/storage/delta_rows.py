@@ -7,6 +7,9 @@ more than the rest of the run spends outside the sink scan. delta-rs (the ``delt
 as the ledger's micro-batch appends) commits them in milliseconds and without a task slot, on
 local and object storage alike (see ``backend``). It writes the same Delta protocol, so Spark
 reads these tables as its own.
+
+Each function takes the storage settings of ``backend.location`` first: the running session where
+there is one, else the config's storage options (a local table needs neither).
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.dataset
-from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -42,34 +44,36 @@ def _arrow_rows(schema: StructType, rows: Sequence[Mapping[str, Any]]) -> pa.Tab
     )
 
 
-def dataset(spark: SparkSession | None, path: str) -> pa.dataset.Dataset | None:
-    """The table at ``path`` as an Arrow dataset, or None when there is none. ``spark`` carries
-    the storage settings of a table on object storage; a local table needs none."""
-    where = backend.location(spark, path)
+def dataset(storage: backend.StorageSettings, path: str) -> pa.dataset.Dataset | None:
+    """The table at ``path`` as an Arrow dataset, or None when there is none. ``storage`` carries
+    the settings of a table on object storage; a local table needs none."""
+    where = backend.location(storage, path)
     table = backend.open_table(where)
     if table is None:
         return None
-    with backend.storage_errors(where, "read"):
-        return table.to_pyarrow_dataset()
+    return backend.arrow_dataset(table, where)
 
 
-def read_columns(spark: SparkSession, path: str, columns: Sequence[str]) -> list[dict[str, Any]] | None:
+def read_columns(
+    storage: backend.StorageSettings, path: str, columns: Sequence[str]
+) -> list[dict[str, Any]] | None:
     """``columns`` of every row of a small table, or None when there is no table yet."""
-    where = backend.location(spark, path)
+    where = backend.location(storage, path)
     table = backend.open_table(where)
     if table is None:
         return None
+    data = backend.arrow_dataset(table, where)
     with backend.storage_errors(where, "read"):
-        rows: list[dict[str, Any]] = table.to_pyarrow_dataset().to_table(columns=list(columns)).to_pylist()
+        rows: list[dict[str, Any]] = data.to_table(columns=list(columns)).to_pylist()
     return rows
 
 
-def delete_where_in(spark: SparkSession, path: str, column: str, values: Iterable[str]) -> None:
+def delete_where_in(storage: backend.StorageSettings, path: str, column: str, values: Iterable[str]) -> None:
     """Delete the rows whose string ``column`` is one of ``values``, in one Delta commit."""
     wanted = sorted(set(values))
     if not wanted:
         return
-    where = backend.location(spark, path)
+    where = backend.location(storage, path)
     table = backend.open_table(where)
     if table is None:
         return
@@ -88,19 +92,19 @@ def _ensure(where: backend.Location, schema: StructType) -> DeltaTable:
         )
 
 
-def ensure_table(spark: SparkSession, path: str, schema: StructType) -> None:
+def ensure_table(storage: backend.StorageSettings, path: str, schema: StructType) -> None:
     """Create an empty table with ``schema`` unless one exists."""
-    _ensure(backend.location(spark, path), schema)
+    _ensure(backend.location(storage, path), schema)
 
 
 def append_rows(
-    spark: SparkSession, path: str, schema: StructType, rows: Sequence[Mapping[str, Any]]
+    storage: backend.StorageSettings, path: str, schema: StructType, rows: Sequence[Mapping[str, Any]]
 ) -> None:
     """Append ``rows`` (dicts keyed by the schema's names) in one Delta commit, creating the table
     if needed. No rows, no commit."""
     from deltalake import write_deltalake
 
-    where = backend.location(spark, path)
+    where = backend.location(storage, path)
     table = _ensure(where, schema)
     if not rows:
         return
@@ -109,22 +113,26 @@ def append_rows(
 
 
 def replace_rows(
-    spark: SparkSession, path: str, schema: StructType, rows: Sequence[Mapping[str, Any]], predicate: str
+    storage: backend.StorageSettings,
+    path: str,
+    schema: StructType,
+    rows: Sequence[Mapping[str, Any]],
+    predicate: str,
 ) -> None:
     """Replace the rows matching the SQL ``predicate`` by ``rows`` in one Delta commit, creating the
     table if needed: a re-run of the same run id never doubles its rows."""
     from deltalake import write_deltalake
 
-    where = backend.location(spark, path)
+    where = backend.location(storage, path)
     table = _ensure(where, schema)
     with backend.storage_errors(where, "replace rows of"):
         write_deltalake(table, _arrow_rows(schema, rows), mode="overwrite", predicate=predicate)
 
 
-def commit_metadata(spark: SparkSession | None, path: str, depth: int) -> list[tuple[int, str | None]]:
+def commit_metadata(storage: backend.StorageSettings, path: str, depth: int) -> list[tuple[int, str | None]]:
     """(version, userMetadata) of the table's ``depth`` newest commits; none when there is no table.
     Read from the Delta log alone: no Spark job."""
-    where = backend.location(spark, path)
+    where = backend.location(storage, path)
     table = backend.open_table(where)
     if table is None:
         return []
@@ -133,7 +141,7 @@ def commit_metadata(spark: SparkSession | None, path: str, depth: int) -> list[t
 
 
 def merge_rows(
-    spark: SparkSession,
+    storage: backend.StorageSettings,
     path: str,
     schema: StructType,
     rows: Sequence[Mapping[str, Any]],
@@ -146,7 +154,7 @@ def merge_rows(
     ``user_metadata`` becomes the commit's userMetadata, as Spark's writer option of that name."""
     from deltalake import CommitProperties
 
-    where = backend.location(spark, path)
+    where = backend.location(storage, path)
     table = _ensure(where, schema)
     if not rows:
         return
@@ -170,7 +178,7 @@ def merge_rows(
 
 
 def append_once(
-    spark: SparkSession | None,
+    storage: backend.StorageSettings,
     path: str,
     schema: StructType,
     batches: Iterable[pa.RecordBatch],
@@ -185,7 +193,7 @@ def append_once(
     commit's userMetadata."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
-    where = backend.location(spark, path)
+    where = backend.location(storage, path)
     table = _ensure(where, schema)
     done = table.transaction_version(app_id)
     if done is not None and done >= version:

@@ -131,7 +131,7 @@ def test_shortened_demo_finds_exactly_the_injected_incidents(
         sink = tables_from_config(demo.cfg).sink
         for kind in ("restart", "second_writer"):
             done = repair.execute(spark, demo.cfg, incidents[kind], sink, lambda: bootstrap)
-            mark_resolved(spark, demo.cfg, incidents[kind], {"actions": done.actions})
+            mark_resolved(spark, demo.cfg, incidents[kind], {"actions": done.actions}, done.changed)
         confirm = kafka_gap_confirmer(demo.cfg.kafka, bootstrap, max_records=100, timeout_s=60)
         whole_history = datetime(2000, 1, 1, tzinfo=UTC)
         now = datetime.now(UTC)

@@ -1,8 +1,9 @@
 """Remedies on the real broker, Spark and Delta: a gap is replayed from Kafka into the sink, a
 second writer's copies are deleted and a reset tool's group offsets are set back, each once (a second
-run changes nothing); a reconcile of the same window then finds neither gap nor duplicate, the
-incidents are resolved, and the printed undo restores the sink. A sink that is not the reference
-job's raw-record sink gets the plan only."""
+run changes nothing and writes nowhere: neither the sink nor the incidents table gets a new Delta
+version, nor the group a new commit); a reconcile of the same window then finds neither gap nor
+duplicate, the incidents are resolved, and the printed undo restores the sink. A sink that is not the
+reference job's raw-record sink gets the plan only."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -96,11 +98,13 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     assert read(spark, cfg, "sink").count() == RECORDS - 10 + 5  # a dry run changes nothing
 
     code, done = cli_json(capsys, "repair", "--incident", gap_id, "--execute", *common)
-    assert code == 0
+    assert (code, done["incident_updated"]) == (0, True)
     assert done["actions"][0]["records_appended"] == 10
     version = done["actions"][0]["version_after"]
+    stored = versions(cfg)
     code, again = cli_json(capsys, "repair", "--incident", gap_id, "--execute", *common)
     assert (again["actions"][0]["records_appended"], again["actions"][0]["version_after"]) == (0, version)
+    assert (versions(cfg), again["incident_updated"]) == (stored, False)  # the repeat wrote nowhere
     replayed = read(spark, cfg, "sink").where(F.col("kafka_offset").between(10, 19))
     assert sorted((r.kafka_offset, r.value) for r in replayed.collect()) == [
         (o, f"v{o}".encode()) for o in range(10, 20)
@@ -120,7 +124,9 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     sink = read(spark, cfg, "sink")
     assert sink.count() == len(before) - 5 == RECORDS
     assert sink.where(F.col("_run_id") == "second-writer").count() == 0  # the first writer's copies stay
+    stored = versions(cfg)
     code, twice = cli_json(capsys, "repair", "--incident", dup_id, "--execute", *common)
+    assert (versions(cfg), twice["incident_updated"]) == (stored, False)  # the repeat wrote nowhere
     again_deleted = twice["actions"][0]
     assert again_deleted["copies_deleted"] == 0
     assert again_deleted["version_before"] == again_deleted["version_after"] == deleted["version_after"]
@@ -134,10 +140,14 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
         0,
         [{"topic": topic, "partition": 0, "offset": RECORDS}],
     )
-    for _ in range(2):
+    for first in (True, False):
+        stored = versions(cfg)
         code, reset = cli_json(capsys, "repair", "--incident", reset_id, "--execute", *common)
         assert (code, reset["actions"][0]["action"], reset["undo"]) == (0, "reset_offsets", [])
         assert group_offsets(bootstrap, GROUP, topic, 1) == {0: RECORDS}
+        # The repeat finds the group where the plan puts it: no commit, no new incidents version.
+        wrote = (reset["actions"][0]["offsets_changed"], reset["incident_updated"], versions(cfg) != stored)
+        assert wrote == ((1, True, True) if first else (0, False, False))
 
     # The same window reconciled again: nothing lost or duplicated, both incidents resolved.
     after = reconcile(spark, cfg, "rec-2", confirmer=confirm, since=at(-3600))
@@ -160,6 +170,12 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     assert code == 2
     assert "only the plan can be produced" in capsys.readouterr().err
     assert spark.read.format("delta").load(narrow).count() == RECORDS + 5
+
+
+def versions(cfg: AppConfig) -> tuple[int, int]:
+    """The Delta versions of the incidents table and of the sink."""
+    incidents, sink = (DeltaTable(cfg.paths.table(name)).version() for name in ("incidents", "sink"))
+    return incidents, sink
 
 
 def sink_rows(spark: SparkSession, cfg: AppConfig) -> list[tuple[Any, ...]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from deltalake.exceptions import DeltaError
 
+from app.config import StorageConfig, load_config
 from app.errors import InfrastructureError
 from app.storage import backend
 from app.storage.backend import Location, location_of, s3_options
@@ -106,10 +107,53 @@ def test_no_s3a_properties_leave_delta_rs_its_own_defaults() -> None:
     assert s3_options({}, "bucket") == {}
 
 
-def test_no_session_for_a_table_on_s3_is_an_infrastructure_error() -> None:
+def test_no_storage_settings_for_a_table_on_s3_is_an_infrastructure_error() -> None:
     with pytest.raises(InfrastructureError, match="storage settings"):
         backend.location(None, "s3a://bucket/t")
     assert backend.location(None, "data/t") == Location("data/t")
+
+
+def test_an_s3a_location_comes_from_the_config_storage_options_without_spark() -> None:
+    cfg = load_config(
+        "local",
+        overrides=[
+            "storage.options.fs.s3a.endpoint=127.0.0.1:9000",
+            "storage.options.fs.s3a.connection.ssl.enabled=false",
+            "storage.options.fs.s3a.path.style.access=true",
+            "storage.options.fs.s3a.access.key=${S3_ACCESS}",
+            "storage.options.fs.s3a.secret.key=${S3_SECRET}",
+            "storage.options.fs.s3a.bucket.audit.endpoint.region=eu-west-1",
+            "storage.options.fs.azure.account.key.acct.dfs.core.windows.net=${S3_SECRET}",
+        ],
+        environ={"S3_ACCESS": ACCESS, "S3_SECRET": SECRET},
+    )
+    # A StorageConfig has no Hadoop configuration to ask: everything comes from the config itself.
+    assert backend.location(cfg.storage, "s3a://audit/tables/incidents") == Location(
+        "s3://audit/tables/incidents",
+        {
+            "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_REGION": "eu-west-1",
+            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+            "AWS_ACCESS_KEY_ID": ACCESS,
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+        },
+    )
+    assert backend.location(StorageConfig(), "s3a://audit/t") == Location("s3://audit/t")  # delta-rs's chain
+    assert backend.location(cfg.storage, "data/tables/incidents") == Location("data/tables/incidents")
+
+
+def test_without_a_running_session_driver_reads_take_the_config_storage_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pyspark import SparkContext
+
+    from app.runtime.session import table_storage
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)  # not under spark-submit
+    cfg = load_config("local", overrides=["storage.options.fs.s3a.endpoint=http://s3.local"], environ={})
+    assert table_storage(cfg) is cfg.storage
+    assert SparkContext._active_spark_context is None  # and no Spark was started for it
 
 
 def test_a_location_prints_option_names_never_their_values() -> None:
