@@ -218,7 +218,7 @@ class IngestConfig:
     max_records_per_partition: int = 0
     # Spark tasks for the read; 0 = one per selected partition. More splits a hot partition's range.
     min_partitions: int = 0
-    decode_on: str = "auto"  # INGEST_DECODE_ON; see app/offsets_topic/ingest.py decode_path
+    decode_on: str = "auto"  # INGEST_DECODE_ON; see app/routes.py decode_route
 
     def __post_init__(self) -> None:
         if self.decode_on not in INGEST_DECODE_ON:

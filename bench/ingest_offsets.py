@@ -38,8 +38,9 @@ from app.config import AppConfig, IngestConfig, KafkaConfig, PathsConfig, SparkC
 from app.demo.local_kafka import LocalKafka
 from app.offsets_topic.decoder import partition_for_group
 from app.offsets_topic.driver_io import log_bounds
-from app.offsets_topic.ingest import DECODE_ON_SPARK, PartitionRange, decode_path
+from app.offsets_topic.ingest import PartitionRange
 from app.offsets_topic.ingest_io import ingest_offsets, read_offsets_topic
+from app.routes import SPARK, decode_route
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session
 
@@ -192,10 +193,10 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 spark.conf.unset("spark.sql.streaming.kafka.useDeprecatedOffsetFetching")
 
-        cli_path = decode_path(base.ingest.decode_on, spark.sparkContext.master or "")
+        cli_path = decode_route(base.ingest.decode_on, spark.sparkContext.master or "")
         # Warm-up of both paths: JVM, the Kafka connector's classes, a Delta write, the consumer.
         read_kafka([PartitionRange(0, start[0], min(end[0], start[0] + 1000), None)])
-        for path in ("auto", DECODE_ON_SPARK):
+        for path in ("auto", SPARK):
             ingest_offsets(
                 spark, cfg_for(f"warm-{path}", groups[:1], path), bootstrap, groups[:1], "bench-warm"
             )
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             if i < args.spark_runs:
                 t0 = time.perf_counter()
                 on_spark = ingest_offsets(
-                    spark, cfg_for("spark", [], DECODE_ON_SPARK), bootstrap, run_id=f"bench-spark-{i}"
+                    spark, cfg_for("spark", [], SPARK), bootstrap, run_id=f"bench-spark-{i}"
                 )
                 spark_s = time.perf_counter() - t0
                 assert on_spark.total == full.total, (on_spark.total, full.total)

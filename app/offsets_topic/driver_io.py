@@ -1,5 +1,5 @@
 """Kafka I/O of `ingest-offsets` on the driver: the log's bounds from the Admin API, and the driver path
-(one confluent-kafka consumer, the decoder in this process, delta-rs appends), which `ingest.decode_path`
+(one confluent-kafka consumer, the decoder in this process, delta-rs appends), which `app.routes.decode_route`
 picks when Spark runs local. The Spark path and the run's bookkeeping are in `ingest_io`.
 """
 

@@ -7,7 +7,7 @@ common records as Spark SQL expressions in the JVM, the rest through `DataFrame.
 complete Python decoder over only those records; exactly one output row per input record. Every record
 therefore shows up in the counts (read, decoded, skipped by type, other groups, quarantined) from one
 read of Kafka. With a local master the driver decodes instead (app/offsets_topic/driver_decode.py, the
-same `decode_row`); `decode_path` is where that is decided.
+same `decode_row`); `app.routes.decode_route` is where that is decided.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 import operator
-import re
 import struct
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -131,32 +130,6 @@ TIMESTAMP_MAX_MS: Final = (2**63 - 1) // 1_000_000  # 2262-04-11T23:47:16.854Z
 TIMESTAMP_MIN_MS: Final = -TIMESTAMP_MAX_MS  # 1677-09-21T00:12:43.146Z
 # The decoded epoch-ms fields that become TIMESTAMP columns (group_commits, group_events).
 TIME_MS_FIELDS: Final = ("commit_time_ms", "expire_time_ms", "state_time_ms")
-
-
-# --- where the decode runs ----------------------------------------------------------------------
-
-DECODE_ON_DRIVER = "driver"
-DECODE_ON_SPARK = "spark"
-
-
-def decode_path(setting: str, master: str) -> str:
-    """Where `ingest-offsets` reads and decodes: the one place that decides (config `ingest.decode_on`).
-
-    'auto' reads on the driver when Spark runs local (`local`, `local[N]`, `local[*]`, `local[N,F]`):
-    there the executors are threads of the driver process, so a Kafka consumer and delta-rs in that
-    process lose no parallelism and skip Spark's per-record overhead (several times faster, see
-    bench.ingest_offsets).
-    On a cluster the work goes to the executors through Spark. 'driver' and 'spark' force a path.
-    """
-    if setting in (DECODE_ON_DRIVER, DECODE_ON_SPARK):
-        return setting
-    if setting != "auto":
-        raise OffsetAuditError(f"ingest.decode_on must be auto, driver or spark, got '{setting}'")
-    # Not `local-cluster[...]`: Spark's test master whose executors are separate processes.
-    return DECODE_ON_DRIVER if _LOCAL_MASTER.fullmatch(master.strip()) else DECODE_ON_SPARK
-
-
-_LOCAL_MASTER = re.compile(r"local(\[[^\]]*\])?")
 
 
 # --- which partitions, which ranges --------------------------------------------------------------

@@ -1,5 +1,5 @@
 """I/O of `ingest-offsets`: Kafka (Admin API, and Spark's Kafka source or one consumer in the driver,
-as `ingest.decode_path` chooses) in, Delta tables out (through Spark, or delta-rs on the driver path).
+as `app.routes.decode_route` chooses) in, Delta tables out (through Spark, or delta-rs on the driver path).
 
 Atomicity of data and positions. Delta has no multi-table transactions, so a run is made idempotent and
 recoverable instead. Every run has a sequence number (`IngestPlan.seq`, increasing from run to run).
@@ -61,12 +61,10 @@ from app.kafka.clients import (
 from app.offsets_topic import driver_io
 from app.offsets_topic.driver_io import log_bounds, offsets_topic_partition_count
 from app.offsets_topic.ingest import (
-    DECODE_ON_DRIVER,
     KIND_ROUTED,
     PartitionProgress,
     PartitionRange,
     ProgressRow,
-    decode_path,
     kafka_read_options,
     merge_positions,
     plan_ranges,
@@ -91,6 +89,7 @@ from app.offsets_topic.tables import (
     INGEST_TXN_APP_ID,
     TABLE_KINDS,
 )
+from app.routes import DRIVER, decode_route
 from app.storage import delta_rows
 
 log = logging.getLogger(__name__)
@@ -365,11 +364,11 @@ def write_decoded(
     if not todo:
         return [], {GROUP_COMMITS: 0, GROUP_EVENTS: 0, DECODE_ERRORS: 0}
     master = spark.sparkContext.master or ""
-    path = decode_path(cfg.ingest.decode_on, master)
+    path = decode_route(cfg.ingest.decode_on, master)
     log.info("ingest %s: reading and decoding on the %s (ingest.decode_on=%s, master %s)",
-             plan.run_id, "driver" if path == DECODE_ON_DRIVER else "executors", cfg.ingest.decode_on,
+             plan.run_id, "driver" if path == DRIVER else "executors", cfg.ingest.decode_on,
              master)  # fmt: skip
-    if path == DECODE_ON_DRIVER:
+    if path == DRIVER:
         return driver_io.write_decoded_on_driver(spark, cfg, bootstrap, plan, tables)
     # Spark's default Admin-based offset fetching lists topics without internal ones, so `assign` on
     # __consumer_offsets finds no partitions ("Assigned: Set()"); the consumer-based path sees them.

@@ -6,7 +6,7 @@ Three parts, kept apart:
   cross-row rules into column expectations), twice over the same rules: DuckDB over Arrow on the
   driver, and pure ``DataFrame -> DataFrame`` transforms for Spark;
 - the GE runner: an ephemeral context, typed outcomes, and Data Docs built to ``checks.data_docs_dir``.
-  Where a table is validated is decided in one place, by its size (``on_driver``): a small table
+  Where a table is validated is decided in one place, by its size (``app.routes.check_route``): a small table
   (every audit table of a normal night) is read by delta-rs into Arrow, its frames are built by
   DuckDB and validated by GE's pandas data source on the driver, with no Spark job at all; a large
   one is read by Spark and handed to GE's Spark data source on the application's session, which
@@ -61,6 +61,7 @@ from app.contracts.vocabulary import (
     SEVERITIES,
 )
 from app.errors import SchemaMismatchError, UsageError
+from app.routes import CHECK_DRIVER_MAX_ROWS, DRIVER, check_route
 from app.storage import delta_rows
 from app.storage.backend import StorageSettings
 from checks.suites import SuiteSpec, all_suites
@@ -82,11 +83,6 @@ VALIDATION_RESULTS_SCHEMA: Final = StructType(
         StructField("evaluated_at", TimestampType(), False),
     ]
 )
-
-# Frames of at most this many rows are validated on the driver with pandas; larger ones with Spark.
-# A few hundred thousand rows of an audit table fit easily in the driver's memory and validate in
-# seconds with pandas, while Spark pays a job per metric bundle whatever the size.
-DRIVER_MAX_ROWS: Final = 200_000
 
 # A night's window starts this much before its reconcile window. A night validates every row
 # written before it reads the ledger, whatever its time, so only a row written after the previous
@@ -517,12 +513,6 @@ _PANDAS_TYPES: Final[Mapping[pa.DataType, Any]] = {
 }
 
 
-def on_driver(rows: int, max_rows: int = DRIVER_MAX_ROWS) -> bool:
-    """The one place that decides where a table is validated: on the driver (delta-rs, DuckDB,
-    GE's pandas source) when it has at most ``max_rows`` rows to validate, else with Spark."""
-    return max_rows > 0 and rows <= max_rows
-
-
 def validate_suites(
     specs: Sequence[SuiteSpec],
     frames: Mapping[str, Frame | None],
@@ -683,7 +673,7 @@ def read_for_check(
     route_by: Where | None = None,
 ) -> pa.Table | DataFrame | None:
     """The table's rows to validate (``where``: the same filter for delta-rs and for Spark):
-    Arrow read by delta-rs when ``on_driver`` says they are few, else a Spark DataFrame; None when
+    Arrow read by delta-rs when ``check_route`` says they are few, else a Spark DataFrame; None when
     there is no table yet. ``route_by`` counts other rows of the table for that choice: the rows
     a derived frame is made of can be many more than the frame's."""
     dataset = delta_rows.dataset(spark, path)
@@ -691,7 +681,7 @@ def read_for_check(
         return None
     arrow_filter = None if where is None else where[0]
     counted = arrow_filter if route_by is None else route_by[0]
-    if on_driver(dataset.count_rows(filter=counted), max_rows):
+    if check_route(dataset.count_rows(filter=counted), max_rows) == DRIVER:
         table: pa.Table = dataset.to_table(
             columns=None if columns is None else list(columns), filter=arrow_filter
         )
@@ -748,7 +738,7 @@ class CheckOptions:
     reconcile_run_id: str | None = None  # default: the latest successful reconcile run
     # Validate the ledger and group commits from here on (a night's window); None: whole tables.
     since: datetime | None = None
-    driver_max_rows: int = DRIVER_MAX_ROWS  # tables up to this size are validated on the driver
+    driver_max_rows: int = CHECK_DRIVER_MAX_ROWS  # tables up to this size are validated on the driver
 
 
 def run_checks(

@@ -12,7 +12,7 @@ per-file min/max statistics skip every file outside them:
    of a bare count;
 2. the partitions that fail it, read again alone and examined per 32768-offset bucket (count,
    distinct, min, max), which locates the missing ranges and the duplicate runs. When they hold
-   few rows (``sink_arrow.examine_on_driver``; a gap or a replayed batch usually leaves a few
+   few rows (``app.routes.examine_route``; a gap or a replayed batch usually leaves a few
    partitions with few rows), the rows are read once onto the driver and numpy does it
    (``app.reconcile.sink_arrow``): a Spark query costs about a second of planning and code
    generation in a fresh JVM whatever its size. Otherwise Spark does: a hash aggregate per 64-offset
@@ -53,7 +53,7 @@ from app.errors import (
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile.findings import Finding
-from app.reconcile.sink_arrow import DRIVER_EXAMINE_MAX_ROWS, examine_on_driver, partition_details
+from app.reconcile.sink_arrow import partition_details
 from app.reconcile.sink_offsets import (
     BUCKET_SIZE,
     SINK_COLUMNS,
@@ -75,6 +75,7 @@ from app.reconcile.sink_offsets import (
     sink_fingerprints,
     sink_words,
 )
+from app.routes import DRIVER, EXAMINE_DRIVER_MAX_ROWS, examine_route
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,7 @@ def examine_sink(
     sink: SinkReader,
     ranges: Sequence[PartitionRange],
     active_run: str | None,
-    driver_max_rows: int = DRIVER_EXAMINE_MAX_ROWS,
+    driver_max_rows: int = EXAMINE_DRIVER_MAX_ROWS,
 ) -> SinkOutcome:
     """GAP candidates, DUPLICATE and SINK_BEYOND_CHECKPOINT rows of one job's sink.
 
@@ -268,7 +269,7 @@ def _examine_ranges(
         if rest:
             started = time.monotonic()
             rows = sum(rows_in_range[(t, p)] for t, p, _, _ in rest)
-            on_driver = examine_on_driver(rows, driver_max_rows)
+            on_driver = examine_route(rows, driver_max_rows) == DRIVER
             examined = (_examine_on_driver if on_driver else _examine_in_spark)(sink, rest, by_tp)
             log.info(
                 "sink of %s: %d partition(s), %d row(s), examined per bucket %s in %.1fs",

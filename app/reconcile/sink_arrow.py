@@ -6,7 +6,7 @@ batch). Spark's per-bucket aggregate and its duplicate search then cost two quer
 planning, code generation and shuffles, not rows: about 2 s in a fresh JVM for a hundred thousand
 rows. Read once as Arrow, numpy does the same arithmetic in milliseconds. The results are the same
 values the Spark path gives (tests/spark/test_reconcile.py runs both over one sink); which path runs
-is decided by ``examine_on_driver`` from the row count the fingerprint scan already returned.
+is decided by ``app.routes.examine_route`` from the row count the fingerprint scan already returned.
 """
 
 from __future__ import annotations
@@ -16,23 +16,13 @@ import json
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from app.reconcile.sink_offsets import BUCKET_SHIFT, BUCKET_SIZE, BucketStat
-
-# Above this many rows in the partitions left to examine, Spark aggregates them instead: the rows
-# (five columns, about 60 bytes each in Arrow) then weigh more on the driver than the fixed cost
-# of the Spark queries is worth.
-DRIVER_EXAMINE_MAX_ROWS: Final = 1_000_000
-
-
-def examine_on_driver(rows: int, limit: int = DRIVER_EXAMINE_MAX_ROWS) -> bool:
-    """Whether the rows of the partitions left to examine are few enough to read onto the driver."""
-    return rows <= limit
 
 
 @dataclass

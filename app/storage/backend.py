@@ -3,8 +3,8 @@ every storage.
 
 Spark does whatever scales with the data: the sink scan and any write of it, the decoded
 `__consumer_offsets` records of ingest-offsets on a cluster (with a local master the driver appends
-them through delta-rs, `ingest.decode_path`), a quality check's table too large for the driver
-(``quality.checks.on_driver``). The
+them through delta-rs, `routes.decode_route`), a quality check's table too large for the driver
+(``routes.check_route``). The
 driver-side work goes through delta-rs (the ``deltalake`` package), which commits in milliseconds
 without a Spark job or a task slot: the ledger's micro-batch appends, the ledger window and the
 group commits the reconciliation analyses on the driver in Arrow, and the small audit tables

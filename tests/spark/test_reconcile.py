@@ -34,7 +34,6 @@ from app.reconcile.sink import (
     _rows_to_ranges,
     examine_sink,
 )
-from app.reconcile.sink_arrow import DRIVER_EXAMINE_MAX_ROWS
 from app.reconcile.sink_offsets import (
     BUCKET_SIZE,
     PartitionRange,
@@ -49,6 +48,7 @@ from app.reconcile.sink_offsets import (
     sink_words,
     xxhash64_longs,
 )
+from app.routes import EXAMINE_DRIVER_MAX_ROWS
 from app.storage.tables import tables_from_config
 from tests.spark.tables import (
     GROUP,
@@ -98,7 +98,7 @@ def examine(
     ledger: DataFrame,
     sink: DataFrame,
     active: str | None = None,
-    driver_max_rows: int = DRIVER_EXAMINE_MAX_ROWS,
+    driver_max_rows: int = EXAMINE_DRIVER_MAX_ROWS,
 ) -> SinkOutcome:
     reader = SinkReader(
         sink, SinkColumns("kafka_topic", "kafka_partition", "kafka_offset", "_checkpoint_id", "_run_id")

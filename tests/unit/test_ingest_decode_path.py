@@ -9,14 +9,14 @@ import pytest
 
 from app.config import IngestConfig, load_config
 from app.errors import ConfigError, OffsetAuditError
-from app.offsets_topic.ingest import DECODE_ON_DRIVER, DECODE_ON_SPARK, decode_path
+from app.routes import DRIVER, SPARK, decode_route
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("master", ["local", "local[*]", "local[2]", "local[4,3]", " local[*] "])
 def test_auto_decodes_on_the_driver_when_spark_runs_local(master: str) -> None:
-    assert decode_path("auto", master) == DECODE_ON_DRIVER
+    assert decode_route("auto", master) == DRIVER
 
 
 @pytest.mark.parametrize(
@@ -24,18 +24,18 @@ def test_auto_decodes_on_the_driver_when_spark_runs_local(master: str) -> None:
     ["spark://10.0.0.1:7077", "yarn", "k8s://https://api:6443", "local-cluster[2,1,1024]", "mesos://m:5050"],
 )
 def test_auto_decodes_on_the_executors_on_a_cluster(master: str) -> None:
-    assert decode_path("auto", master) == DECODE_ON_SPARK
+    assert decode_route("auto", master) == SPARK
 
 
 @pytest.mark.parametrize("master", ["local[*]", "spark://10.0.0.1:7077"])
 def test_a_forced_path_is_taken_whatever_the_master(master: str) -> None:
-    assert decode_path("driver", master) == DECODE_ON_DRIVER
-    assert decode_path("spark", master) == DECODE_ON_SPARK
+    assert decode_route("driver", master) == DRIVER
+    assert decode_route("spark", master) == SPARK
 
 
 def test_an_unknown_setting_is_refused() -> None:
     with pytest.raises(OffsetAuditError, match=r"ingest\.decode_on"):
-        decode_path("gpu", "local[*]")
+        decode_route("gpu", "local[*]")
 
 
 def test_config_key_defaults_to_auto_and_is_validated_at_load(tmp_path: Path) -> None:
