@@ -116,14 +116,13 @@ def consume_ranges(
         return
     total = sum(r.size for r in ranges if r.size > 0)
     timeout = cfg.kafka.request_timeout_s
-    user = {**cfg.kafka.client, **cfg.kafka.librdkafka}
     conf = range_reader_conf(
         cfg.kafka,
         bootstrap,
         "offset-audit-ingest-offsets",
         # A range start that retention removed meanwhile is an error, never a silent jump.
         offset_reset="error",
-        **{k: v for k, v in _FETCH_DEFAULTS.items() if k not in user},
+        defaults=_FETCH_DEFAULTS,
     )
     consumer = Consumer(conf)
     try:
