@@ -201,6 +201,11 @@ def resolve_bootstrap(cfg: KafkaConfig, kafka_dir: Path) -> str:
 # kafka.librdkafka settings win.
 SPARK_SOURCE_DEFAULTS: Mapping[str, str] = {"fetch.max.wait.ms": "10"}
 RANGE_READER_DEFAULTS: Mapping[str, Any] = {"fetch.wait.max.ms": 10}
+# The same waiting on our side: confluent-kafka's Consumer.consume(n, timeout) returns only when it
+# holds n messages or the timeout has passed, so a range reader's last, partial batch waited out the
+# whole timeout (1 s) after its records and end-of-partition events had arrived. Range readers call
+# it with this timeout, in a loop that has its own deadline.
+CONSUME_WAIT_S = 0.1
 
 
 def librdkafka_conf(
