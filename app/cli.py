@@ -30,6 +30,7 @@ from app.errors import (
     describe_error,
     error_kind,
 )
+from app.runtime.log_config import quiet_third_party
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -176,15 +177,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def configure_logging(level: str) -> None:
+    """Our loggers at `level`; third-party ones at WARNING unless `level` is DEBUG (log_config)."""
+    numeric = getattr(logging, level.upper(), logging.INFO)
     logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
+        level=numeric,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%Y-%m-%dT%H:%M:%S",
         stream=sys.stderr,
     )
-    # librdkafka and py4j chatter drowns the progress lines people need to see.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    for handler in logging.getLogger().handlers:
+    handlers = logging.getLogger().handlers
+    quiet_third_party(numeric, handlers)
+    for handler in handlers:
         handler.addFilter(_drop_py4j_reconnects)
 
 

@@ -49,17 +49,14 @@ def one_by_one_confirmer(
     def confirm(gaps: Sequence[SuspectedGap]) -> list[dict[str, Any]]:
         if not gaps:
             return []
-        conf = librdkafka_conf(
-            kafka,
-            bootstrap,
-            **{
-                "group.id": f"offset-audit-confirm-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-            },
-        )
+        reader: dict[str, Any] = {
+            "group.id": f"offset-audit-confirm-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+        conf = librdkafka_conf(kafka, bootstrap, **reader)
         consumer = Consumer(conf)
         verdicts: list[dict[str, Any]] = []
         try:

@@ -1,12 +1,21 @@
-"""Benchmark of the streaming job: records/s with ledger and committer on vs. the same job sink-only.
+"""Benchmark of the streaming job: records/s with ledger and committer on vs. the same job sink-only;
+with --compare fetch, the first micro-batch over a wide topic with Kafka's default fetch wait vs ours.
 
     .venv/bin/python -m bench.stream [--records 2000000] [--partitions 4] [--per-trigger 500000] [--rounds 3]
+    .venv/bin/python -m bench.stream --compare fetch --partitions 1000 --records 20000 [--rounds 3]
 
 A private broker (own data directory, stopped at the end) holds one topic with --records records of
 about 100 bytes. In one Spark session the job reads it from earliest into a fresh Delta sink, in turns
 A B, B A, A B ...: A = the audited job (ledger + Flink-style committer), B = the same pipeline writing only
 the sink. Throughput is input records / (last batch end - first batch start), so JVM and query
 startup are outside the figure. The ratio A/B is taken pair by pair, because this machine is noisy.
+
+--compare fetch: each round runs the jobs of --jobs, KIND-WAIT with WAIT the source's fetch.max.wait.ms
+(500 is Kafka's default, 10 the project's) and KIND audited, sink-only or bare (Kafka source -> noop
+sink, availableNow); by default audited-500, audited-10 and bare-10, in turns A B C, C B A, ... A job's
+time runs from its query's start to the end of its last batch. Every task of a micro-batch ends with a
+fetch past its range, which waits the fetch wait for records it will not read: that cost grows with
+the partitions, not the records. The warm-up round runs only the jobs with the shortest wait.
 """
 
 from __future__ import annotations
@@ -14,12 +23,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import Producer
+from pyspark.sql import SparkSession
 
-from app.config import SparkConfig, load_config
+from app.config import AppConfig, SparkConfig, load_config
 from app.demo.local_kafka import LocalKafka
+from app.kafka.clients import spark_kafka_options
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session
 from app.stream.job import StopWhen, StreamJob
@@ -59,6 +72,18 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--per-trigger", type=int, default=500_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--rounds", type=int, default=3, help="A/B pairs counted (one more pair warms up)")
+    parser.add_argument(
+        "--compare",
+        choices=("ledger", "fetch"),
+        default="ledger",
+        help="ledger: audited vs sink-only (default); fetch: fetch waits, audited vs bare",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=parse_fetch_jobs,
+        default="audited-500,audited-10,bare-10",
+        help="--compare fetch: KIND-WAIT_MS,... with KIND audited, sink-only or bare (default: %(default)s)",
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-stream-"))
@@ -76,58 +101,165 @@ def main() -> None:
             environ={},
         )
         print(
-            f"input: {args.records:,} records in {args.partitions} partitions, "
-            f"{args.per_trigger:,} per micro-batch"
+            f"input: {args.records:,} records in {args.partitions} partitions "
+            f"({args.records / args.partitions:,.0f} per partition), {args.per_trigger:,} per micro-batch"
         )
-        ratios, audited_rates, sink_rates = [], [], []
-        for pair in range(args.rounds + 1):
-            rates = {}
-            # The order alternates (A B, B A, ...): the JVM keeps warming up for several pairs, and
-            # a fixed order would hand that drift to whichever job always runs second.
-            order = (("audited", True), ("sink-only", False))
-            for label, audited in order if pair % 2 == 0 else order[::-1]:
-                cfg = load_config(
-                    "local",
-                    environ={},
-                    overrides=[
-                        f"paths.data_dir={work / f'run-{pair}-{label}'}",
-                        f"kafka.bootstrap_servers={bootstrap}",
-                        f"stream.topics=[{TOPIC}]",
-                        f"stream.group_id=bench-{pair}-{label}",
-                        "stream.job_name=bench",
-                        "stream.startup_mode=earliest",
-                        f"stream.max_offsets_per_trigger={args.per_trigger}",
-                        "stream.trigger_interval=0 seconds",
-                    ],
-                )
-                result = StreamJob(spark, cfg, bootstrap, audited=audited).run(StopWhen(idle_s=3))
-                assert result.input_rows == args.records, result
-                rates[label] = result.input_rows / result.processing_seconds
-                tag = "warm-up" if pair == 0 else f"pair {pair}"
-                print(
-                    f"  {tag:8} {label:9} {result.batches:3} batches {result.processing_seconds:7.2f}s "
-                    f"{rates[label]:>11,.0f} records/s"
-                )
-            if pair > 0:
-                ratios.append(rates["audited"] / rates["sink-only"])
-                audited_rates.append(rates["audited"])
-                sink_rates.append(rates["sink-only"])
-        print(
-            f"median records/s: audited {statistics.median(audited_rates):,.0f}, "
-            f"sink-only {statistics.median(sink_rates):,.0f}"
-        )
-        print(
-            f"throughput ratio audited/sink-only: median {statistics.median(ratios):.3f} "
-            f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} pairs)"
-        )
-        # The ledger and committer cost a roughly fixed time per checkpoint, so the ratio depends
-        # on how much work a micro-batch holds; this is that fixed time.
-        audited_rate, sink_rate = statistics.median(audited_rates), statistics.median(sink_rates)
-        overhead = args.per_trigger * (1 / audited_rate - 1 / sink_rate)
-        print(f"added time per checkpoint (micro-batch of {args.per_trigger:,} records): {overhead:.2f}s")
+        if args.compare == "fetch":
+            compare_fetch_waits(spark, work, bootstrap, args)
+        else:
+            compare_ledger(spark, work, bootstrap, args)
         spark.stop()
     finally:
         broker.stop()
+
+
+def job_config(work: Path, bootstrap: str, name: str, per_trigger: int, *extra: str) -> AppConfig:
+    return load_config(
+        "local",
+        environ={},
+        overrides=[
+            f"paths.data_dir={work / name}",
+            f"kafka.bootstrap_servers={bootstrap}",
+            f"stream.topics=[{TOPIC}]",
+            f"stream.group_id=bench-{name}",
+            "stream.job_name=bench",
+            "stream.startup_mode=earliest",
+            f"stream.max_offsets_per_trigger={per_trigger}",
+            "stream.trigger_interval=0 seconds",
+            *extra,
+        ],
+    )
+
+
+def compare_ledger(spark: SparkSession, work: Path, bootstrap: str, args: argparse.Namespace) -> None:
+    """Audited vs sink-only throughput, pair by pair."""
+    ratios, audited_rates, sink_rates = [], [], []
+    for pair in range(args.rounds + 1):
+        rates = {}
+        # The order alternates (A B, B A, ...): the JVM keeps warming up for several pairs, and
+        # a fixed order would hand that drift to whichever job always runs second.
+        order = (("audited", True), ("sink-only", False))
+        for label, audited in order if pair % 2 == 0 else order[::-1]:
+            cfg = job_config(work, bootstrap, f"run-{pair}-{label}", args.per_trigger)
+            result = StreamJob(spark, cfg, bootstrap, audited=audited).run(StopWhen(idle_s=3))
+            assert result.input_rows == args.records, result
+            rates[label] = result.input_rows / result.processing_seconds
+            tag = "warm-up" if pair == 0 else f"pair {pair}"
+            print(
+                f"  {tag:8} {label:9} {result.batches:3} batches {result.processing_seconds:7.2f}s "
+                f"{rates[label]:>11,.0f} records/s"
+            )
+        if pair > 0:
+            ratios.append(rates["audited"] / rates["sink-only"])
+            audited_rates.append(rates["audited"])
+            sink_rates.append(rates["sink-only"])
+    print(
+        f"median records/s: audited {statistics.median(audited_rates):,.0f}, "
+        f"sink-only {statistics.median(sink_rates):,.0f}"
+    )
+    print(
+        f"throughput ratio audited/sink-only: median {statistics.median(ratios):.3f} "
+        f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} pairs)"
+    )
+    # The ledger and committer cost a roughly fixed time per checkpoint, so the ratio depends
+    # on how much work a micro-batch holds; this is that fixed time.
+    audited_rate, sink_rate = statistics.median(audited_rates), statistics.median(sink_rates)
+    overhead = args.per_trigger * (1 / audited_rate - 1 / sink_rate)
+    print(f"added time per checkpoint (micro-batch of {args.per_trigger:,} records): {overhead:.2f}s")
+
+
+@dataclass(frozen=True)
+class FetchJob:
+    kind: str  # audited (ledger + committer), sink-only (the same job writing only the sink), bare
+    wait_ms: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}-{self.wait_ms}"
+
+
+FETCH_KINDS = ("audited", "sink-only", "bare")
+# Pairs whose time ratio tells something, printed when both ran: the fetch wait's cost, the
+# ledger's (audited vs sink-only), the Delta sink's (sink-only vs bare), everything of ours.
+FETCH_RATIOS = (
+    ("audited-500", "audited-10"),
+    ("bare-500", "bare-10"),
+    ("audited-10", "sink-only-10"),
+    ("sink-only-10", "bare-10"),
+    ("audited-10", "bare-10"),
+)
+
+
+def parse_fetch_jobs(text: str) -> list[FetchJob]:
+    jobs = []
+    for item in text.split(","):
+        kind, _, wait = item.strip().rpartition("-")
+        if kind not in FETCH_KINDS or not wait.isdigit():
+            raise argparse.ArgumentTypeError(f"{item!r}: expected KIND-WAIT_MS, KIND one of {FETCH_KINDS}")
+        jobs.append(FetchJob(kind, int(wait)))
+    return jobs
+
+
+def run_fetch_job(
+    spark: SparkSession, work: Path, bootstrap: str, job: FetchJob, name: str, args: argparse.Namespace
+) -> float:
+    """Seconds from the query's start to the end of its last batch, after checking it read every record."""
+    cfg = job_config(work, bootstrap, name, args.per_trigger, f"kafka.java.fetch.max.wait.ms={job.wait_ms}")
+    if job.kind != "bare":
+        result = StreamJob(spark, cfg, bootstrap, audited=job.kind == "audited").run(StopWhen(idle_s=3))
+        assert result.input_rows == args.records, result
+        return result.processing_seconds
+    # The issue's bare job: the same source options, no foreachBatch, a sink that writes nothing.
+    started = time.monotonic()
+    query = (
+        spark.readStream.format("kafka")
+        .options(**spark_kafka_options(cfg.kafka, bootstrap))
+        .option("subscribe", TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(args.per_trigger))
+        .load()
+        .writeStream.format("noop")
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(work / name / "checkpoint"))
+        .start()
+    )
+    query.awaitTermination()
+    seconds = time.monotonic() - started
+    rows = sum(int(p.get("numInputRows") or 0) for p in query.recentProgress)
+    assert rows == args.records, (rows, args.records)
+    return seconds
+
+
+def compare_fetch_waits(spark: SparkSession, work: Path, bootstrap: str, args: argparse.Namespace) -> None:
+    """The jobs of --jobs in turns, round by round, and the time ratios of FETCH_RATIOS."""
+    jobs: list[FetchJob] = args.jobs
+    shortest = min(job.wait_ms for job in jobs)
+    seconds: dict[str, list[float]] = {job.label: [] for job in jobs}
+    for round_ in range(args.rounds + 1):
+        # The warm-up round runs only the shortest-wait jobs: the JVM warms up the same for the others.
+        todo = [job for job in jobs if job.wait_ms == shortest] if round_ == 0 else jobs
+        # The order alternates (A B C, C B A, ...), so no job always profits from the JVM's warming up.
+        for job in todo if round_ % 2 == 1 else todo[::-1]:
+            took = run_fetch_job(spark, work, bootstrap, job, f"round-{round_}-{job.label}", args)
+            tag = "warm-up" if round_ == 0 else f"round {round_}"
+            print(f"  {tag:8} {job.label:14} {took:8.2f}s {args.records / took:>9,.0f} records/s", flush=True)
+            if round_ > 0:
+                seconds[job.label].append(took)
+
+    def spread(values: list[float]) -> str:
+        return f"median {statistics.median(values):.2f} (min {min(values):.2f}, max {max(values):.2f})"
+
+    print(
+        f"seconds for {args.records:,} records in {args.partitions} partitions, {args.rounds} rounds "
+        "(KIND-WAIT: the source's fetch.max.wait.ms in ms):"
+    )
+    for job in jobs:
+        print(f"  {job.label:14} {spread(seconds[job.label])}")
+    for slow, fast in FETCH_RATIOS:
+        if slow in seconds and fast in seconds:
+            # Round by round, as the rounds ran in turns on a noisy machine.
+            ratios = [a / b for a, b in zip(seconds[slow], seconds[fast], strict=True)]
+            print(f"time ratio {slow} / {fast}: {spread(ratios)}")
 
 
 if __name__ == "__main__":

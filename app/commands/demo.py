@@ -12,6 +12,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-screenshot", action="store_true", help="skip the dashboard PNG (needs chromium)"
     )
+    # The demo tells its story itself (steps, incidents, the verdict): its logs show only warnings
+    # and errors, the incidents' own, unless --log-level asks for more.
+    parser.set_defaults(log_level="WARNING")
+    parser.epilog = (
+        "The demo narrates its steps; its logs show warnings and errors unless --log-level is given."
+    )
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
@@ -30,6 +36,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         conf_dir=args.conf_dir,
         progress=say,
         screenshot=not args.no_screenshot,
+        overrides=args.overrides,
     )
     outcome = demo.run()
     lines = [summary_text(outcome.nightly, "warn")] if outcome.nightly else []

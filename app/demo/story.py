@@ -138,12 +138,14 @@ class Demo:
         conf_dir: Path | None = None,
         progress: Callable[[str], None] | None = None,
         screenshot: bool = True,
+        overrides: Sequence[str] = (),
     ) -> None:
         self.data_dir = Path(base.paths.data_dir).resolve() / "demo"
         self.scale = scale
         self.env = env
         self.conf_dir = conf_dir
-        self.overrides = demo_overrides(self.data_dir, scale)
+        # The user's --set items (alert channels, Spark settings, ...) under the demo's own.
+        self.overrides = [*overrides, *demo_overrides(self.data_dir, scale)]
         self.cfg = load_config(env, self.overrides, conf_dir)
         self.spark = spark
         self.say = progress or (lambda text: log.info("%s", text))

@@ -198,7 +198,7 @@ def read_ranges(
     """
     from confluent_kafka import KafkaError, TopicPartition
 
-    from app.kafka.clients import is_retriable
+    from app.kafka.clients import CONSUME_WAIT_S, is_retriable
 
     by_partition: dict[PartitionKey, list[GapRead]] = {}
     for read in reads:
@@ -213,7 +213,7 @@ def read_ranges(
         if left <= 0:
             break
         progressed = False
-        for msg in consumer.consume(CONSUME_BATCH, min(1.0, left)):
+        for msg in consumer.consume(CONSUME_BATCH, min(CONSUME_WAIT_S, left)):
             topic, partition, offset, err = msg.topic(), msg.partition(), msg.offset(), msg.error()
             if err is not None and err.code() != KafkaError._PARTITION_EOF:
                 if is_retriable(err):

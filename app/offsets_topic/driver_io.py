@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 from app.config import AppConfig
 from app.errors import KafkaUnavailableError
-from app.kafka.clients import is_retriable, range_reader_conf, retry_kafka
+from app.kafka.clients import CONSUME_WAIT_S, is_retriable, range_reader_conf, retry_kafka
 from app.offsets_topic import driver_decode
 from app.offsets_topic.ingest import PartitionProgress, PartitionRange, ProgressRow, summarize_progress
 from app.offsets_topic.tables import (
@@ -116,14 +116,13 @@ def consume_ranges(
         return
     total = sum(r.size for r in ranges if r.size > 0)
     timeout = cfg.kafka.request_timeout_s
-    user = {**cfg.kafka.client, **cfg.kafka.librdkafka}
     conf = range_reader_conf(
         cfg.kafka,
         bootstrap,
         "offset-audit-ingest-offsets",
         # A range start that retention removed meanwhile is an error, never a silent jump.
         offset_reset="error",
-        **{k: v for k, v in _FETCH_DEFAULTS.items() if k not in user},
+        defaults=_FETCH_DEFAULTS,
     )
     consumer = Consumer(conf)
     try:
@@ -137,7 +136,7 @@ def consume_ranges(
             keys: list[bytes | None] = []
             values: list[bytes | None] = []
             done: set[int] = set()
-            messages = consumer.consume(_CONSUME_BATCH, timeout=1.0)
+            messages = consumer.consume(_CONSUME_BATCH, timeout=CONSUME_WAIT_S)
             for m in messages:
                 error = m.error()
                 p = m.partition()

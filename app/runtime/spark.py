@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from app.config import SparkConfig
 from app.runtime.child_processes import Preexec, chain_preexec, parent_death_preexec
+from app.runtime.log_config import driver_log_options
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,15 @@ def running_under_spark_submit(environ: Mapping[str, str] | None = None) -> bool
     return "PYSPARK_GATEWAY_PORT" in env
 
 
-def local_conf(cfg: SparkConfig, jars: Sequence[Path], warehouse_dir: str) -> dict[str, str]:
-    """Everything a local session needs, as plain key/values so tests can check it without a JVM."""
+def local_conf(
+    cfg: SparkConfig, jars: Sequence[Path], warehouse_dir: str, log_level: int = logging.INFO
+) -> dict[str, str]:
+    """Everything a local session needs, as plain key/values so tests can check it without a JVM.
+
+    `log_level` is the Python side's (--log-level): the driver JVM's log levels follow it
+    (app.runtime.log_config).
+    """
+    driver_options = " ".join(["-Duser.timezone=UTC", *driver_log_options(log_level)])
     conf = {
         "spark.master": cfg.master,
         "spark.app.name": cfg.app_name,
@@ -57,7 +65,8 @@ def local_conf(cfg: SparkConfig, jars: Sequence[Path], warehouse_dir: str) -> di
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.adaptive.enabled": "true",
         # JVM time zone as well as the SQL one: Delta's commit timestamps and our clocks agree.
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        # The driver's log configuration too (the local executors are threads of the driver).
+        "spark.driver.extraJavaOptions": driver_options,
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.jars": ",".join(str(j) for j in jars),
         # Tiny local tables: fewer, smaller Delta log checkpoints and no stats collection storms.
@@ -89,13 +98,17 @@ def build_spark_session(
     # Local Python workers (mapInArrow, UDFs) must run this interpreter, not whatever 'python3' is on
     # PATH, to see the same packages (pyarrow, app). SparkContext reads only the environment for this.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = local_conf(cfg, jars, warehouse_dir)
+    conf = local_conf(cfg, jars, warehouse_dir, logging.getLogger().getEffectiveLevel())
+    # Spark picks its own host from this variable, or warns that the machine's name resolves to a
+    # loopback address and takes another interface; the driver binds to loopback anyway.
+    os.environ.setdefault("SPARK_LOCAL_IP", conf["spark.driver.bindAddress"])
     start_driver_dying_with_us(conf, environ)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()  # takes the context started above, if any
-    spark.sparkContext.setLogLevel("WARN")
+    # Takes the context started above, if any. Its log levels come from the driver's log4j2
+    # configuration (local_conf): no setLogLevel, which would override --log-level DEBUG.
+    spark = builder.getOrCreate()
     apply_storage_options(spark, storage_options or {})
     log.info("local SparkSession %s (%s), %d extra jars", spark.version, cfg.master, len(jars))
     return spark

@@ -78,6 +78,28 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def source_options(cfg: AppConfig, bootstrap: str) -> dict[str, str]:
+    """The Kafka source's options that come from the config (not the partitions or start offsets).
+
+    The Kafka client properties (spark_kafka_options) include its defaults for bounded reads, such as
+    a short fetch wait, which kafka.client and kafka.java override.
+    """
+    options = {
+        # Spark's Kafka source fails the query when one admin call finds no broker for 60 s
+        # (the Java client's default); a reference job should ride out a broker restart.
+        "kafka.default.api.timeout.ms": str(SOURCE_API_TIMEOUT_MS),
+        **spark_kafka_options(cfg.kafka, bootstrap),
+        "failOnDataLoss": str(cfg.stream.fail_on_data_loss).lower(),
+        "kafka.isolation.level": cfg.stream.isolation_level,
+        # Ride out a short broker outage (each attempt waits for the client's API timeout)
+        # instead of failing the query on the first unanswered offset lookup.
+        "fetchOffset.numRetries": "10",
+    }
+    if cfg.stream.max_offsets_per_trigger:
+        options["maxOffsetsPerTrigger"] = str(cfg.stream.max_offsets_per_trigger)
+    return options
+
+
 @dataclass
 class StreamResult:
     run_id: str
@@ -497,26 +519,13 @@ class StreamJob:
         assign: dict[str, list[int]] = {}
         for topic, partition in partitions:
             assign.setdefault(topic, []).append(partition)
-        options = {
-            # Spark's Kafka source fails the query when one admin call finds no broker for 60 s
-            # (the Java client's default); a reference job should ride out a broker restart.
-            "kafka.default.api.timeout.ms": str(SOURCE_API_TIMEOUT_MS),
-            **spark_kafka_options(self.cfg.kafka, self.bootstrap),
-        }
         reader = (
             self.spark.readStream.format("kafka")
-            .options(**options)
+            .options(**source_options(self.cfg, self.bootstrap))
             .option("assign", json.dumps(assign))
-            .option("failOnDataLoss", str(self.scfg.fail_on_data_loss).lower())
-            .option("kafka.isolation.level", self.scfg.isolation_level)
-            # Ride out a short broker outage (each attempt waits for the client's API timeout)
-            # instead of failing the query on the first unanswered offset lookup.
-            .option("fetchOffset.numRetries", "10")
         )
         if plan.mode != "checkpoint":
             reader = reader.option("startingOffsets", plan.starting_offsets_json())
-        if self.scfg.max_offsets_per_trigger:
-            reader = reader.option("maxOffsetsPerTrigger", self.scfg.max_offsets_per_trigger)
         return (
             reader.load()
             .writeStream.foreachBatch(self._process_batch)
