@@ -72,17 +72,17 @@ def test_shortened_demo_finds_exactly_the_injected_incidents(
     assert ("DUPLICATE", 1, 90, 95) in by_type
 
     # One incident per injected event, with its impact in records.
-    incidents = {i["kind"]: i for i in read_incidents(spark, demo.cfg)}
-    assert {k: i["severity"] for k, i in incidents.items()} == {
+    incidents = {i.kind: i for i in read_incidents(spark, demo.cfg)}
+    assert {k: i.severity for k, i in incidents.items()} == {
         "unclean_stop": "info",
         "commit_outage": "warn",
         "external_offset_change": "error",
         "restart": "critical",
         "second_writer": "error",
     }
-    assert incidents["restart"]["records_lost"] == 3 * (skip_hi - skip_lo)
-    assert incidents["restart"]["partitions"] == 3
-    assert incidents["second_writer"]["records_duplicated"] == SMALL.duplicated_rows
+    assert incidents["restart"].impact.records_lost == 3 * (skip_hi - skip_lo)
+    assert incidents["restart"].partitions == 3
+    assert incidents["second_writer"].impact.records_duplicated == SMALL.duplicated_rows
 
     # The nightly's metrics, parsed back with prometheus_client's parser, count those incidents
     # and their impact; the Pushgateway got the same metrics as the textfile.
@@ -95,7 +95,7 @@ def test_shortened_demo_finds_exactly_the_injected_incidents(
         for (name, labels), value in metrics.items()
         if name == "offset_audit_incidents" and value
     }
-    assert open_incidents == {(k, i["severity"]): 1 for k, i in incidents.items()}
+    assert open_incidents == {(k, i.severity): 1 for k, i in incidents.items()}
     job = (("job", demo.cfg.stream.job_name),)
     assert metrics[("offset_audit_records", (("impact", "lost"), *job))] == 3 * (skip_hi - skip_lo)
     assert metrics[("offset_audit_records", (("impact", "duplicated"), *job))] == SMALL.duplicated_rows
@@ -113,9 +113,7 @@ def test_shortened_demo_finds_exactly_the_injected_incidents(
     assert hook["run_id"] == outcome.nightly.run_id
     (reconciled,) = [s["summary"] for s in hook["steps"] if s["step"] == "reconcile"]
     sent = {i["kind"]: i for i in reconciled["incidents"]}
-    assert {k: i["incident_id"] for k, i in sent.items()} == {
-        k: i["incident_id"] for k, i in incidents.items()
-    }
+    assert {k: i["incident_id"] for k, i in sent.items()} == {k: i.incident_id for k, i in incidents.items()}
     restart = sent["restart"]
     assert restart["impact"]["records_lost"] == 3 * (skip_hi - skip_lo)
     assert sorted((r["partition"], r["start"], r["end"]) for r in restart["ranges"]) == [
@@ -131,7 +129,7 @@ def test_shortened_demo_finds_exactly_the_injected_incidents(
         sink = tables_from_config(demo.cfg).sink
         for kind in ("restart", "second_writer"):
             done = repair.execute(spark, demo.cfg, incidents[kind], sink, lambda: bootstrap)
-            mark_resolved(spark, demo.cfg, incidents[kind], {"actions": done.actions}, done.changed)
+            mark_resolved(spark, demo.cfg, incidents[kind], done)
         confirm = kafka_gap_confirmer(demo.cfg.kafka, bootstrap, max_records=100, timeout_s=60)
         whole_history = datetime(2000, 1, 1, tzinfo=UTC)
         now = datetime.now(UTC)
@@ -144,7 +142,7 @@ def test_shortened_demo_finds_exactly_the_injected_incidents(
     finally:
         demo.broker.stop()
     assert {t for t, _ in after.counts} & {"GAP", "DUPLICATE"} == set()
-    statuses = {i["kind"]: i["status"] for i in read_incidents(spark, demo.cfg)}
+    statuses = {i.kind: i.status for i in read_incidents(spark, demo.cfg)}
     assert (statuses["restart"], statuses["second_writer"]) == ("resolved", "resolved")
 
 
