@@ -372,19 +372,15 @@ def _writer_objects(f: StoredFinding) -> list[dict[str, JsonValue]]:
 
 def _ranges(findings: Iterable[StoredFinding]) -> tuple[OffsetRange, ...]:
     """The offset ranges of ``findings``, by partition and start."""
-    return tuple(
-        sorted(
-            (
-                OffsetRange(f.topic, f.partition, f.offset_start, f.offset_end)
-                for f in findings
-                if f.topic is not None
-                and f.partition is not None
-                and f.offset_start is not None
-                and f.offset_end is not None
-            ),
-            key=lambda r: (r.topic, r.partition, r.start, r.end),
-        )
+    ranges = sorted(
+        (f.topic, f.partition, f.offset_start, f.offset_end)
+        for f in findings
+        if f.topic is not None
+        and f.partition is not None
+        and f.offset_start is not None
+        and f.offset_end is not None
     )
+    return tuple(OffsetRange(*r) for r in ranges)
 
 
 def remedy(incident: IncidentDraft, completed: Mapping[tuple[str, str, int], int]) -> RemedyPlan:
