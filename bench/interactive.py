@@ -15,7 +15,6 @@ of its runs (or says that they differ). Whole-process wall times from the parent
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -23,11 +22,11 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pyarrow.compute as pc
 
 from app.config import load_config
+from app.incidents.incident import StoredIncident
 from app.reconcile.outputs import read_incidents
 from app.runtime.jvm import REPO_ROOT
 from app.storage import delta_rows
@@ -53,10 +52,10 @@ def timed(argv: Sequence[str], runs: int) -> tuple[list[float], set[int]]:
     return seconds, codes
 
 
-def incident_of_interest(data_dir: Path) -> dict[str, Any]:
+def incident_of_interest(data_dir: Path) -> StoredIncident:
     cfg = load_config("local", overrides=[f"paths.data_dir={data_dir}"])
-    rows = read_incidents(cfg.storage, cfg)
-    with_steps = [r for r in rows if r["status"] == "open" and json.loads(r["remedy"] or "{}").get("steps")]
+    incidents = read_incidents(cfg.storage, cfg)
+    with_steps = [i for i in incidents if i.is_open and i.remedy.steps]
     if not with_steps:
         raise SystemExit(f"no open incident with a remedy under {data_dir}: run `make demo` first")
     return with_steps[0]  # most severe first
@@ -92,13 +91,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"tables under {data_dir}: " + ", ".join(f"{n} {c:,} rows" for n, c in sizes.items()))
     settings = ["--set", f"paths.data_dir={data_dir}"]
     cli = [sys.executable, "-m", "app.cli"]
-    at = (incident["last_evidence_at"] or last_event(data_dir, incident["job_name"])).isoformat()
+    job = str(incident.job_name)
+    at = (incident.last_evidence_at or last_event(data_dir, job)).isoformat()
     commands = {
         "--help": [*cli, "--help"],
         "config show": [*cli, "config", "show", *settings],
         "incidents": [*cli, "incidents", *settings],
-        "repair --incident (plan)": [*cli, "repair", "--incident", incident["incident_id"], *settings],
-        "forensics --at": [*cli, "forensics", "--job", incident["job_name"], "--at", at, *settings],
+        "repair --incident (plan)": [*cli, "repair", "--incident", incident.incident_id, *settings],
+        "forensics --at": [*cli, "forensics", "--job", job, "--at", at, *settings],
         "report": [*cli, "report", "--output", str(data_dir / "bench-report.html"), *settings],
     }
     base, _ = timed([sys.executable, "-c", SPARK_START, f"paths.data_dir={data_dir}"], args.runs)

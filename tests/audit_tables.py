@@ -88,10 +88,10 @@ def write_audit_tables(data_dir: Path) -> AuditTables:
         record_count=30,
     )
     findings = rc.finalize_findings([*ledger_findings, gap], RECONCILE_RUN, at(3600))
-    incidents = inc.to_rows(
+    incidents = inc.to_incidents(
         inc.group_findings(findings), RECONCILE_RUN, {(JOB, TOPIC, p): 150 for p in (0, 1)}
     )
-    restart = next(i for i in incidents if i["kind"] == vocab.INCIDENT_RESTART)
+    restart = next(i for i in incidents if i.kind == vocab.INCIDENT_RESTART)
 
     write_deltalake(tables.ledger, ledger, partition_by=["event_date"])
     write_deltalake(tables.group_commits, commits)
@@ -102,8 +102,8 @@ def write_audit_tables(data_dir: Path) -> AuditTables:
         tables.sink,
         pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in sink], to_arrow_schema(SINK_SCHEMA)),
     )
-    delta_rows.append_rows(None, tables.findings, FINDINGS_SCHEMA, findings)
-    delta_rows.append_rows(None, tables.incidents, INCIDENTS_SCHEMA, incidents)
+    delta_rows.append_rows(None, tables.findings, FINDINGS_SCHEMA, [f.to_row() for f in findings])
+    delta_rows.append_rows(None, tables.incidents, INCIDENTS_SCHEMA, [i.to_row() for i in incidents])
     delta_rows.append_rows(None, tables.restarts, RESTARTS_SCHEMA, fx.restarts_table(restarts, {}, "fx-1"))
     run = {
         "run_id": RECONCILE_RUN,
@@ -116,4 +116,4 @@ def write_audit_tables(data_dir: Path) -> AuditTables:
         "status": vocab.RUN_SUCCEEDED,
     }
     delta_rows.append_rows(None, tables.runs, AUDIT_RUNS_SCHEMA, [run])
-    return AuditTables(data_dir, JOB, str(restart["incident_id"]), at(100))
+    return AuditTables(data_dir, JOB, restart.incident_id, at(100))

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from app.cli import EXIT_FINDINGS, EXIT_OK, add_fail_on, emit
-from app.commands.reconcile import incident_summary, parse_time
+from app.commands.reconcile import parse_time
 from app.config import AppConfig
+from app.incidents.incident import Impact, StoredIncident, summaries_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,36 +19,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_fail_on(parser, "an open incident at or above this severity is listed")
 
 
-def impact_text(row: Mapping[str, Any]) -> str:
+def impact_text(impact: Impact) -> str:
     parts = [
-        f"{row[k]} {label}"
-        for k, label in (
-            ("records_lost", "lost"),
-            ("records_unverifiable", "unverifiable"),
-            ("records_duplicated", "duplicated"),
-            ("records_replayed", "replayed"),
+        f"{n} {label}"
+        for n, label in (
+            (impact.records_lost, "lost"),
+            (impact.records_unverifiable, "unverifiable"),
+            (impact.records_duplicated, "duplicated"),
+            (impact.records_replayed, "replayed"),
         )
-        if row.get(k)
+        if n
     ]
-    if row.get("max_commit_lag"):
-        parts.append(f"commit lag {row['max_commit_lag']} offsets")
+    if impact.max_commit_lag:
+        parts.append(f"commit lag {impact.max_commit_lag} offsets")
     return ", ".join(parts) or "no records lost or duplicated"
 
 
-def incidents_text(rows: Sequence[Mapping[str, Any]]) -> str:
-    if not rows:
+def incidents_text(incidents: Sequence[StoredIncident]) -> str:
+    if not incidents:
         return "no incidents"
     lines = []
-    for r in rows:
+    for i in incidents:
         lines.append(
-            f"{r['severity']:<8} {r['kind']:<22} {r['incident_id']}  {r['job_name']} "
-            f"({r['partitions']} partition(s), {r['status']})"
+            f"{i.severity:<8} {i.kind:<22} {i.incident_id}  {i.job_name} "
+            f"({i.partitions} partition(s), {i.status})"
         )
-        lines.append(f"         {r['cause']}")
-        lines.append(f"         impact: {impact_text(r)}")
-        plan = json.loads(r["remedy"] or "{}")
-        if plan.get("steps"):
-            lines.append(f"         repair: {plan.get('command')}")
+        lines.append(f"         {i.cause}")
+        lines.append(f"         impact: {impact_text(i.impact)}")
+        if i.remedy.steps:
+            lines.append(f"         repair: {i.remedy.command}")
     return "\n".join(lines)
 
 
@@ -58,8 +56,8 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.reconcile.outputs import read_incidents
     from app.runtime.session import table_storage
 
-    rows = read_incidents(table_storage(cfg), cfg, jobs=args.jobs, since=args.since)
-    failing = sum(1 for r in rows if r["status"] == "open" and severity_at_least(r["severity"], args.fail_on))
-    summary = {"incidents": [incident_summary(r) for r in rows], "failing": failing, "fail_on": args.fail_on}
-    emit(args, summary, incidents_text(rows))
+    incidents = read_incidents(table_storage(cfg), cfg, jobs=args.jobs, since=args.since)
+    failing = sum(1 for i in incidents if i.is_open and severity_at_least(i.severity, args.fail_on))
+    summary = {"incidents": summaries_json(incidents), "failing": failing, "fail_on": args.fail_on}
+    emit(args, summary, incidents_text(incidents))
     return EXIT_FINDINGS if failing else EXIT_OK

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
 import uuid
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -97,38 +95,14 @@ def summary_text(result: Any, fail_on: str) -> str:
         lines.append("  most severe findings:")
         for f in result.top[:5]:
             lines.append(
-                f"    {f['severity']:<8} {f['finding_type']:<22} {f['status']:<12} {f['job_name']} "
-                f"{f['topic']}/{f['partition']} [{f['offset_start']}, {f['offset_end']}) "
-                f"n={f['record_count']}"
+                f"    {f.severity:<8} {f.finding_type:<22} {f.status:<12} {f.job_name} "
+                f"{f.topic}/{f.partition} [{f.offset_start}, {f.offset_end}) n={f.record_count}"
             )
     return "\n".join(lines)
 
 
-def incident_summary(row: Mapping[str, Any]) -> dict[str, Any]:
-    """What a scheduler needs to page someone: id, kind, severity, partitions and ranges, impact,
-    cause and the repair command."""
-    plan = json.loads(row["remedy"] or "{}")
-    ranges = [r for step in plan.get("steps", []) for r in step.get("ranges", [])]
-    keys = (
-        "records_lost",
-        "records_unverifiable",
-        "records_duplicated",
-        "records_replayed",
-        "max_commit_lag",
-    )
-    return {
-        **{k: row[k] for k in ("incident_id", "kind", "severity", "status", "job_name", "group_id")},
-        "run_ids": list(row["run_ids"] or []),
-        "partitions": row["partitions"],
-        "ranges": ranges,
-        "impact": {k: row[k] for k in keys},
-        "cause": row["cause"],
-        "repair": plan.get("command") if plan.get("steps") else None,
-        "finding_ids": list(row["finding_ids"] or []),
-    }
-
-
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from app.incidents.incident import summaries_json
     from app.kafka.gaps import kafka_gap_confirmer, unavailable_confirmer
     from app.reconcile.findings import severity_at_least
     from app.reconcile.run import run_reconcile
@@ -170,7 +144,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
             {"finding_type": t, "severity": s, "count": n} for (t, s), n in sorted(result.counts.items())
         ],
         "failing_findings": failing,
-        "incidents": [incident_summary(r) for r in result.incidents],
+        "incidents": summaries_json(result.incidents),
         "fail_on": args.fail_on,
         "seconds": round(result.seconds, 2),
     }

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
-from typing import Any
 
 from app.cli import EXIT_OK, emit
 from app.config import AppConfig
 from app.errors import UsageError
+from app.incidents.incident import StoredIncident
+from app.incidents.remedy import DeleteDuplicatesStep, ReplayStep, ResetOffsetsStep
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,31 +29,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def plan_text(row: Mapping[str, Any], plan: Mapping[str, Any]) -> str:
+def plan_text(incident: StoredIncident) -> str:
+    plan = incident.remedy
     lines = [
-        f"incident {row['incident_id']} ({row['kind']}, {row['severity']}, {row['status']}): "
-        f"{row['job_name']}",
-        f"  {row['cause']}",
+        f"incident {incident.incident_id} ({incident.kind}, {incident.severity}, {incident.status}): "
+        f"{incident.job_name}",
+        f"  {incident.cause}",
         "  dry run: nothing is changed (--execute carries it out)",
     ]
-    if not plan.get("steps"):
-        lines.append(f"  {plan.get('note', 'nothing to repair')}")
-    for number, step in enumerate(plan.get("steps", []), 1):
-        lines.append(f"  step {number}: {step['action']}")
-        for r in step.get("ranges", []):
-            lines.append(f"    {r['topic']}/{r['partition']} [{r['start']}, {r['end']})")
-        for o in step.get("offsets", []):
-            lines.append(f"    {o['topic']}/{o['partition']} -> {o['offset']}")
-        for options in step.get("spark_options", []):
-            lines.append(
-                f"    spark: startingOffsets={options['startingOffsets']} "
-                f"endingOffsets={options['endingOffsets']}"
-            )
-        if step.get("reset_offsets_csv"):
+    if not plan.steps:
+        lines.append(f"  {plan.note or 'nothing to repair'}")
+    for number, step in enumerate(plan.steps, 1):
+        lines.append(f"  step {number}: {step.action}")
+        if isinstance(step, ResetOffsetsStep):
+            lines += [f"    {o.topic}/{o.partition} -> {o.offset}" for o in step.offsets]
+        else:
+            lines += [f"    {r.topic}/{r.partition} [{r.start}, {r.end})" for r in step.ranges]
+        if isinstance(step, ReplayStep):
+            lines += [
+                f"    spark: startingOffsets={o['startingOffsets']} endingOffsets={o['endingOffsets']}"
+                for o in step.spark_options()
+            ]
+        csv = "" if isinstance(step, DeleteDuplicatesStep) else step.reset_offsets_csv()
+        if csv:
             lines.append("    kafka-consumer-groups --reset-offsets --from-file <this CSV>:")
-            lines += [f"      {line}" for line in str(step["reset_offsets_csv"]).splitlines()]
-        if step.get("keep"):
-            lines.append(f"    keep: {step['keep']}")
+            lines += [f"      {line}" for line in csv.splitlines()]
+        if isinstance(step, DeleteDuplicatesStep):
+            lines.append(f"    keep: {step.keep}")
     return "\n".join(lines)
 
 
@@ -62,28 +64,28 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.runtime.session import spark_session, table_storage
     from app.storage.tables import tables_from_config
 
-    rows = [r for r in read_incidents(table_storage(cfg), cfg) if r["incident_id"] == args.incident]
-    if not rows:
+    found = [i for i in read_incidents(table_storage(cfg), cfg) if i.incident_id == args.incident]
+    if not found:
         raise UsageError(f"no incident {args.incident!r}; `offset-audit incidents` lists them")
-    row = rows[0]
-    plan = json.loads(row["remedy"] or "{}")
+    incident = found[0]
     if not args.execute:
-        emit(args, {"incident_id": row["incident_id"], "dry_run": True, "plan": plan}, plan_text(row, plan))
+        plan = incident.remedy.to_json_object()
+        emit(args, {"incident_id": incident.incident_id, "dry_run": True, "plan": plan}, plan_text(incident))
         return EXIT_OK
     from app.incidents import repair
     from app.runtime.session import kafka_bootstrap
 
     spark = spark_session(cfg)
-    sink = tables_from_config(cfg).sink_for(str(row["job_name"]))
-    outcome = repair.execute(spark, cfg, row, sink, lambda: kafka_bootstrap(cfg))
-    done = {"actions": outcome.actions, "undo": outcome.undo}
-    updated = mark_resolved(spark, cfg, row, done, outcome.changed)
+    sink = tables_from_config(cfg).sink_for(str(incident.job_name))
+    outcome = repair.execute(spark, cfg, incident, sink, lambda: kafka_bootstrap(cfg))
+    updated = mark_resolved(spark, cfg, incident, outcome)
     if updated:
-        lines = [f"incident {row['incident_id']} repaired ({row['kind']}); marked resolved"]
+        lines = [f"incident {incident.incident_id} repaired ({incident.kind}); marked resolved"]
     else:
-        lines = [f"incident {row['incident_id']} was repaired before ({row['kind']}); nothing changed"]
-    lines += [f"  {json.dumps(a, sort_keys=True, default=str)}" for a in outcome.actions]
+        lines = [f"incident {incident.incident_id} was repaired before ({incident.kind}); nothing changed"]
+    done = outcome.to_json()
+    lines += [f"  {json.dumps(a.to_json(), sort_keys=True)}" for a in outcome.actions]
     lines += [f"  undo: {u}" for u in outcome.undo] or ["  nothing changed in the sink"]
-    summary = {"incident_id": row["incident_id"], "dry_run": False, "incident_updated": updated, **done}
+    summary = {"incident_id": incident.incident_id, "dry_run": False, "incident_updated": updated, **done}
     emit(args, summary, "\n".join(lines))
     return EXIT_OK

@@ -105,6 +105,10 @@ INCIDENT_KINDS: Final = (
 INCIDENT_STATUSES: Final = ("open", "resolved")
 INCIDENT_OPEN, INCIDENT_RESOLVED = INCIDENT_STATUSES
 
+# What a step of an incident's remedy plan does (the `action` of each step in incidents.remedy).
+REMEDY_ACTIONS: Final = ("replay", "delete_duplicates", "reset_offsets")
+REMEDY_REPLAY, REMEDY_DELETE_DUPLICATES, REMEDY_RESET_OFFSETS = REMEDY_ACTIONS
+
 # --- audit_runs: the run records of reconcile and forensics -------------------------------------------
 
 RUN_STATUSES: Final = ("succeeded", "pending", "failed")

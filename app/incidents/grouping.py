@@ -24,20 +24,35 @@ it and no other:
 Information nobody has to act on (benign gaps, skipped commits a later commit covered, commits in
 flight at a crash) forms no incident. Incident ids hash the kind and the event's identity, never
 the run of the reconciliation, so a re-run over the same inputs yields the same incidents.
+
+The findings come in as ``StoredFinding``s (``findings.finalize_findings``); the incidents go out
+as ``StoredIncident``s with their ``RemedyPlan`` (app.incidents.incident, app.incidents.remedy).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
 from app.contracts import vocabulary as vocab
-from app.contracts.vocabulary import SEVERITIES
+from app.contracts.json_values import JsonValue
+from app.incidents.incident import Impact, StoredIncident, incident_order
+from app.incidents.remedy import (
+    NOTHING_TO_REPAIR,
+    DeleteDuplicatesStep,
+    OffsetRange,
+    PartitionOffset,
+    RemedyPlan,
+    RemedyStep,
+    ReplayStep,
+    ResetOffsetsStep,
+)
+from app.reconcile.findings import StoredFinding
 
 # External offset changes further apart than this are separate incidents.
 EXTERNAL_CHANGE_CLUSTER: Final = timedelta(minutes=10)
@@ -49,20 +64,19 @@ _COMMIT_FINDINGS: Final = (
 )
 _ACTIONABLE: Final = (vocab.CRITICAL, vocab.ERROR, vocab.WARN)
 
-Finding = Mapping[str, Any]
 TopicPartition = tuple[str, int]
 
 
 @dataclass
-class Incident:
+class IncidentDraft:
+    """An incident while its findings are gathered: what ``to_incidents`` stores once complete."""
+
     kind: str
     job_name: str | None
     group_id: str | None
     key: str  # the event's identity within its kind and job
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[StoredFinding] = field(default_factory=list)
     run_ids: set[str] = field(default_factory=set)
-    cause: str = ""
-    remedy: dict[str, Any] = field(default_factory=dict)
 
     @property
     def incident_id(self) -> str:
@@ -70,17 +84,8 @@ class Incident:
         return hashlib.sha256("\u241f".join(parts).encode("utf-8")).hexdigest()[:32]
 
 
-def _evidence(f: Finding) -> dict[str, Any]:
-    try:
-        value = json.loads(f["evidence"] or "{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
+def _time(value: JsonValue) -> datetime | None:
+    """An evidence value that is an ISO time (evidence stores times as text), else None."""
     if isinstance(value, str) and value:
         try:
             return datetime.fromisoformat(value)
@@ -89,46 +94,46 @@ def _time(value: Any) -> datetime | None:
     return None
 
 
-def _overlaps(f: Finding, ranges: Mapping[TopicPartition, list[tuple[int, int]]]) -> bool:
-    start, end = f["offset_start"], f["offset_end"]
-    if start is None or end is None:
+def _overlaps(f: StoredFinding, ranges: Mapping[TopicPartition, list[tuple[int, int]]]) -> bool:
+    start, end = f.offset_start, f.offset_end
+    if start is None or end is None or f.topic is None or f.partition is None:
         return False
-    return any(start < hi and lo < end for lo, hi in ranges.get((f["topic"], f["partition"]), []))
+    return any(start < hi and lo < end for lo, hi in ranges.get((f.topic, f.partition), []))
 
 
 # --- grouping ---------------------------------------------------------------------------------------
 
 
-def group_findings(findings: Sequence[Finding]) -> list[Incident]:
-    """The incidents of one reconciliation's findings (finalized rows, evidence as JSON text)."""
+def group_findings(findings: Sequence[StoredFinding]) -> list[IncidentDraft]:
+    """The incidents of one reconciliation's findings."""
     claimed: set[str] = set()
-    out: list[Incident] = []
+    out: list[IncidentDraft] = []
 
-    def claim(incident: Incident, members: Iterable[Finding]) -> None:
+    def claim(incident: IncidentDraft, members: Iterable[StoredFinding]) -> None:
         for f in members:
-            if f["finding_id"] not in claimed:
-                claimed.add(f["finding_id"])
+            if f.finding_id not in claimed:
+                claimed.add(f.finding_id)
                 incident.findings.append(f)
-                if f["run_id"]:
-                    incident.run_ids.add(str(f["run_id"]))
+                if f.run_id:
+                    incident.run_ids.add(f.run_id)
                 # A DUPLICATE names no run of its own: its writers that are runs of the job.
-                incident.run_ids.update(str(r) for r in _evidence(f).get("job_runs") or [])
+                incident.run_ids.update(f.evidence_texts("job_runs"))
 
-    def free(*types: str) -> list[Finding]:
-        return [f for f in findings if f["finding_type"] in types and f["finding_id"] not in claimed]
+    def free(*types: str) -> list[StoredFinding]:
+        return [f for f in findings if f.finding_type in types and f.finding_id not in claimed]
 
     out += _restarts(findings, claim, free)
     for f in free(vocab.UNCLEAN_STOP):
-        incident = Incident(vocab.INCIDENT_UNCLEAN_STOP, f["job_name"], f["group_id"], str(f["run_id"]))
+        incident = IncidentDraft(vocab.INCIDENT_UNCLEAN_STOP, f.job_name, f.group_id, str(f.run_id))
         claim(incident, [f])
         out.append(incident)
-    by_run: dict[tuple[str, str], list[Finding]] = defaultdict(list)
+    by_run: dict[tuple[str | None, str | None], list[StoredFinding]] = defaultdict(list)
     for f in free(vocab.COMMIT_FAILURE, vocab.SKIPPED_COMMIT):
-        failed = f["finding_type"] == vocab.COMMIT_FAILURE or _evidence(f).get("reason") == "failed"
-        if failed and f["severity"] in _ACTIONABLE:
-            by_run[(f["job_name"], f["run_id"])].append(f)
-    for (job, run), members in sorted(by_run.items()):
-        incident = Incident(vocab.INCIDENT_COMMIT_OUTAGE, job, members[0]["group_id"], str(run))
+        failed = f.finding_type == vocab.COMMIT_FAILURE or f.evidence.get("reason") == vocab.SKIPPED_FAILED
+        if failed and f.severity in _ACTIONABLE:
+            by_run[(f.job_name, f.run_id)].append(f)
+    for (job, run), members in sorted(by_run.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "")):
+        incident = IncidentDraft(vocab.INCIDENT_COMMIT_OUTAGE, job, members[0].group_id, str(run))
         claim(incident, members)
         out.append(incident)
     out += _external_changes(free(*_COMMIT_FINDINGS), claim)
@@ -137,70 +142,72 @@ def group_findings(findings: Sequence[Finding]) -> list[Incident]:
         (vocab.INCIDENT_GAP, (vocab.GAP,)),
         (vocab.INCIDENT_LEDGER_GAP, (vocab.SINK_BEYOND_CHECKPOINT, vocab.LEDGER_INCONSISTENT)),
     ):
-        per_job: dict[str, list[Finding]] = defaultdict(list)
+        per_job: dict[str, list[StoredFinding]] = defaultdict(list)
         for f in free(*types):
-            if f["severity"] in _ACTIONABLE:
-                per_job[str(f["job_name"])].append(f)
+            if f.severity in _ACTIONABLE:
+                per_job[str(f.job_name)].append(f)
         for job, members in sorted(per_job.items()):
-            incident = Incident(kind, job, members[0]["group_id"], "")
+            incident = IncidentDraft(kind, job, members[0].group_id, "")
             claim(incident, members)
             out.append(incident)
-    per_run: dict[tuple[str, str], list[Finding]] = defaultdict(list)
+    per_run: dict[tuple[str, str], list[StoredFinding]] = defaultdict(list)
     for f in free(vocab.SKIPPED_COMMIT):
-        if f["severity"] in _ACTIONABLE:
-            per_run[(str(f["job_name"]), str(f["run_id"]))].append(f)
+        if f.severity in _ACTIONABLE:
+            per_run[(str(f.job_name), str(f.run_id))].append(f)
     for (job, run), members in sorted(per_run.items()):
-        incident = Incident(vocab.INCIDENT_SKIPPED_COMMIT, job, members[0]["group_id"], run)
+        incident = IncidentDraft(vocab.INCIDENT_SKIPPED_COMMIT, job, members[0].group_id, run)
         claim(incident, members)
         out.append(incident)
     return out
 
 
-Claim = Callable[[Incident, Iterable[Finding]], None]
-Free = Callable[..., list[Finding]]
+Claim = Callable[[IncidentDraft, Iterable[StoredFinding]], None]
+Free = Callable[..., list[StoredFinding]]
 
 
-def _restarts(findings: Sequence[Finding], claim: Claim, free: Free) -> list[Incident]:
+def _restarts(findings: Sequence[StoredFinding], claim: Claim, free: Free) -> list[IncidentDraft]:
     """Rule 1: one incident per restarted run (the RESTART_* findings name the new run; the
-    vocab.INCIDENT_UNCLEAN_STOP of the run before names it as ``next_run_id``)."""
-    restarts: dict[tuple[str, str], list[Finding]] = defaultdict(list)
+    UNCLEAN_STOP of the run before names it as ``next_run_id``)."""
+    restarts: dict[tuple[str, str], list[StoredFinding]] = defaultdict(list)
     for f in free(vocab.RESTART_REPLAY, vocab.RESTART_SKIP):
-        restarts[(str(f["job_name"]), str(f["run_id"]))].append(f)
-    crashes: dict[tuple[str, str], Finding] = {}
+        restarts[(str(f.job_name), str(f.run_id))].append(f)
+    crashes: dict[tuple[str, str], StoredFinding] = {}
     for f in free(vocab.UNCLEAN_STOP):
-        following = _evidence(f).get("next_run_id")
+        following = f.evidence_text("next_run_id")
         if following:
-            crashes[(str(f["job_name"]), str(following))] = f
+            crashes[(str(f.job_name), following)] = f
     out = []
     for job, run in sorted(set(restarts) | set(crashes)):
         members = restarts.get((job, run), [])
         skipped: dict[TopicPartition, list[tuple[int, int]]] = defaultdict(list)
         replayed: dict[TopicPartition, list[tuple[int, int]]] = defaultdict(list)
         for f in members:
-            target = skipped if f["finding_type"] == vocab.RESTART_SKIP else replayed
-            target[(f["topic"], f["partition"])].append((f["offset_start"], f["offset_end"]))
-        same_job = [f for f in findings if f["job_name"] == job]
-        lost = [f for f in same_job if f["finding_type"] == vocab.GAP and _overlaps(f, skipped)]
-        twice = [f for f in same_job if f["finding_type"] == vocab.DUPLICATE and _overlaps(f, replayed)]
+            if f.topic is None or f.partition is None or f.offset_start is None or f.offset_end is None:
+                continue  # a restart finding always names its partition and range
+            target = skipped if f.finding_type == vocab.RESTART_SKIP else replayed
+            target[(f.topic, f.partition)].append((f.offset_start, f.offset_end))
+        same_job = [f for f in findings if f.job_name == job]
+        lost = [f for f in same_job if f.finding_type == vocab.GAP and _overlaps(f, skipped)]
+        twice = [f for f in same_job if f.finding_type == vocab.DUPLICATE and _overlaps(f, replayed)]
         crash = crashes.get((job, run))
         kind = vocab.INCIDENT_RESTART if members else vocab.INCIDENT_UNCLEAN_STOP
         anchor = members[0] if members else crash
-        incident = Incident(kind, job, anchor["group_id"] if anchor else None, run)
+        incident = IncidentDraft(kind, job, anchor.group_id if anchor else None, run)
         claim(incident, [*([crash] if crash else []), *members, *lost, *twice])
         incident.run_ids.add(run)
         out.append(incident)
     return out
 
 
-def _external_changes(members: Sequence[Finding], claim: Claim) -> list[Incident]:
+def _external_changes(members: Sequence[StoredFinding], claim: Claim) -> list[IncidentDraft]:
     """Rule 4: per group, commits no request explains, split where they lie far apart in time."""
-    by_group: dict[str, list[tuple[datetime | None, Finding]]] = defaultdict(list)
+    by_group: dict[str, list[tuple[datetime | None, StoredFinding]]] = defaultdict(list)
     for f in members:
-        by_group[str(f["group_id"])].append((_time(_evidence(f).get("commit_time")), f))
+        by_group[str(f.group_id)].append((_time(f.evidence.get("commit_time")), f))
     out = []
     for group, timed in sorted(by_group.items()):
-        timed.sort(key=lambda tf: (tf[0] is None, tf[0] or datetime.min, tf[1]["finding_id"]))
-        clusters: list[list[tuple[datetime | None, Finding]]] = []
+        timed.sort(key=lambda tf: (tf[0] is None, tf[0] or datetime.min, tf[1].finding_id))
+        clusters: list[list[tuple[datetime | None, StoredFinding]]] = []
         for t, f in timed:
             last = clusters[-1][-1][0] if clusters else None
             if clusters and (t is None or last is None or t - last <= EXTERNAL_CHANGE_CLUSTER):
@@ -209,8 +216,8 @@ def _external_changes(members: Sequence[Finding], claim: Claim) -> list[Incident
                 clusters.append([(t, f)])
         for cluster in clusters:
             first = cluster[0][0]
-            jobs = sorted({str(f["job_name"]) for _, f in cluster if f["job_name"]})
-            incident = Incident(
+            jobs = sorted({f.job_name for _, f in cluster if f.job_name})
+            incident = IncidentDraft(
                 vocab.INCIDENT_EXTERNAL_OFFSET_CHANGE,
                 jobs[0] if jobs else None,
                 group,
@@ -224,71 +231,73 @@ def _external_changes(members: Sequence[Finding], claim: Claim) -> list[Incident
 # --- impact, cause, remedy --------------------------------------------------------------------------
 
 
-def _count(incident: Incident, finding_type: str, *statuses: str) -> int:
+def _count(incident: IncidentDraft, finding_type: str, *statuses: str) -> int:
     return sum(
-        int(f["record_count"] or 0)
+        f.record_count or 0
         for f in incident.findings
-        if f["finding_type"] == finding_type and (not statuses or f["status"] in statuses)
+        if f.finding_type == finding_type and (not statuses or f.status in statuses)
     )
 
 
-def impact(incident: Incident) -> dict[str, Any]:
+def impact(incident: IncidentDraft) -> Impact:
     """Records lost (confirmed), unverifiable (retention deleted them, or confirmation was not
     run), duplicated (extra copies), replayed, and the worst commit lag in offsets."""
     lags = [
-        int(f["record_count"])
+        f.record_count
         for f in incident.findings
-        if f["record_count"] is not None
+        if f.record_count is not None
         and (
-            f["finding_type"] in _COMMIT_FINDINGS
-            or (f["finding_type"] == vocab.SKIPPED_COMMIT and f["severity"] in _ACTIONABLE)
+            f.finding_type in _COMMIT_FINDINGS
+            or (f.finding_type == vocab.SKIPPED_COMMIT and f.severity in _ACTIONABLE)
         )
-        and f["finding_type"] != vocab.FOREIGN_COMMIT
+        and f.finding_type != vocab.FOREIGN_COMMIT
     ]
-    return {
-        "records_lost": _count(incident, vocab.GAP, vocab.CONFIRMED),
-        "records_unverifiable": _count(incident, vocab.GAP, vocab.UNVERIFIABLE, vocab.OPEN),
-        "records_duplicated": _count(incident, vocab.DUPLICATE),
-        "records_replayed": _count(incident, vocab.RESTART_REPLAY),
-        "max_commit_lag": max(lags, default=None),
-    }
+    return Impact(
+        records_lost=_count(incident, vocab.GAP, vocab.CONFIRMED),
+        records_unverifiable=_count(incident, vocab.GAP, vocab.UNVERIFIABLE, vocab.OPEN),
+        records_duplicated=_count(incident, vocab.DUPLICATE),
+        records_replayed=_count(incident, vocab.RESTART_REPLAY),
+        max_commit_lag=max(lags, default=None),
+    )
 
 
-def severity(incident: Incident, effect: Mapping[str, Any]) -> str:
+def severity(incident: IncidentDraft, effect: Impact) -> str:
     """Critical for confirmed loss, error for duplicates, unverifiable loss or commits nobody
     explains, warn for risk without loss, info when nothing was lost."""
-    types = {f["finding_type"] for f in incident.findings}
-    if effect["records_lost"]:
+    types = {f.finding_type for f in incident.findings}
+    if effect.records_lost:
         return vocab.CRITICAL
     if (
-        effect["records_duplicated"]
-        or effect["records_unverifiable"]
+        effect.records_duplicated
+        or effect.records_unverifiable
         or types & {vocab.FOREIGN_COMMIT, vocab.COMMIT_REGRESSION, vocab.COMMIT_MISMATCH}
     ):
         return vocab.ERROR
-    if any(f["severity"] in _ACTIONABLE for f in incident.findings):
+    if any(f.severity in _ACTIONABLE for f in incident.findings):
         return vocab.WARN
     return vocab.INFO
 
 
-def partitions_of(incident: Incident) -> list[TopicPartition]:
-    return sorted({(f["topic"], f["partition"]) for f in incident.findings if f["topic"] is not None})
+def partitions_of(incident: IncidentDraft) -> list[TopicPartition]:
+    return sorted(
+        {(f.topic, f.partition) for f in incident.findings if f.topic is not None and f.partition is not None}
+    )
 
 
-def _records(incident: Incident, finding_type: str) -> int:
-    return sum(int(f["record_count"] or 0) for f in incident.findings if f["finding_type"] == finding_type)
+def _records(incident: IncidentDraft, finding_type: str) -> int:
+    return sum(f.record_count or 0 for f in incident.findings if f.finding_type == finding_type)
 
 
-def cause(incident: Incident, effect: Mapping[str, Any]) -> str:
+def cause(incident: IncidentDraft, effect: Impact) -> str:
     """One sentence, built from the evidence."""
     where = f"{len(partitions_of(incident))} partition(s)"
     job = incident.job_name or "an unknown job"
-    found = {f["finding_type"]: f for f in incident.findings}
+    found = {f.finding_type: f for f in incident.findings}
     kinds = ", ".join(sorted(found))
     crash = found.get(vocab.UNCLEAN_STOP)
-    dead = crash["run_id"] if crash else "?"
+    dead = crash.run_id if crash else "?"
     if incident.kind == vocab.INCIDENT_UNCLEAN_STOP:
-        following = _evidence(crash).get("next_run_id") if crash else None
+        following = crash.evidence_text("next_run_id") if crash else None
         if following:
             return (
                 f"Run {dead} of {job} was killed; run {following} resumed exactly from its "
@@ -297,19 +306,19 @@ def cause(incident: Incident, effect: Mapping[str, Any]) -> str:
         return f"Run {dead} of {job} went silent without stopping cleanly, and no later run resumed it."
     if incident.kind == vocab.INCIDENT_RESTART:
         first = found.get(vocab.RESTART_SKIP) or found[vocab.RESTART_REPLAY]
-        source = _evidence(first).get("resume_source")
+        source = first.evidence_text("resume_source")
         before = f"after run {dead} died" if crash else "after a clean stop"
         what = (
             f"skipped {_records(incident, vocab.RESTART_SKIP)} offsets"
             if vocab.RESTART_SKIP in found
-            else f"re-read {effect['records_replayed']} offsets"
+            else f"re-read {effect.records_replayed} offsets"
         )
         return (
-            f"Run {first['run_id']} of {job} restarted from '{source}' {before} and {what} on {where}: "
-            f"{effect['records_lost']} records lost, {effect['records_duplicated']} duplicated."
+            f"Run {first.run_id} of {job} restarted from '{source}' {before} and {what} on {where}: "
+            f"{effect.records_lost} records lost, {effect.records_duplicated} duplicated."
         )
     if incident.kind == vocab.INCIDENT_COMMIT_OUTAGE:
-        errors = sorted({str(e) for f in incident.findings if (e := _evidence(f).get("error"))})
+        errors = sorted({e for f in incident.findings if (e := f.evidence_text("error"))})
         return (
             f"Offset commits of {job} failed ({', '.join(errors) or 'unknown error'}) on {where}; "
             "the group's offsets lagged the checkpoints meanwhile."
@@ -327,12 +336,12 @@ def cause(incident: Incident, effect: Mapping[str, Any]) -> str:
         )
     if incident.kind == vocab.INCIDENT_SECOND_WRITER:
         return (
-            f"{effect['records_duplicated']} extra copies in the sink of {job} on {where} that no "
+            f"{effect.records_duplicated} extra copies in the sink of {job} on {where} that no "
             f"restart explains, written by {_writers(incident, job)}."
         )
     if incident.kind == vocab.INCIDENT_GAP:
         return (
-            f"{effect['records_lost']} records confirmed missing and {effect['records_unverifiable']} "
+            f"{effect.records_lost} records confirmed missing and {effect.records_unverifiable} "
             f"unverifiable in the sink of {job} on {where}, below its completed checkpoints."
         )
     if incident.kind == vocab.INCIDENT_LEDGER_GAP:
@@ -343,145 +352,115 @@ def cause(incident: Incident, effect: Mapping[str, Any]) -> str:
     )
 
 
-def _writers(incident: Incident, job: str) -> str:
+def _writers(incident: IncidentDraft, job: str) -> str:
     """Who wrote the copies: the job's runs, then the writers that are no run of it (as the
     DUPLICATE evidence tells them apart), else every writer the evidence names."""
-    evidence = [_evidence(f) for f in incident.findings]
-    outside = sorted({str(w) for e in evidence for w in e.get("outside_writers") or []})
+    outside = sorted({w for f in incident.findings for w in f.evidence_texts("outside_writers")})
     named = [f"run {r}" for r in sorted(incident.run_ids)] + [
         f"{w or 'a writer with no run id'} (no run of {job})" for w in outside
     ]
     if not named:  # findings stored before the evidence told the writers apart
-        named = sorted(
-            {str(w.get("run")) for e in evidence for w in e.get("writers", []) if isinstance(w, dict)}
-        )
+        named = sorted({str(w.get("run")) for f in incident.findings for w in _writer_objects(f)})
     return " and ".join(named) or "unknown writers"
 
 
-def _replay_plan(ranges: Sequence[tuple[str, int, int, int]]) -> dict[str, Any]:
-    """Ranges to read again: Spark Kafka-source options per range, and a reset CSV for
-    ``kafka-consumer-groups --reset-offsets --from-file`` to the start of each partition's first."""
-    first: dict[TopicPartition, int] = {}
-    for topic, partition, start, _ in ranges:
-        first[(topic, partition)] = min(start, first.get((topic, partition), start))
-    return {
-        "action": "replay",
-        "ranges": [{"topic": t, "partition": p, "start": s, "end": e} for t, p, s, e in ranges],
-        "spark_options": [
-            {
-                "startingOffsets": json.dumps({t: {str(p): s}}),
-                "endingOffsets": json.dumps({t: {str(p): e}}),
-            }
-            for t, p, s, e in ranges
-        ],
-        "reset_offsets_csv": "".join(f"{t},{p},{o}\n" for (t, p), o in sorted(first.items())),
-    }
+def _writer_objects(f: StoredFinding) -> list[dict[str, JsonValue]]:
+    """The writers a DUPLICATE's evidence names (each an object with its run and checkpoint)."""
+    writers = f.evidence.get("writers")
+    return [w for w in writers if isinstance(w, dict)] if isinstance(writers, list) else []
 
 
-def remedy(incident: Incident, completed: Mapping[tuple[str, str, int], int]) -> dict[str, Any]:
+def _ranges(findings: Iterable[StoredFinding]) -> tuple[OffsetRange, ...]:
+    """The offset ranges of ``findings``, by partition and start."""
+    ranges = sorted(
+        (f.topic, f.partition, f.offset_start, f.offset_end)
+        for f in findings
+        if f.topic is not None
+        and f.partition is not None
+        and f.offset_start is not None
+        and f.offset_end is not None
+    )
+    return tuple(OffsetRange(*r) for r in ranges)
+
+
+def remedy(incident: IncidentDraft, completed: Mapping[tuple[str, str, int], int]) -> RemedyPlan:
     """The plan (never executed here). ``completed``: (job, topic, partition) -> the offset of the
     latest completed checkpoint, what group offsets must say for a restart from them to be exact."""
-    gaps = sorted(
-        (f["topic"], f["partition"], int(f["offset_start"]), int(f["offset_end"]))
-        for f in incident.findings
-        if f["finding_type"] == vocab.GAP and f["status"] != vocab.BENIGN
-    )
-    dups = sorted(
-        (f["topic"], f["partition"], int(f["offset_start"]), int(f["offset_end"]))
-        for f in incident.findings
-        if f["finding_type"] == vocab.DUPLICATE
-    )
-    steps: list[dict[str, Any]] = []
+    steps: list[RemedyStep] = []
+    found = incident.findings
+    gaps = _ranges(f for f in found if f.finding_type == vocab.GAP and f.status != vocab.BENIGN)
     if gaps:
-        steps.append(_replay_plan(gaps))
+        steps.append(ReplayStep(gaps))
+    dups = _ranges(f for f in found if f.finding_type == vocab.DUPLICATE)
     if dups:
-        steps.append(
-            {
-                "action": "delete_duplicates",
-                "keep": "the copy written first (ties: the lowest checkpoint, then run id)",
-                "ranges": [{"topic": t, "partition": p, "start": s, "end": e} for t, p, s, e in dups],
-            }
-        )
+        steps.append(DeleteDuplicatesStep(dups))
     if incident.kind in (
         vocab.INCIDENT_EXTERNAL_OFFSET_CHANGE,
         vocab.INCIDENT_COMMIT_OUTAGE,
         vocab.INCIDENT_SKIPPED_COMMIT,
     ):
-        offsets = sorted(
-            (t, p, completed[(str(incident.job_name), t, p)])
+        job = str(incident.job_name)
+        offsets = tuple(
+            PartitionOffset(t, p, completed[(job, t, p)])
             for t, p in partitions_of(incident)
-            if (str(incident.job_name), t, p) in completed
+            if (job, t, p) in completed
         )
         if offsets:
-            steps.append(
-                {
-                    "action": "reset_offsets",
-                    "group_id": incident.group_id,
-                    "why": "group offsets at the latest completed checkpoint make a restart from them exact",
-                    "offsets": [{"topic": t, "partition": p, "offset": o} for t, p, o in offsets],
-                    "reset_offsets_csv": "".join(f"{t},{p},{o}\n" for t, p, o in offsets),
-                }
-            )
+            steps.append(ResetOffsetsStep(incident.group_id, offsets))
     if not steps:
-        return {"steps": [], "note": "nothing to repair: no records were lost or duplicated"}
-    return {"steps": steps}
+        return RemedyPlan(note=NOTHING_TO_REPAIR)
+    return RemedyPlan(tuple(steps))
 
 
-def to_rows(
-    incidents: Sequence[Incident],
+def repair_command(incident_id: str) -> str:
+    return f"offset-audit repair --incident {incident_id}"
+
+
+def to_incidents(
+    incidents: Sequence[IncidentDraft],
     reconcile_run_id: str,
     completed: Mapping[tuple[str, str, int], int],
-) -> list[dict[str, Any]]:
-    """Incidents as rows of the incidents contract (app.contracts.tables.INCIDENTS_SCHEMA)."""
-    rows = []
+) -> list[StoredIncident]:
+    """The incidents as this run stores them, most severe first (``incident_order``)."""
+    out = []
     for incident in incidents:
         effect = impact(incident)
         times = [
             t
             for f in incident.findings
-            for v in _evidence(f).values()
+            for v in f.evidence.values()
             if (t := _time(v)) is not None and t.tzinfo is not None
         ]
         plan = remedy(incident, completed)
-        plan["command"] = f"offset-audit repair --incident {incident.incident_id}"
-        rows.append(
-            {
-                "incident_id": incident.incident_id,
-                "kind": incident.kind,
-                "severity": severity(incident, effect),
-                "status": vocab.INCIDENT_OPEN,
-                "job_name": incident.job_name,
-                "group_id": incident.group_id,
-                "run_ids": sorted(incident.run_ids),
-                "first_evidence_at": min(times, default=None),
-                "last_evidence_at": max(times, default=None),
-                "partitions": len(partitions_of(incident)),
-                **effect,
-                "cause": cause(incident, effect),
-                "remedy": json.dumps(plan, sort_keys=True),
-                "finding_ids": sorted(f["finding_id"] for f in incident.findings),
-                "reconcile_run_id": reconcile_run_id,
-            }
+        out.append(
+            StoredIncident(
+                incident_id=incident.incident_id,
+                kind=incident.kind,
+                severity=severity(incident, effect),
+                status=vocab.INCIDENT_OPEN,
+                job_name=incident.job_name,
+                group_id=incident.group_id,
+                run_ids=tuple(sorted(incident.run_ids)),
+                first_evidence_at=min(times, default=None),
+                last_evidence_at=max(times, default=None),
+                partitions=len(partitions_of(incident)),
+                impact=effect,
+                cause=cause(incident, effect),
+                remedy=dataclasses.replace(plan, command=repair_command(incident.incident_id)),
+                finding_ids=tuple(sorted(f.finding_id for f in incident.findings)),
+                reconcile_run_id=reconcile_run_id,
+            )
         )
-    return sorted(rows, key=incident_order)
+    return sorted(out, key=incident_order)
 
 
-def incident_order(row: Mapping[str, Any]) -> tuple[int, int, str]:
-    """Most severe first, then the most records lost or duplicated."""
-    harm = int(row["records_lost"] or 0) + int(row["records_duplicated"] or 0)
-    return SEVERITIES.index(row["severity"]), -harm, str(row["incident_id"])
-
-
-RESOLVED: Final = "resolved"
-
-
-def carry_resolution(rows: Sequence[Mapping[str, Any]], resolved: set[str]) -> list[dict[str, Any]]:
+def carry_resolution(incidents: Sequence[StoredIncident], resolved: set[str]) -> list[StoredIncident]:
     """An incident a repair resolved stays resolved when a later reconciliation finds it again
     without records lost, unverifiable or duplicated (a RESTART_SKIP stays in the ledger for
     good, but the gap it left was replayed)."""
-    out = []
-    for row in rows:
-        harm = sum(int(row[k] or 0) for k in ("records_lost", "records_unverifiable", "records_duplicated"))
-        keep = row["incident_id"] in resolved and harm == 0
-        out.append({**row, "status": RESOLVED if keep else row["status"]})
-    return out
+    return [
+        dataclasses.replace(i, status=vocab.INCIDENT_RESOLVED)
+        if i.incident_id in resolved and i.impact.harm == 0
+        else i
+        for i in incidents
+    ]

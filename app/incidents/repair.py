@@ -15,17 +15,17 @@ from Kafka, and a duplicate by dropping the extra copies. Any other sink gets th
   they differ from the plan's: a rerun commits nothing.
 
 Whether a run changed anything (``RepairOutcome.changed``) decides whether the incident is written
-again: a second ``--execute`` of a repaired incident writes nowhere.
+again: a second ``--execute`` of a repaired incident writes nowhere. The steps and their results
+are the typed ones of app.incidents.remedy.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from functools import reduce
-from typing import Any, Final
+from typing import Final
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -34,6 +34,19 @@ from pyspark.sql import functions as F
 from app.config import AppConfig
 from app.contracts.tables import SINK_SCHEMA
 from app.errors import UsageError
+from app.incidents.incident import StoredIncident
+from app.incidents.remedy import (
+    DeleteDuplicatesStep,
+    DuplicatesDeleted,
+    OffsetRange,
+    OffsetsReset,
+    PartitionOffset,
+    RepairOutcome,
+    Replayed,
+    ReplayStep,
+    ResetOffsetsStep,
+    StepResult,
+)
 from app.kafka.clients import spark_kafka_options
 
 log = logging.getLogger(__name__)
@@ -41,70 +54,51 @@ log = logging.getLogger(__name__)
 REPAIR_RUN_PREFIX: Final = "repair-"
 
 
-@dataclass
-class RepairOutcome:
-    incident_id: str
-    actions: list[dict[str, Any]] = field(default_factory=list)
-    undo: list[str] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        """Whether any step changed the sink (a new table version) or the group's offsets."""
-        return any(changed_anything(a) for a in self.actions)
-
-
-def changed_anything(action: Mapping[str, Any]) -> bool:
-    """Whether the step recorded in ``action`` changed the sink or the group's offsets."""
-    if "version_before" in action:
-        return bool(action["version_after"] != action["version_before"])
-    return bool(action.get("offsets_changed"))
-
-
 def is_reference_sink(columns: Sequence[str]) -> bool:
     """The reference job's raw-record sink: every column of SINK_SCHEMA, nothing else needed."""
     return set(SINK_SCHEMA.fieldNames()) <= set(columns)
 
 
-def _in_ranges(ranges: Sequence[Mapping[str, Any]]) -> Column:
+def _in_ranges(ranges: Sequence[OffsetRange]) -> Column:
     condition: Column = reduce(
         Column.__or__,
         [
-            (F.col("kafka_topic") == r["topic"])
-            & (F.col("kafka_partition") == int(r["partition"]))
-            & (F.col("kafka_offset") >= int(r["start"]))
-            & (F.col("kafka_offset") < int(r["end"]))
+            (F.col("kafka_topic") == r.topic)
+            & (F.col("kafka_partition") == r.partition)
+            & (F.col("kafka_offset") >= r.start)
+            & (F.col("kafka_offset") < r.end)
             for r in ranges
         ],
     )
     return condition
 
 
-def _predicate(ranges: Sequence[Mapping[str, Any]]) -> str:
+def _predicate(ranges: Sequence[OffsetRange]) -> str:
     """The same condition as SQL text, for replaceWhere."""
 
-    def quoted(text: Any) -> str:
-        return "'" + str(text).replace("'", "''") + "'"
+    def quoted(text: str) -> str:
+        return "'" + text.replace("'", "''") + "'"
 
     return " OR ".join(
-        f"(kafka_topic = {quoted(r['topic'])} AND kafka_partition = {int(r['partition'])}"
-        f" AND kafka_offset >= {int(r['start'])} AND kafka_offset < {int(r['end'])})"
+        f"(kafka_topic = {quoted(r.topic)} AND kafka_partition = {int(r.partition)}"
+        f" AND kafka_offset >= {int(r.start)} AND kafka_offset < {int(r.end)})"
         for r in ranges
     )
 
 
 def read_ranges(
-    spark: SparkSession, cfg: AppConfig, bootstrap: str, ranges: Sequence[Mapping[str, Any]]
+    spark: SparkSession, cfg: AppConfig, bootstrap: str, ranges: Sequence[OffsetRange]
 ) -> DataFrame:
     """The source records of ``ranges`` as a batch read of Spark's Kafka source."""
     frames = []
     for r in ranges:
-        topic, partition = str(r["topic"]), int(r["partition"])
+        topic, partition = r.topic, r.partition
         frames.append(
             spark.read.format("kafka")
             .options(**spark_kafka_options(cfg.kafka, bootstrap))
             .option("assign", json.dumps({topic: [partition]}))
-            .option("startingOffsets", json.dumps({topic: {str(partition): int(r["start"])}}))
-            .option("endingOffsets", json.dumps({topic: {str(partition): int(r["end"])}}))
+            .option("startingOffsets", json.dumps({topic: {str(partition): r.start}}))
+            .option("endingOffsets", json.dumps({topic: {str(partition): r.end}}))
             .option("kafka.isolation.level", "read_committed")
             .option("failOnDataLoss", "false")
             .load()
@@ -118,8 +112,8 @@ def replay(
     sink_path: str,
     bootstrap: str,
     incident_id: str,
-    ranges: Sequence[Mapping[str, Any]],
-) -> dict[str, Any]:
+    ranges: Sequence[OffsetRange],
+) -> Replayed:
     """Append the ranges' records the sink lacks, in one idempotent Delta commit."""
     sink = spark.read.format("delta").load(sink_path)
     present = sink.where(_in_ranges(ranges)).select("kafka_topic", "kafka_partition", "kafka_offset")
@@ -149,13 +143,14 @@ def replay(
     finally:
         rows.unpersist()
     after = _version(spark, sink_path)
-    return {"action": "replay", "records_appended": count if after != before else 0, "version_before": before,
-            "version_after": after}  # fmt: skip
+    return Replayed(
+        records_appended=count if after != before else 0, version_before=before, version_after=after
+    )
 
 
 def delete_duplicates(
-    spark: SparkSession, sink_path: str, ranges: Sequence[Mapping[str, Any]]
-) -> dict[str, Any]:
+    spark: SparkSession, sink_path: str, ranges: Sequence[OffsetRange]
+) -> DuplicatesDeleted:
     """Keep one copy per offset in ``ranges``, the first writer's, in one Delta commit."""
     sink = spark.read.format("delta").load(sink_path)
     inside = sink.where(_in_ranges(ranges)).select(
@@ -178,13 +173,14 @@ def delete_duplicates(
             )
     finally:
         ranked.unpersist()
-    return {"action": "delete_duplicates", "copies_deleted": extra, "version_before": before,
-            "version_after": _version(spark, sink_path)}  # fmt: skip
+    return DuplicatesDeleted(
+        copies_deleted=extra, version_before=before, version_after=_version(spark, sink_path)
+    )
 
 
 def reset_offsets(
-    cfg: AppConfig, bootstrap: str, group_id: str, offsets: Sequence[Mapping[str, Any]]
-) -> dict[str, Any]:
+    cfg: AppConfig, bootstrap: str, group_id: str, offsets: Sequence[PartitionOffset]
+) -> OffsetsReset:
     """Set the group's offsets, only while the group has no active members, and only those that
     differ from what the group holds (``offsets_changed`` counts them)."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
@@ -205,7 +201,7 @@ def reset_offsets(
         raise UsageError(
             f"group {group_id} has {len(described.members)} active member(s); stop its consumers first"
         )
-    wanted = {(str(o["topic"]), int(o["partition"])): int(o["offset"]) for o in offsets}
+    wanted = {(o.topic, o.partition): o.offset for o in offsets}
     asked = [TopicPartition(topic, partition) for topic, partition in sorted(wanted)]
     listed = retry_kafka(
         lambda left: admin.list_consumer_group_offsets(
@@ -228,12 +224,7 @@ def reset_offsets(
             f"setting the offsets of group {group_id} at {bootstrap}",
             timeout,
         )
-    return {
-        "action": "reset_offsets",
-        "group_id": group_id,
-        "offsets": list(offsets),
-        "offsets_changed": len(parts),
-    }
+    return OffsetsReset(group_id=group_id, offsets=tuple(offsets), offsets_changed=len(parts))
 
 
 def _version(spark: SparkSession, path: str) -> int:
@@ -243,41 +234,39 @@ def _version(spark: SparkSession, path: str) -> int:
 def execute(
     spark: SparkSession,
     cfg: AppConfig,
-    row: Mapping[str, Any],
+    incident: StoredIncident,
     sink_path: str,
     bootstrap: Callable[[], str],
 ) -> RepairOutcome:
-    """Run the plan of the incident ``row``. Sink steps need the reference sink (else UsageError)."""
-    plan = json.loads(row["remedy"] or "{}")
-    incident_id = str(row["incident_id"])
-    outcome = RepairOutcome(incident_id)
-    steps = plan.get("steps", [])
-    if any(s["action"] in ("replay", "delete_duplicates") for s in steps):
+    """Run the plan of ``incident``. Sink steps need the reference sink (else UsageError)."""
+    steps = incident.remedy.steps
+    if any(isinstance(s, (ReplayStep, DeleteDuplicatesStep)) for s in steps):
         if not DeltaTable.isDeltaTable(spark, sink_path):
-            raise UsageError(f"no Delta table at {sink_path}, the sink of job {row['job_name']}")
+            raise UsageError(f"no Delta table at {sink_path}, the sink of job {incident.job_name}")
         columns = spark.read.format("delta").load(sink_path).columns
         if not is_reference_sink(columns):
             raise UsageError(
                 f"the sink at {sink_path} is not the reference job's raw-record sink (it lacks "
                 f"{sorted(set(SINK_SCHEMA.fieldNames()) - set(columns))}): only the plan can be produced"
             )
+    actions: list[StepResult] = []
     for step in steps:
-        if step["action"] == "replay":
-            done = replay(spark, cfg, sink_path, bootstrap(), incident_id, step["ranges"])
-        elif step["action"] == "delete_duplicates":
-            done = delete_duplicates(spark, sink_path, step["ranges"])
-        elif step["action"] == "reset_offsets":
-            done = reset_offsets(cfg, bootstrap(), str(step["group_id"]), step["offsets"])
+        done: StepResult
+        if isinstance(step, ReplayStep):
+            done = replay(spark, cfg, sink_path, bootstrap(), incident.incident_id, step.ranges)
+        elif isinstance(step, DeleteDuplicatesStep):
+            done = delete_duplicates(spark, sink_path, step.ranges)
         else:
-            raise UsageError(f"unknown remedy step {step['action']!r}")
-        outcome.actions.append(done)
-        log.info("repair %s: %s", incident_id, done)
-    changed = [
-        a["version_before"]
-        for a in outcome.actions
-        if a.get("version_after", 0) != a.get("version_before", 0)
-    ]
-    if changed:
-        # The version before the first change undoes them all (Delta time travel).
-        outcome.undo.append(f"RESTORE TABLE delta.`{sink_path}` TO VERSION AS OF {min(changed)}")
-    return outcome
+            done = reset_offsets(cfg, bootstrap(), _group_of(step, incident), step.offsets)
+        actions.append(done)
+        log.info("repair %s: %s", incident.incident_id, done)
+    changed = [a.version_before for a in actions if not isinstance(a, OffsetsReset) and a.changed]
+    # The version before the first change undoes them all (Delta time travel).
+    undo = [f"RESTORE TABLE delta.`{sink_path}` TO VERSION AS OF {min(changed)}"] if changed else []
+    return RepairOutcome(tuple(actions), tuple(undo))
+
+
+def _group_of(step: ResetOffsetsStep, incident: StoredIncident) -> str:
+    if step.group_id is None:
+        raise UsageError(f"incident {incident.incident_id} names no consumer group whose offsets to reset")
+    return step.group_id

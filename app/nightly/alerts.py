@@ -21,9 +21,9 @@ from urllib.parse import urlparse
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
 
 from app.config import AlertsConfig
-from app.contracts import vocabulary as vocab
 from app.contracts.vocabulary import INCIDENT_KINDS, SEVERITIES
 from app.errors import InfrastructureError
+from app.incidents.incident import IncidentSummary
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class NightlyFacts:
     succeeded: bool
     finished_at: datetime
     last_success_at: datetime | None
-    incidents: Sequence[Mapping[str, Any]]  # incident summaries of this night's reconcile
+    incidents: Sequence[IncidentSummary]  # of this night's reconcile
     partitions: Sequence[Mapping[str, Any]]  # partition_summary rows of this night's reconcile
 
 
@@ -57,13 +57,15 @@ def registry_for(facts: NightlyFacts) -> CollectorRegistry:
         registry=registry,
     )
     for i in facts.incidents:
-        if i.get("status", vocab.INCIDENT_OPEN) == vocab.INCIDENT_OPEN:
-            incidents.labels(i["kind"], i["severity"]).inc()
-        impact = i.get("impact", {})
-        for name in ("records_lost", "records_unverifiable", "records_duplicated", "records_replayed"):
-            records.labels(str(i.get("job_name")), name.removeprefix("records_")).inc(
-                int(impact.get(name) or 0)
-            )
+        if i.is_open:
+            incidents.labels(i.kind, i.severity).inc()
+        for name, n in (
+            ("lost", i.impact.records_lost),
+            ("unverifiable", i.impact.records_unverifiable),
+            ("duplicated", i.impact.records_duplicated),
+            ("replayed", i.impact.records_replayed),
+        ):
+            records.labels(str(i.job_name), name).inc(n)
     lag = Gauge(
         "offset_audit_commit_lag_offsets",
         "Latest completed checkpoint offset minus the group's committed offset",

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from app.config import AppConfig
 from app.contracts.vocabulary import RUN_PENDING, RUN_SUCCEEDED, SEVERITIES
 from app.errors import describe_error, error_kind
+from app.incidents.incident import IncidentSummary, summaries_json
 from app.kafka.gaps import kafka_gap_confirmer
 from app.reconcile.forensics_run import run_forensics
 from app.reconcile.outputs import AuditRun, confirm_runs
@@ -177,7 +178,9 @@ class Nightly:
                 succeeded=succeeded,
                 finished_at=datetime.now(UTC),
                 last_success_at=self._last_success(),
-                incidents=[i for s in result.steps for i in s.summary.get("incidents", [])],
+                incidents=[
+                    IncidentSummary.from_json(i) for s in result.steps for i in s.summary.get("incidents", [])
+                ],
                 partitions=self._partitions(),
             )
             done = alerts.deliver(a, facts, asdict(result))
@@ -244,8 +247,6 @@ class Nightly:
         }
 
     def _reconcile(self) -> dict[str, Any]:
-        from app.commands.reconcile import incident_summary
-
         confirmer = None
         if self.cfg.reconcile.confirm_gaps:
             confirmer = kafka_gap_confirmer(
@@ -265,8 +266,8 @@ class Nightly:
             "gaps_suspected": outcome.gaps_suspected,
             "confirmation": outcome.confirmation,
             "counts": [[t, s, n] for (t, s), n in sorted(outcome.counts.items())],
-            "top": outcome.top[:10],
-            "incidents": [incident_summary(r) for r in outcome.incidents],
+            "top": [f.to_row() for f in outcome.top[:10]],
+            "incidents": summaries_json(outcome.incidents),
         }
 
     def _forensics(self) -> dict[str, Any]:

@@ -8,9 +8,11 @@ app/reconcile/ledger_audit.py: those inputs are small, so they are analysed on t
 
 Every rule returns typed ``Finding``s, built by ``Finding.of``: the contract's columns minus the run
 id and detection time, plus ``identity``, a string that together with the coordinates makes the
-finding unique. ``finalize_findings`` turns them into rows of the ``findings`` contract with
-``finding_id = sha2(identity columns)`` -- never over run ids of the reconciliation or times of
-detection, so a re-run over the same inputs yields the same ids.
+finding unique. ``finalize_findings`` turns them into ``StoredFinding``s, one per finding of the
+``findings`` contract, with ``finding_id = sha2(identity columns)`` -- never over run ids of the
+reconciliation or times of detection, so a re-run over the same inputs yields the same ids. From
+there on (incidents, outputs, the commands) a finding is a ``StoredFinding``; ``to_row`` and
+``from_row`` are the one conversion to and from a table row.
 
 Internal frames use canonical names: the sink is renamed by the I/O module to ``topic, partition,
 offset, writer_checkpoint_id, writer_run_id``.
@@ -33,6 +35,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from app.contracts.json_values import JsonObject, JsonValue
 from app.contracts.tables import FINDINGS_SCHEMA
 from app.contracts.vocabulary import (
     BENIGN,
@@ -48,6 +51,7 @@ from app.contracts.vocabulary import (
     UNVERIFIABLE,
     WARN,
 )
+from app.errors import SchemaMismatchError
 from app.reconcile.sink_offsets import PartitionRange
 
 # The findings contract minus what finalize_findings adds (id, run, time), plus the identity the id
@@ -129,7 +133,7 @@ class Finding:
     def core_row(self) -> dict[str, Any]:
         """The FINDING_CORE row: contract columns minus id, run and time, evidence as JSON."""
         row = {name: getattr(self, name) for name in FINDING_CORE}
-        row["evidence"] = json.dumps(self.evidence, sort_keys=True, default=str)
+        row["evidence"] = evidence_json(self.evidence)
         return row
 
     @property
@@ -139,6 +143,97 @@ class Finding:
 
 def _aware(value: Any) -> Any:
     return value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
+
+
+def evidence_json(evidence: Mapping[str, Any]) -> str:
+    """The evidence column's text: keys sorted, times and other non-JSON values as ``str``."""
+    return json.dumps(evidence, sort_keys=True, default=str)
+
+
+def parse_evidence(text: str | None) -> JsonObject:
+    """The evidence column's text parsed back; a finding without evidence has none."""
+    value = json.loads(text or "{}")
+    if not isinstance(value, dict):
+        raise ValueError(f"finding evidence is not a JSON object: {text!r}")
+    return value
+
+
+# The findings contract's columns, in its order: what a StoredFinding holds and a row carries.
+FINDINGS_COLUMNS: Final = tuple(FINDINGS_SCHEMA.fieldNames())
+
+
+@dataclass(frozen=True)
+class StoredFinding:
+    """One finding as the ``findings`` table holds it: every column of the contract, in its order,
+    with the evidence parsed (what ``json.loads`` gives back of the stored text, so a finding just
+    finalized equals the same finding read back). Built by ``finalize_findings`` from a rule's
+    ``Finding`` or by ``from_row`` from a stored row; ``to_row`` gives the row back."""
+
+    finding_id: str
+    reconcile_run_id: str
+    detected_at: datetime
+    finding_type: str
+    severity: str
+    status: str
+    job_name: str | None
+    group_id: str | None
+    topic: str | None
+    partition: int | None
+    checkpoint_id: int | None
+    run_id: str | None
+    offset_start: int | None
+    offset_end: int | None
+    record_count: int | None
+    evidence: Mapping[str, JsonValue]
+
+    @classmethod
+    def of(cls, finding: Finding, reconcile_run_id: str, detected_at: datetime) -> StoredFinding:
+        """The finding as this run stores it; its evidence as the table will give it back."""
+        core = finding.core_row()
+        return cls(
+            finding_id=finding_id(core),
+            reconcile_run_id=reconcile_run_id,
+            detected_at=detected_at,
+            finding_type=finding.finding_type,
+            severity=finding.severity,
+            status=finding.status,
+            job_name=finding.job_name,
+            group_id=finding.group_id,
+            topic=finding.topic,
+            partition=finding.partition,
+            checkpoint_id=finding.checkpoint_id,
+            run_id=finding.run_id,
+            offset_start=finding.offset_start,
+            offset_end=finding.offset_end,
+            record_count=finding.record_count,
+            evidence=parse_evidence(core["evidence"]),
+        )
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> StoredFinding:
+        """A row of the findings table (as delta-rs or Spark reads it), evidence parsed."""
+        fields = {name: row[name] for name in FINDINGS_COLUMNS if name != "evidence"}
+        try:
+            evidence = parse_evidence(row["evidence"])
+        except ValueError as exc:
+            raise SchemaMismatchError(f"finding {row['finding_id']}: {exc}") from exc
+        return cls(**fields, evidence=evidence)
+
+    def to_row(self) -> dict[str, Any]:
+        """The row of the findings contract: every column, evidence as its JSON text."""
+        row = {name: getattr(self, name) for name in FINDINGS_COLUMNS}
+        row["evidence"] = evidence_json(self.evidence)
+        return row
+
+    def evidence_text(self, key: str) -> str | None:
+        """An evidence value as text (None when absent or null)."""
+        value = self.evidence.get(key)
+        return None if value is None else str(value)
+
+    def evidence_texts(self, key: str) -> list[str]:
+        """An evidence list's items as text (none when absent or not a list)."""
+        value = self.evidence.get(key)
+        return [str(v) for v in value] if isinstance(value, list) else []
 
 
 @dataclass(frozen=True)
@@ -178,36 +273,25 @@ def finding_id(row: Mapping[str, Any]) -> str:
 
 def finalize_findings(
     core: Iterable[Finding], reconcile_run_id: str, detected_at: datetime
-) -> list[dict[str, Any]]:
-    """Findings -> findings contract rows, one per finding id (``one_per_finding_id``)."""
-    rows = []
-    for finding in core:
-        r = finding.core_row()
-        rows.append(
-            {
-                **{f.name: r.get(f.name) for f in FINDINGS_SCHEMA.fields},
-                "finding_id": finding_id(r),
-                "reconcile_run_id": reconcile_run_id,
-                "detected_at": detected_at,
-            }
-        )
-    return one_per_finding_id(rows)
+) -> list[StoredFinding]:
+    """Findings as the run stores them, one per finding id (``one_per_finding_id``)."""
+    return one_per_finding_id(StoredFinding.of(f, reconcile_run_id, detected_at) for f in core)
 
 
-def finding_order(row: Mapping[str, Any]) -> tuple[int, int]:
+def finding_order(finding: StoredFinding) -> tuple[int, int]:
     """Sort key of a finalized finding: most severe first, then the one counting the most records."""
-    return SEVERITIES.index(row["severity"]), -(row["record_count"] or 0)
+    return SEVERITIES.index(finding.severity), -(finding.record_count or 0)
 
 
-def one_per_finding_id(rows: Iterable[Any]) -> list[Any]:
-    """Finalized rows, one per finding id: the first by ``finding_order`` (the most severe, then the
-    one counting the most records). Two rows share an id only when input rows were duplicated.
+def one_per_finding_id(findings: Iterable[StoredFinding]) -> list[StoredFinding]:
+    """Finalized findings, one per finding id: the first by ``finding_order`` (the most severe, then
+    the one counting the most records). Two share an id only when input findings were duplicated.
     Order is kept."""
-    best: dict[str, Any] = {}
-    for row in rows:
-        kept = best.get(row["finding_id"])
-        if kept is None or finding_order(row) < finding_order(kept):
-            best[row["finding_id"]] = row
+    best: dict[str, StoredFinding] = {}
+    for finding in findings:
+        kept = best.get(finding.finding_id)
+        if kept is None or finding_order(finding) < finding_order(kept):
+            best[finding.finding_id] = finding
     return list(best.values())
 
 

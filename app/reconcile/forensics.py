@@ -28,7 +28,8 @@ from app.contracts.vocabulary import (
     RESTART_SKIPPED,
     WARN,
 )
-from app.reconcile.findings import Finding
+from app.incidents.incident import StoredIncident
+from app.reconcile.findings import Finding, StoredFinding
 
 # A restart per run start and partition, as app.reconcile.ledger_audit classifies it: the restarts contract
 # minus what the sink and the forensics run add (duplicates_observed, forensics_run_id), plus the
@@ -152,8 +153,8 @@ def timeline_entries(
     ledger_rows: Sequence[Mapping[str, Any]],
     commit_rows: Sequence[Mapping[str, Any]],
     restart_rows: Sequence[Mapping[str, Any]],
-    finding_rows: Sequence[Mapping[str, Any]],
-    incident_rows: Sequence[Mapping[str, Any]] = (),
+    findings: Sequence[StoredFinding],
+    incidents: Sequence[StoredIncident] = (),
 ) -> list[dict[str, Any]]:
     """Merge the sources into time-ordered entries; one entry per event and checkpoint, with
     the per-partition offsets folded into it (what a person reads first in an incident). Findings
@@ -207,42 +208,40 @@ def timeline_entries(
         )
         e["offsets"].append((r["topic"], r["partition"], r.get("resumed_offset")))
     out = sorted(entries.values(), key=lambda e: (_fmt_time(e["time"]), e["source"], e["what"]))
-    for f in finding_rows:
+    for f in findings:
         out.append(
             {
                 "time": None,
                 "source": "finding",
-                "what": f["finding_type"],
-                "severity": f["severity"],
-                "status": f["status"],
-                "run_id": f.get("run_id"),
-                "checkpoint_id": f.get("checkpoint_id"),
-                "offsets": [(f.get("topic"), f.get("partition"), f.get("offset_start"))]
-                if f.get("topic") is not None
-                else [],
+                "what": f.finding_type,
+                "severity": f.severity,
+                "status": f.status,
+                "run_id": f.run_id,
+                "checkpoint_id": f.checkpoint_id,
+                "offsets": [(f.topic, f.partition, f.offset_start)] if f.topic is not None else [],
                 "detail": {
-                    "offset_end": f.get("offset_end"),
-                    "record_count": f.get("record_count"),
-                    "finding_id": f.get("finding_id"),
+                    "offset_end": f.offset_end,
+                    "record_count": f.record_count,
+                    "finding_id": f.finding_id,
                 },
             }
         )
-    for i in incident_rows:
+    for i in incidents:
         out.append(
             {
-                "time": i.get("last_evidence_at"),
+                "time": i.last_evidence_at,
                 "source": "incident",
-                "what": i["kind"],
-                "severity": i["severity"],
-                "status": i["status"],
-                "run_id": ",".join(i.get("run_ids") or []),
+                "what": i.kind,
+                "severity": i.severity,
+                "status": i.status,
+                "run_id": ",".join(i.run_ids),
                 "offsets": [],
                 "detail": {
-                    "incident_id": i["incident_id"],
-                    "cause": i.get("cause"),
-                    "records_lost": i.get("records_lost"),
-                    "records_duplicated": i.get("records_duplicated"),
-                    "repair": f"offset-audit repair --incident {i['incident_id']}",
+                    "incident_id": i.incident_id,
+                    "cause": i.cause,
+                    "records_lost": i.impact.records_lost,
+                    "records_duplicated": i.impact.records_duplicated,
+                    "repair": f"offset-audit repair --incident {i.incident_id}",
                 },
             }
         )

@@ -112,13 +112,13 @@ def timeline(
         order=lambda r: (_SEVERITY_RANK.get(r["severity"], len(SEVERITIES)), r["finding_id"]),
         limit=50 if runs else 0,
     )
-    incident_rows = [
+    incidents = [
         i
         for i in read_incidents(storage, cfg, jobs=[job])
-        if set(i["run_ids"] or []) & set(runs)
-        or (i["last_evidence_at"] is not None and lo <= i["last_evidence_at"] <= hi)
+        if set(i.run_ids) & set(runs) or (i.last_evidence_at is not None and lo <= i.last_evidence_at <= hi)
     ]
-    return fx.timeline_entries(ledger_rows, commit_rows, restart_rows, finding_rows, incident_rows)
+    findings = [rc.StoredFinding.from_row(r) for r in finding_rows]
+    return fx.timeline_entries(ledger_rows, commit_rows, restart_rows, findings, incidents)
 
 
 _SEVERITY_RANK = {severity: rank for rank, severity in enumerate(SEVERITIES)}  # most severe first

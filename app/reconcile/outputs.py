@@ -3,6 +3,7 @@ records (audit_runs), from which the next incremental window starts."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -14,8 +15,9 @@ from pyspark.sql import SparkSession
 
 from app.config import AppConfig
 from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA, INCIDENTS_SCHEMA, RESTARTS_SCHEMA
-from app.contracts.vocabulary import RUN_FAILED, RUN_PENDING, RUN_STATUSES, RUN_SUCCEEDED
-from app.incidents import grouping as incidents
+from app.contracts.vocabulary import INCIDENT_RESOLVED, RUN_FAILED, RUN_PENDING, RUN_STATUSES, RUN_SUCCEEDED
+from app.incidents.incident import StoredIncident, incident_order
+from app.incidents.remedy import RepairOutcome
 from app.reconcile import findings as rc
 from app.storage import delta_rows
 from app.storage.backend import StorageSettings
@@ -27,43 +29,40 @@ log = logging.getLogger(__name__)
 RESTARTS_KEY: Final = ("job_name", "run_id", "topic", "partition")
 
 
-def merge_findings(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+def merge_findings(spark: SparkSession, path: str, findings: Sequence[rc.StoredFinding]) -> None:
     """Upsert by finding_id: a re-run updates what it sees again and keeps the first detected_at."""
+    rows = [f.to_row() for f in findings]
     delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
 
 
-def merge_incidents(storage: StorageSettings, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+def merge_incidents(storage: StorageSettings, path: str, incidents: Sequence[StoredIncident]) -> None:
     """Upsert by incident_id: a re-run over the same findings updates, never adds."""
+    rows = [i.to_row() for i in incidents]
     delta_rows.merge_rows(storage, path, INCIDENTS_SCHEMA, rows, "incident_id")
 
 
 def resolved_incidents(spark: SparkSession, tables: Tables) -> set[str]:
     rows = delta_rows.read_columns(spark, tables.incidents, ["incident_id", "status"]) or []
-    return {r["incident_id"] for r in rows if r["status"] == incidents.RESOLVED}
+    return {r["incident_id"] for r in rows if r["status"] == INCIDENT_RESOLVED}
 
 
-def after_repair(row: Mapping[str, Any], repair: Mapping[str, Any], changed: bool) -> dict[str, Any]:
-    """The incident ``row`` after a repair: resolved, with what was done inside its remedy. A repeat
-    that changed nothing leaves a resolved incident as it was: its remedy keeps the execution that
-    did the work, and a rerun has nothing to record."""
-    if row["status"] == incidents.RESOLVED and not changed:
-        return dict(row)
-    plan = json.loads(row["remedy"] or "{}")
-    plan["executed"] = dict(repair)
-    return {**row, "status": incidents.RESOLVED, "remedy": json.dumps(plan, sort_keys=True, default=str)}
+def after_repair(incident: StoredIncident, outcome: RepairOutcome) -> StoredIncident:
+    """The incident after a repair: resolved, with what was done inside its remedy. A repeat that
+    changed nothing leaves a resolved incident as it was: its remedy keeps the execution that did
+    the work, and a rerun has nothing to record."""
+    if incident.status == INCIDENT_RESOLVED and not outcome.changed:
+        return incident
+    remedy = dataclasses.replace(incident.remedy, executed=outcome)
+    return dataclasses.replace(incident, status=INCIDENT_RESOLVED, remedy=remedy)
 
 
 def mark_resolved(
-    storage: StorageSettings,
-    cfg: AppConfig,
-    row: Mapping[str, Any],
-    repair: Mapping[str, Any],
-    changed: bool,
+    storage: StorageSettings, cfg: AppConfig, incident: StoredIncident, outcome: RepairOutcome
 ) -> bool:
     """Record a repair on its incident (``after_repair``): one commit of the incidents table when the
-    row changes, none when it does not. Returns whether it wrote."""
-    updated = after_repair(row, repair, changed)
-    if updated == dict(row):
+    incident changes, none when it does not. Returns whether it wrote."""
+    updated = after_repair(incident, outcome)
+    if updated == incident:
         return False
     merge_incidents(storage, tables_from_config(cfg).incidents, [updated])
     return True
@@ -71,20 +70,20 @@ def mark_resolved(
 
 def read_incidents(
     storage: StorageSettings, cfg: AppConfig, *, jobs: Sequence[str] = (), since: datetime | None = None
-) -> list[dict[str, Any]]:
+) -> list[StoredIncident]:
     """Stored incidents, most severe first; only ``jobs`` (all when empty), only with evidence at or
     after ``since``. Read on the driver through delta-rs: ``storage`` needs no session."""
     rows = delta_rows.read_columns(storage, tables_from_config(cfg).incidents, INCIDENTS_SCHEMA.fieldNames())
     out = []
     for row in rows or []:
-        row = {k: delta_rows.instant(v) for k, v in row.items()}
-        if jobs and row["job_name"] not in jobs:
+        incident = StoredIncident.from_row({k: delta_rows.instant(v) for k, v in row.items()})
+        if jobs and incident.job_name not in jobs:
             continue
-        last = row["last_evidence_at"]
+        last = incident.last_evidence_at
         if since is not None and last is not None and last < since:
             continue
-        out.append(row)
-    return sorted(out, key=incidents.incident_order)
+        out.append(incident)
+    return sorted(out, key=incident_order)
 
 
 def merge_restarts(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:

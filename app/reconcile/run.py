@@ -22,6 +22,7 @@ from app.errors import (
     error_kind,
 )
 from app.incidents import grouping as incidents
+from app.incidents.incident import StoredIncident
 from app.kafka.gaps import GapConfirmer, SuspectedGap
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
@@ -71,10 +72,10 @@ class ReconcileResult:
     new_findings: int = 0
     gaps_suspected: int = 0
     confirmation: str = "not needed"
-    top: list[dict[str, Any]] = field(default_factory=list)
+    top: list[rc.StoredFinding] = field(default_factory=list)
     seconds: float = 0.0
     sink_seconds: float = 0.0  # of `seconds`, spent reading the sink
-    incidents: list[dict[str, Any]] = field(default_factory=list)  # incidents contract rows
+    incidents: list[StoredIncident] = field(default_factory=list)
     audited_jobs: list[str] = field(default_factory=list)  # the jobs the window held
 
     def worst(self) -> str | None:
@@ -171,11 +172,10 @@ def _reconcile_inputs(p: _Pass) -> None:
     local = rc.one_per_finding_id([*ledger_local, *sink_local])
     found = incidents.group_findings(local)
     result.incidents = incidents.carry_resolution(
-        incidents.to_rows(found, result.run_id, _completed_offsets(ranges)), resolved_incidents(spark, tables)
+        incidents.to_incidents(found, result.run_id, _completed_offsets(ranges)),
+        resolved_incidents(spark, tables),
     )
-    result.audited_jobs = sorted(
-        {r.job_name for r in ranges} | {f["job_name"] for f in local if f["job_name"]}
-    )
+    result.audited_jobs = sorted({r.job_name for r in ranges} | {f.job_name for f in local if f.job_name})
     # Everything is known before the first write: a failure above leaves the tables untouched.
     drop_orphan_summaries(spark, tables)
     merge_findings(spark, tables.findings, local)
@@ -183,17 +183,17 @@ def _reconcile_inputs(p: _Pass) -> None:
     result.top = sorted(local, key=rc.finding_order)[:10]
     by_type: dict[tuple[str, str, int], dict[str, int]] = defaultdict(dict)
     for f in local:
-        key = (f["finding_type"], f["severity"])
+        key = (f.finding_type, f.severity)
         result.counts[key] = result.counts.get(key, 0) + 1
-        if f["topic"] is not None and f["partition"] is not None:
-            tp_counts = by_type[(f["job_name"], f["topic"], f["partition"])]
-            tp_counts[f["finding_type"]] = tp_counts.get(f["finding_type"], 0) + 1
+        if f.job_name is not None and f.topic is not None and f.partition is not None:
+            tp_counts = by_type[(f.job_name, f.topic, f.partition)]
+            tp_counts[f.finding_type] = tp_counts.get(f.finding_type, 0) + 1
     _write_summary(spark, tables, result.run_id, ranges, stats, by_type, audit.latest_commits())
 
 
 def _sink_and_restart_findings(
     p: _Pass,
-) -> tuple[list[dict[str, Any]], list[PartitionRange], dict[tuple[str, str, int], PartitionSink]]:
+) -> tuple[list[rc.StoredFinding], list[PartitionRange], dict[tuple[str, str, int], PartitionSink]]:
     """GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT and RESTART_* findings, finalized as local rows, with
     the covered ranges and the sink's statistics per partition."""
     spark, tables, audit, result, confirmer = p.spark, p.tables, p.audit, p.result, p.confirmer

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, SEVERITIES
-from app.incidents.grouping import incident_order
+from app.incidents.incident import StoredIncident, incident_order
 from app.quality.checks import data_docs_dir, latest_reconcile_run, results_table_path
 from app.report import render as rp
 from app.storage import delta_rows
@@ -122,15 +122,20 @@ def open_findings(findings: pa.Table, limit: int) -> list[dict[str, Any]]:
     return [r | {"detected_at": str(r["detected_at"])} for r in rows]
 
 
-def top_incidents(incidents: pa.Table, limit: int) -> list[dict[str, Any]]:
+def stored_incidents(incidents: pa.Table) -> list[StoredIncident]:
+    return [
+        StoredIncident.from_row({k: _spark_value(v) for k, v in r.items()}) for r in incidents.to_pylist()
+    ]
+
+
+def top_incidents(incidents: pa.Table, limit: int) -> list[StoredIncident]:
     """Most severe first, then the most records lost or duplicated; at most ``limit``."""
-    rows = [{k: _spark_value(v) for k, v in r.items()} for r in incidents.to_pylist()]
-    return sorted(rows, key=incident_order)[:limit]
+    return sorted(stored_incidents(incidents), key=incident_order)[:limit]
 
 
 def incident_impact(incidents: pa.Table) -> list[dict[str, Any]]:
     """The impact chart's rows over every stored incident (render.impact_by_day)."""
-    return rp.impact_by_day({k: _spark_value(v) for k, v in r.items()} for r in incidents.to_pylist())
+    return rp.impact_by_day(stored_incidents(incidents))
 
 
 def latest_summary(summary: pa.Table, reconcile_run_id: str | None) -> list[dict[str, Any]]:

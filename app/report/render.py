@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from app.contracts import vocabulary as vocab
 from app.contracts.vocabulary import FINDING_STATUSES, FINDING_TYPES, RESTART_CLASSES, SEVERITIES
+from app.incidents.incident import StoredIncident
 
 # Charts the page draws, in page order; the browser test expects exactly these.
 CHART_IDS: Final = (
@@ -129,39 +130,39 @@ def restart_rows(per_partition: Iterable[Row]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (r["started_at"], r["job_name"], r["run_id"]))
 
 
-def incident_rows(incidents: Iterable[Row]) -> list[dict[str, Any]]:
-    """Incidents contract rows as the dashboard's incidents table shows them: impact, cause, the
-    repair command, and the day of their last evidence."""
-    out = []
-    for r in incidents:
-        plan = json.loads(r.get("remedy") or "{}")
-        last = r.get("last_evidence_at")
-        out.append(
-            {
-                **{k: r.get(k) for k in ("incident_id", "kind", "severity", "status", "job_name", "cause")},
-                **{
-                    k: int(r.get(k) or 0)
-                    for k in (
-                        "partitions",
-                        "records_lost",
-                        "records_unverifiable",
-                        "records_duplicated",
-                        "records_replayed",
-                    )
-                },
-                "day": str(last)[:10] if last else None,
-                "repair": plan.get("command") if plan.get("steps") else None,
-                "finding_ids": list(r.get("finding_ids") or []),
-            }
-        )
-    return out
+def incident_rows(incidents: Iterable[StoredIncident]) -> list[dict[str, Any]]:
+    """Incidents as the dashboard's incidents table shows them: impact, cause, the repair command,
+    and the day of their last evidence."""
+    return [
+        {
+            "incident_id": i.incident_id,
+            "kind": i.kind,
+            "severity": i.severity,
+            "status": i.status,
+            "job_name": i.job_name,
+            "cause": i.cause,
+            "partitions": i.partitions,
+            "records_lost": i.impact.records_lost,
+            "records_unverifiable": i.impact.records_unverifiable,
+            "records_duplicated": i.impact.records_duplicated,
+            "records_replayed": i.impact.records_replayed,
+            "day": _day(i.last_evidence_at),
+            "repair": i.remedy.repair_command,
+            "finding_ids": list(i.finding_ids),
+        }
+        for i in incidents
+    ]
+
+
+def _day(t: datetime | None) -> str | None:
+    return str(t)[:10] if t else None
 
 
 # The impact chart's category for an incident with impact but no evidence time: shown, not dropped.
 UNDATED: Final = "undated"
 
 
-def impact_by_day(incidents: Iterable[Row]) -> list[dict[str, Any]]:
+def impact_by_day(incidents: Iterable[StoredIncident]) -> list[dict[str, Any]]:
     """Records lost and duplicated per day of the incidents' last evidence, for the impact chart.
 
     Every incident of the table counts (not only the rows the incidents table shows), so the
@@ -169,12 +170,11 @@ def impact_by_day(incidents: Iterable[Row]) -> list[dict[str, Any]]:
     reconcile no longer writes) is counted under ``UNDATED``, last, rather than left out.
     """
     days: dict[str, dict[str, int]] = {}
-    for r in incidents:
-        lost, duplicated = int(r.get("records_lost") or 0), int(r.get("records_duplicated") or 0)
+    for i in incidents:
+        lost, duplicated = i.impact.records_lost, i.impact.records_duplicated
         if not lost and not duplicated:
             continue
-        last = r.get("last_evidence_at")
-        day = days.setdefault(str(last)[:10] if last else UNDATED, {"lost": 0, "duplicated": 0})
+        day = days.setdefault(_day(i.last_evidence_at) or UNDATED, {"lost": 0, "duplicated": 0})
         day["lost"] += lost
         day["duplicated"] += duplicated
     return [{"day": d, **days[d]} for d in sorted(days, key=lambda d: (d == UNDATED, d))]

@@ -4,7 +4,6 @@ when Chromium is missing: CI installs it (make system-deps), so its absence is a
 
 from __future__ import annotations
 
-import json
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from app.incidents.incident import Impact, StoredIncident
+from app.incidents.remedy import OffsetRange, RemedyPlan, ReplayStep
 from app.report import browser
 from app.report import render as rp
 
@@ -58,33 +59,42 @@ def sample_data() -> rp.ReportData:
     for f in findings:
         key = (f["detected_at"][:10], f["finding_type"], f["severity"])
         by_day[key] = by_day.get(key, 0) + 1
+    replay = ReplayStep(tuple(OffsetRange("orders", p, 565, 600) for p in range(3)))
     incidents = [
-        {
-            "incident_id": "inc-restart-0001",
-            "kind": "restart",
-            "severity": "critical",
-            "status": "open",
-            "job_name": "orders-audit",
-            "cause": "Run run-3 of orders-audit restarted from 'latest' and skipped 35 offsets.",
-            "partitions": 3,
-            "records_lost": 35,
-            "last_evidence_at": T0 + timedelta(days=2),
-            "remedy": json.dumps({"steps": [{"action": "replay"}], "command": "offset-audit repair"}),
-            "finding_ids": [f["finding_id"] for f in findings if f["finding_type"] == "GAP"],
-        },
-        {
-            "incident_id": "inc-writer-0002",
-            "kind": "second_writer",
-            "severity": "error",
-            "status": "resolved",
-            "job_name": "orders-audit",
-            "cause": "20 extra copies.",
-            "partitions": 1,
-            "records_duplicated": 20,
-            "last_evidence_at": T0 + timedelta(days=3),
-            "remedy": "{}",
-            "finding_ids": [],
-        },
+        StoredIncident(
+            incident_id="inc-restart-0001",
+            kind="restart",
+            severity="critical",
+            status="open",
+            job_name="orders-audit",
+            group_id="offset-audit-orders",
+            run_ids=("run-3",),
+            first_evidence_at=T0 + timedelta(days=2),
+            last_evidence_at=T0 + timedelta(days=2),
+            partitions=3,
+            impact=Impact(records_lost=35),
+            cause="Run run-3 of orders-audit restarted from 'latest' and skipped 35 offsets.",
+            remedy=RemedyPlan((replay,), command="offset-audit repair"),
+            finding_ids=tuple(f["finding_id"] for f in findings if f["finding_type"] == "GAP"),
+            reconcile_run_id="reconcile-test",
+        ),
+        StoredIncident(
+            incident_id="inc-writer-0002",
+            kind="second_writer",
+            severity="error",
+            status="resolved",
+            job_name="orders-audit",
+            group_id="offset-audit-orders",
+            run_ids=(),
+            first_evidence_at=T0 + timedelta(days=3),
+            last_evidence_at=T0 + timedelta(days=3),
+            partitions=1,
+            impact=Impact(records_duplicated=20),
+            cause="20 extra copies.",
+            remedy=RemedyPlan(),
+            finding_ids=(),
+            reconcile_run_id="reconcile-test",
+        ),
     ]
     return rp.ReportData(
         title="Offset audit (browser test)",

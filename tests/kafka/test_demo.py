@@ -107,17 +107,17 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
     assert ("DUPLICATE", 1, *demo.duplicated) in by_type
 
     # One incident per injected event, with its impact in records.
-    incidents = {i["kind"]: i for i in read_incidents(spark, demo.cfg)}
-    assert {k: i["severity"] for k, i in incidents.items()} == {
+    incidents = {i.kind: i for i in read_incidents(spark, demo.cfg)}
+    assert {k: i.severity for k, i in incidents.items()} == {
         "unclean_stop": "info",
         "commit_outage": "warn",
         "external_offset_change": "error",
         "restart": "critical",
         "second_writer": "error",
     }
-    assert incidents["restart"]["records_lost"] == 3 * (skip_hi - skip_lo)
-    assert incidents["restart"]["partitions"] == 3
-    assert incidents["second_writer"]["records_duplicated"] == scale.duplicated_rows
+    assert incidents["restart"].impact.records_lost == 3 * (skip_hi - skip_lo)
+    assert incidents["restart"].partitions == 3
+    assert incidents["second_writer"].impact.records_duplicated == scale.duplicated_rows
 
     # The nightly's metrics, parsed back with prometheus_client's parser, count those incidents
     # and their impact; the Pushgateway got the same metrics as the textfile.
@@ -130,7 +130,7 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
         for (name, labels), value in metrics.items()
         if name == "offset_audit_incidents" and value
     }
-    assert open_incidents == {(k, i["severity"]): 1 for k, i in incidents.items()}
+    assert open_incidents == {(k, i.severity): 1 for k, i in incidents.items()}
     job = (("job", demo.cfg.stream.job_name),)
     assert metrics[("offset_audit_records", (("impact", "lost"), *job))] == 3 * (skip_hi - skip_lo)
     assert metrics[("offset_audit_records", (("impact", "duplicated"), *job))] == scale.duplicated_rows
@@ -148,9 +148,7 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
     assert hook["run_id"] == nightly_run_id
     (reconciled,) = [s["summary"] for s in hook["steps"] if s["step"] == "reconcile"]
     sent = {i["kind"]: i for i in reconciled["incidents"]}
-    assert {k: i["incident_id"] for k, i in sent.items()} == {
-        k: i["incident_id"] for k, i in incidents.items()
-    }
+    assert {k: i["incident_id"] for k, i in sent.items()} == {k: i.incident_id for k, i in incidents.items()}
     restart = sent["restart"]
     assert restart["impact"]["records_lost"] == 3 * (skip_hi - skip_lo)
     assert sorted((r["partition"], r["start"], r["end"]) for r in restart["ranges"]) == [
@@ -166,7 +164,7 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
         sink = tables_from_config(demo.cfg).sink
         for kind in ("restart", "second_writer"):
             repaired = repair.execute(spark, demo.cfg, incidents[kind], sink, lambda: bootstrap)
-            mark_resolved(spark, demo.cfg, incidents[kind], {"actions": repaired.actions}, repaired.changed)
+            mark_resolved(spark, demo.cfg, incidents[kind], repaired)
         confirm = kafka_gap_confirmer(demo.cfg.kafka, bootstrap, max_records=100, timeout_s=60)
         whole_history = datetime(2000, 1, 1, tzinfo=UTC)
         now = datetime.now(UTC)
@@ -179,7 +177,7 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
     finally:
         demo.broker.stop()
     assert {t for t, _ in after.counts} & {"GAP", "DUPLICATE"} == set()
-    statuses = {i["kind"]: i["status"] for i in read_incidents(spark, demo.cfg)}
+    statuses = {i.kind: i.status for i in read_incidents(spark, demo.cfg)}
     assert (statuses["restart"], statuses["second_writer"]) == ("resolved", "resolved")
 
 

@@ -84,15 +84,17 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
         KafkaConfig(bootstrap_servers=bootstrap), bootstrap, max_records=100, timeout_s=60
     )
     found = reconcile(spark, cfg, "rec-1", confirmer=confirm)
-    by_kind = {i["kind"]: i for i in found.incidents}
-    assert {k: (i["severity"], i["records_lost"], i["records_duplicated"]) for k, i in by_kind.items()} == {
+    by_kind = {i.kind: i for i in found.incidents}
+    assert {
+        k: (i.severity, i.impact.records_lost, i.impact.records_duplicated) for k, i in by_kind.items()
+    } == {
         "gap": ("critical", 10, 0),
         "second_writer": ("error", 0, 5),
         "external_offset_change": ("error", 0, 0),
     }
     common = ["--set", f"paths.data_dir={tmp_path}", "--set", f"kafka.bootstrap_servers={bootstrap}"]
 
-    gap_id = by_kind["gap"]["incident_id"]
+    gap_id = by_kind["gap"].incident_id
     code, plan = cli_json(capsys, "repair", "--incident", gap_id, *common)
     assert (code, plan["dry_run"]) == (0, True)
     assert read(spark, cfg, "sink").count() == RECORDS - 10 + 5  # a dry run changes nothing
@@ -110,7 +112,7 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
         (o, f"v{o}".encode()) for o in range(10, 20)
     ]
 
-    dup_id = by_kind["second_writer"]["incident_id"]
+    dup_id = by_kind["second_writer"].incident_id
     before = sink_rows(spark, cfg)
     code, plan = cli_json(capsys, "repair", "--incident", dup_id, *common)
     (step,) = plan["plan"]["steps"]
@@ -134,7 +136,7 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
 
     # The reset tool's offsets: the plan sets the group back to the last completed checkpoint, and
     # executing it does so through the Admin API (the group has no members), twice to the same end.
-    reset_id = by_kind["external_offset_change"]["incident_id"]
+    reset_id = by_kind["external_offset_change"].incident_id
     code, plan = cli_json(capsys, "repair", "--incident", reset_id, *common)
     assert (code, plan["plan"]["steps"][0]["offsets"]) == (
         0,
@@ -190,13 +192,14 @@ def test_offsets_are_reset_only_while_the_group_has_no_active_member(
     from confluent_kafka import Consumer, TopicPartition
 
     from app.errors import UsageError
+    from app.incidents.remedy import PartitionOffset
     from app.incidents.repair import reset_offsets
 
     topic, group = f"reset-{unique}", f"grp-{unique}"
     create_topic(bootstrap, topic, 1)
     cfg = dataclasses_replace_kafka(app_config, bootstrap)
 
-    reset_offsets(cfg, bootstrap, group, [{"topic": topic, "partition": 0, "offset": 0}])
+    reset_offsets(cfg, bootstrap, group, [PartitionOffset(topic, 0, 0)])
     assert group_offsets(bootstrap, group, topic, 1) == {0: 0}
 
     member = Consumer(plain_conf(bootstrap, **{"group.id": group, "auto.offset.reset": "earliest"}))
@@ -208,7 +211,7 @@ def test_offsets_are_reset_only_while_the_group_has_no_active_member(
             deadline -= 1
         assert member.assignment() == [TopicPartition(topic, 0)]
         with pytest.raises(UsageError, match="active member"):
-            reset_offsets(cfg, bootstrap, group, [{"topic": topic, "partition": 0, "offset": 0}])
+            reset_offsets(cfg, bootstrap, group, [PartitionOffset(topic, 0, 0)])
     finally:
         member.close()
 

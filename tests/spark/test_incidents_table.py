@@ -31,7 +31,7 @@ def test_reconcile_stores_incidents_once_and_the_cli_lists_them(
     a_job_with_a_gap(spark, cfg)
     first = reconcile(spark, cfg, "rec-1", confirmer=confirmed)
     again = reconcile(spark, cfg, "rec-2", confirmer=confirmed, since=at(-3600))  # the same window
-    assert [r["incident_id"] for r in first.incidents] == [r["incident_id"] for r in again.incidents]
+    assert [i.incident_id for i in first.incidents] == [i.incident_id for i in again.incidents]
     stored = read(spark, cfg, "incidents").collect()
     assert [(r.kind, r.severity, r.records_lost, r.partitions, r.reconcile_run_id) for r in stored] == [
         ("gap", "critical", 5, 1, "rec-2")

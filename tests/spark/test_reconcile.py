@@ -401,15 +401,15 @@ def test_finding_ids_hash_identity_not_run_or_time(spark: SparkSession) -> None:
     a = rc.finalize_findings(core, "rec-1", at(100))
     b = rc.finalize_findings(core, "rec-2", at(200))
     assert len(a) == len(b) == 1
-    assert a[0]["finding_id"] == b[0]["finding_id"]
-    assert len(a[0]["finding_id"]) == 64
+    assert a[0].finding_id == b[0].finding_id
+    assert len(a[0].finding_id) == 64
     # The id earlier versions computed in Spark, sha2 over the identity columns cast to strings
     # (nulls spelled out): findings already stored keep their ids, so re-runs update, not add.
     parts = [F.coalesce(F.col(c).cast("string"), F.lit("\u2400")) for c in rc.IDENTITY_COLUMNS]
     spark_id = spark.createDataFrame([f.core_row() for f in core], rc.FINDING_CORE_SCHEMA).select(
         F.sha2(F.concat_ws("\u241f", *parts), 256).alias("id")
     )
-    assert [r.id for r in spark_id.collect()] == [a[0]["finding_id"]]
+    assert [r.id for r in spark_id.collect()] == [a[0].finding_id]
 
 
 # --- whole runs over Delta tables ----------------------------------------------------------------

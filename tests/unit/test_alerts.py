@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import AlertsConfig
 from app.errors import InfrastructureError
+from app.incidents.incident import Impact, IncidentSummary
 from app.nightly import alerts
 from tests.http_server import Request, recording_server
 
@@ -24,20 +25,36 @@ FACTS = alerts.NightlyFacts(
     finished_at=datetime(2026, 3, 2, 2, 30, tzinfo=UTC),
     last_success_at=datetime(2026, 3, 2, 2, 30, tzinfo=UTC),
     incidents=[
-        {
-            "kind": "restart",
-            "severity": "critical",
-            "status": "open",
-            "job_name": "orders",
-            "impact": {"records_lost": 150, "records_duplicated": 0},
-        },
-        {
-            "kind": "second_writer",
-            "severity": "error",
-            "status": "open",
-            "job_name": "orders",
-            "impact": {"records_duplicated": 20},
-        },
+        IncidentSummary(
+            incident_id="inc-1",
+            kind="restart",
+            severity="critical",
+            status="open",
+            job_name="orders",
+            group_id="grp",
+            run_ids=("run-5",),
+            partitions=3,
+            ranges=(),
+            impact=Impact(records_lost=150),
+            cause="",
+            repair=None,
+            finding_ids=(),
+        ),
+        IncidentSummary(
+            incident_id="inc-2",
+            kind="second_writer",
+            severity="error",
+            status="open",
+            job_name="orders",
+            group_id="grp",
+            run_ids=(),
+            partitions=1,
+            ranges=(),
+            impact=Impact(records_duplicated=20),
+            cause="",
+            repair=None,
+            finding_ids=(),
+        ),
     ],
     partitions=[
         {

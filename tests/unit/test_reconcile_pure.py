@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import UTC, datetime
+
 import pytest
 
+from app.contracts.vocabulary import GAP, OPEN
 from app.reconcile import sink_offsets
-from app.reconcile.findings import one_per_finding_id, severity_at_least
+from app.reconcile.findings import Finding, StoredFinding, one_per_finding_id, severity_at_least
 from app.reconcile.sink_offsets import (
     BUCKET_SIZE,
     BucketStat,
@@ -153,13 +157,15 @@ def test_proven_complete_needs_count_bounds_and_fingerprint(
 
 
 def test_one_per_finding_id_keeps_the_most_severe_then_the_largest() -> None:
-    rows = [
-        {"finding_id": "a", "severity": "warn", "record_count": 5},
-        {"finding_id": "b", "severity": "info", "record_count": None},
-        {"finding_id": "a", "severity": "error", "record_count": 1},
-        {"finding_id": "a", "severity": "error", "record_count": 3},
+    def stored(finding_id: str, severity: str, record_count: int | None) -> StoredFinding:
+        found = Finding.of(GAP, severity, OPEN, {}, {}, record_count=record_count)
+        at = datetime(2026, 3, 1, tzinfo=UTC)
+        return dataclasses.replace(StoredFinding.of(found, "rec", at), finding_id=finding_id)
+
+    findings = [
+        stored("a", "warn", 5),
+        stored("b", "info", None),
+        stored("a", "error", 1),
+        stored("a", "error", 3),
     ]
-    assert one_per_finding_id(rows) == [
-        {"finding_id": "a", "severity": "error", "record_count": 3},
-        {"finding_id": "b", "severity": "info", "record_count": None},
-    ]
+    assert one_per_finding_id(findings) == [findings[3], findings[1]]

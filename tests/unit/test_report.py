@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 
+from app.incidents.incident import Impact, StoredIncident
+from app.incidents.remedy import RemedyPlan
 from app.report import render as rp
 
 pytestmark = pytest.mark.unit
@@ -126,13 +127,33 @@ def test_severity_cards_count_findings_by_severity() -> None:
     assert rp.severity_counts(findings) == {"critical": 1, "error": 0, "warn": 2, "info": 0}
 
 
+def incident(lost: int, duplicated: int, last: datetime | None) -> StoredIncident:
+    return StoredIncident(
+        incident_id=f"inc-{lost}-{duplicated}",
+        kind="gap",
+        severity="critical",
+        status="open",
+        job_name="job-a",
+        group_id="grp",
+        run_ids=(),
+        first_evidence_at=last,
+        last_evidence_at=last,
+        partitions=1,
+        impact=Impact(records_lost=lost, records_duplicated=duplicated),
+        cause="",
+        remedy=RemedyPlan(),
+        finding_ids=(),
+        reconcile_run_id="rec",
+    )
+
+
 def test_the_impact_chart_counts_every_incident_with_impact_by_the_day_of_its_evidence() -> None:
-    incidents: list[dict[str, Any]] = [
-        {"records_lost": 35, "records_duplicated": 0, "last_evidence_at": datetime(2026, 3, 3, 9, 30)},
-        {"records_lost": 0, "records_duplicated": 20, "last_evidence_at": datetime(2026, 3, 1, 12, 0)},
-        {"records_lost": 5, "records_duplicated": 2, "last_evidence_at": datetime(2026, 3, 3, 23, 59)},
-        {"records_lost": 0, "records_duplicated": 0, "last_evidence_at": None},  # no impact: no bar
-        {"records_lost": None, "records_duplicated": 7, "last_evidence_at": None},  # shown, not dropped
+    incidents = [
+        incident(35, 0, datetime(2026, 3, 3, 9, 30)),
+        incident(0, 20, datetime(2026, 3, 1, 12, 0)),
+        incident(5, 2, datetime(2026, 3, 3, 23, 59)),
+        incident(0, 0, None),  # no impact: no bar
+        incident(0, 7, None),  # shown, not dropped
     ]
 
     rows = rp.impact_by_day(incidents)
@@ -142,5 +163,5 @@ def test_the_impact_chart_counts_every_incident_with_impact_by_the_day_of_its_ev
         {"day": "2026-03-03", "lost": 40, "duplicated": 2},
         {"day": rp.UNDATED, "lost": 0, "duplicated": 7},
     ]
-    for key, column in (("lost", "records_lost"), ("duplicated", "records_duplicated")):
-        assert sum(r[key] for r in rows) == sum(int(i[column] or 0) for i in incidents)
+    assert sum(r["lost"] for r in rows) == sum(i.impact.records_lost for i in incidents)
+    assert sum(r["duplicated"] for r in rows) == sum(i.impact.records_duplicated for i in incidents)
