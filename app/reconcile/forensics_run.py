@@ -79,12 +79,10 @@ def timeline(
     ledger_rows = _rows(
         storage,
         tables.ledger,
-        (pc.field("job_name") == job)
-        & (pc.field("event_date") >= lo.date())
-        & (pc.field("event_date") <= hi.date())
-        & in_window,
+        (pc.field("job_name") == job) & in_window,
         order=lambda r: r["event_time"],
         limit=5000,
+        prune=(pc.field("event_date") >= lo.date()) & (pc.field("event_date") <= hi.date()),
     )
     groups = sorted({r["group_id"] for r in ledger_rows if r.get("group_id")})
     runs = sorted({r["run_id"] for r in ledger_rows})
@@ -134,13 +132,14 @@ def _rows(
     where: pc.Expression,
     order: Callable[[dict[str, Any]], Any] | None = None,
     limit: int | None = None,
+    prune: pc.Expression | None = None,
 ) -> list[dict[str, Any]]:
     """The rows of a table matching ``where``, sorted by ``order``, the first ``limit`` of them
     (none when the table does not exist or ``limit`` is 0)."""
-    dataset = delta_rows.dataset(storage, path)
-    if dataset is None or limit == 0:
+    table = None if limit == 0 else delta_rows.rows_where(storage, path, where, prune)
+    if table is None:
         return []
-    rows: list[dict[str, Any]] = dataset.to_table(filter=where).to_pylist()
+    rows: list[dict[str, Any]] = table.to_pylist()
     if order is not None:
         rows.sort(key=order)
     return rows if limit is None else rows[:limit]

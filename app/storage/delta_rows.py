@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
@@ -52,6 +53,24 @@ def dataset(storage: backend.StorageSettings, path: str) -> pa.dataset.Dataset |
     if table is None:
         return None
     return backend.arrow_dataset(table, where)
+
+
+def rows_where(
+    storage: backend.StorageSettings, path: str, where: pc.Expression, prune: pc.Expression | None = None
+) -> pa.Table | None:
+    """The rows of the table at ``path`` that match ``where``, or None when there is no table.
+
+    ``where`` is applied after the scan, batch by batch: pyarrow (26) cannot push a comparison of a
+    string column into files whose Parquet schema says string_view, which is what delta-rs's MERGE
+    writes (every small audit table is MERGEd), and fails with "no kernel matching input types
+    (string, string_view)". ``prune`` is pushed into the scan to skip files and partitions: give it
+    conditions on partition, numeric or time columns only (e.g. the ledger's event_date).
+    """
+    data = dataset(storage, path)
+    if data is None:
+        return None
+    parts = [pa.Table.from_batches([b]).filter(where) for b in data.to_batches(filter=prune) if b.num_rows]
+    return pa.concat_tables(parts) if parts else data.schema.empty_table()
 
 
 def read_columns(
