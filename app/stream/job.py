@@ -83,8 +83,7 @@ POLL_S: Final = 0.25
 STOP_POLL_S: Final = 0.02
 # How long a batch held at its end waits for query.stop() to interrupt its thread.
 STOP_INTERRUPT_WAIT_S: Final = 30.0
-# Spark's status message from the moment a planned batch is in the offset log until its trigger
-# ends: the batch is on its way into the callback, or in it.
+# Spark's status message while a planned batch runs: it is on its way into the callback, or in it.
 PROCESSING_STATUS: Final = "Processing new data"
 
 
@@ -619,8 +618,13 @@ class StreamJob:
         self._gate.request_stop()
         # A batch Spark has planned is let into the callback, to run and be held at its end; one
         # refused there would end the query with an error (harmless, but Spark logs it as one).
-        # Waiting for offsets (a broker down) is interrupted: the batch is not planned yet.
-        while not self._gate.held and time.monotonic() < deadline and self._batch_under_way(query):
+        # Waiting for offsets (a broker down) is interrupted: no batch is planned yet.
+        while (
+            not self._gate.held
+            and time.monotonic() < deadline
+            and query.isActive
+            and self._batch_under_way(query)
+        ):
             time.sleep(STOP_POLL_S)
         at_work = self._gate.close(max(deadline - time.monotonic(), 0.0))
         if at_work is not None:
@@ -635,10 +639,17 @@ class StreamJob:
                 "checkpoint %d was planned as the job stopped; the next start runs it", self._gate.refused
             )
 
-    @staticmethod
-    def _batch_under_way(query: StreamingQuery) -> bool:
+    def _batch_under_way(self, query: StreamingQuery) -> bool:
+        """Spark has planned a batch (written its offset log entry) that has not ended yet."""
         status = query.status
-        return bool(status.get("isTriggerActive")) and status.get("message") == PROCESSING_STATUS
+        if not status.get("isTriggerActive"):
+            return False
+        if status.get("message") == PROCESSING_STATUS:
+            return True
+        # Between its offset log entry and that status the batch is planned all the same; the logs
+        # are read only when the status does not tell.
+        planned = self._log_ids("offsets")
+        return bool(planned) and planned[-1] not in self._log_ids("commits")
 
     def _shutdown(self, result: StreamResult) -> None:
         self._ledger_pool.shutdown(wait=True)
