@@ -151,6 +151,8 @@ def test_without_a_running_session_driver_reads_take_the_config_storage_settings
     from app.runtime.session import table_storage
 
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)  # not under spark-submit
+    # An earlier test in this process may have started a context; this one is about a process with none.
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
     cfg = load_config("local", overrides=["storage.options.fs.s3a.endpoint=http://s3.local"], environ={})
     assert table_storage(cfg) is cfg.storage
     assert SparkContext._active_spark_context is None  # and no Spark was started for it
