@@ -1,9 +1,10 @@
 """`offset-audit`: one CLI, thin subcommands, exit codes for schedulers.
 
-0 clean; 1 findings at or above --fail-on; 2 usage or config error; 3 infrastructure error.
-Errors become exit codes only here, at the top: ``main`` returns the code (tests call it in
-process), ``run_and_exit`` ends the process with it (the console script, ``python -m app.cli`` and
-the spark-submit entry points in jobs/).
+0 clean; 1 findings at or above --fail-on; 2 usage or config error; 3 infrastructure error. The
+codes and the final print are ``app.commands.outcome``, which the subcommands import (they never
+import this module). Errors become exit codes only here, at the top: ``main`` returns the code
+(tests call it in process), ``run_and_exit`` ends the process with it (the console script,
+``python -m app.cli`` and the spark-submit entry points in jobs/).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from app import __version__
+from app.commands.outcome import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, emit
 from app.config import AppConfig, load_config
-from app.contracts.vocabulary import SEVERITIES
 from app.errors import (
     ConfigError,
     InfrastructureError,
@@ -31,12 +32,6 @@ from app.errors import (
     error_kind,
 )
 from app.runtime.log_config import quiet_third_party
-
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
-EXIT_INFRA = 3
-EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
 
 log = logging.getLogger("offset-audit")
 
@@ -58,25 +53,7 @@ COMMANDS = {
 }
 
 
-def emit(args: argparse.Namespace, summary: dict[str, Any], text: str) -> None:
-    """One place that prints results: JSON for machines, text for people."""
-    if getattr(args, "json", False):
-        print(json.dumps(summary, sort_keys=True, default=str))
-    else:
-        print(text)
-
-
 # --- handlers ------------------------------------------------------------------------------------
-
-
-def add_fail_on(parser: argparse.ArgumentParser, when: str) -> None:
-    """The --fail-on option of the commands whose exit code 1 a scheduler acts on."""
-    parser.add_argument(
-        "--fail-on",
-        choices=SEVERITIES,
-        default="error",
-        help=f"exit 1 when {when} (default: error)",
-    )
 
 
 def cmd_config_show(args: argparse.Namespace, cfg: AppConfig) -> int:

@@ -7,7 +7,8 @@ import argparse
 import uuid
 from typing import Any
 
-from app.cli import EXIT_FINDINGS, EXIT_OK, add_fail_on, emit
+from app.commands.options import add_fail_on
+from app.commands.outcome import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
 from app.contracts.vocabulary import SEVERITIES
 

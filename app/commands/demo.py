@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from app.commands.outcome import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
 
 
@@ -21,7 +22,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.cli import EXIT_FINDINGS, EXIT_OK, emit
     from app.demo.story import Demo
     from app.nightly.run import summary_text
     from app.runtime.session import spark_session

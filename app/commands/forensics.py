@@ -7,8 +7,8 @@ import argparse
 import re
 from datetime import UTC, datetime, timedelta
 
-from app.cli import EXIT_FINDINGS, EXIT_OK, emit
-from app.commands.reconcile import add_window_arguments, audit_run, parse_time
+from app.commands.options import add_window_arguments, audit_run, parse_time
+from app.commands.outcome import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
 from app.errors import UsageError
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from app.cli import EXIT_FINDINGS, EXIT_OK, add_fail_on, emit
-from app.commands.reconcile import parse_time
+from app.commands.options import add_fail_on, parse_time
+from app.commands.outcome import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
 from app.incidents.incident import Impact, StoredIncident, summaries_json
 
