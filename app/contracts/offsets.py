@@ -79,7 +79,7 @@ if set(_SENTINELS) != set(ENGINES) or set(_SEMANTICS) != set(ENGINES):
 
 def _check_engine(engine: str) -> str:
     if engine not in _SEMANTICS:
-        raise UnknownEngineError(engine)
+        raise UnknownEngineError(engine, ENGINES)
     return engine
 
 

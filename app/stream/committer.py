@@ -33,8 +33,8 @@ from app.contracts.offsets import (
     normalize_offset,
     offset_semantics_for,
 )
-from app.errors import CommitFailedError, CommitterStateError, ConfigError
-from app.stream.commit_outcome import CommitError, CommitFn, CommitResult
+from app.errors import CommitterStateError, ConfigError
+from app.stream.commit_outcome import CommitError, CommitFailedError, CommitFn, CommitResult
 
 logger = logging.getLogger(__name__)
 
