@@ -54,7 +54,8 @@ from app.reconcile.ledger_sql import (
 
 class LedgerAudit:
     """An in-process database over one window's ledger and group commits (Arrow tables with the
-    ledger and group_commits contract columns)."""
+    ledger and group_commits contract columns). The rules it runs take it as
+    ``ledger_queries.LedgerQueries``."""
 
     def __init__(
         self,

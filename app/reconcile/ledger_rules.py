@@ -3,20 +3,16 @@ contradicts itself) and UNCLEAN_STOP (a run that ended without RUN_STOPPED)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from app.contracts import vocabulary as vocab
 from app.reconcile.findings import Finding
+from app.reconcile.ledger_queries import LedgerQueries
 from app.reconcile.ledger_sql import (
     aware,
     sql_secs,
 )
 
-if TYPE_CHECKING:
-    from app.reconcile.ledger_audit import LedgerAudit
 
-
-def ledger_inconsistencies(audit: LedgerAudit) -> list[Finding]:
+def ledger_inconsistencies(audit: LedgerQueries) -> list[Finding]:
     """Completed without a snapshot of the same checkpoint in any run of the job; snapshot
     offsets moving backwards in a run.
 
@@ -89,7 +85,7 @@ def ledger_inconsistencies(audit: LedgerAudit) -> list[Finding]:
     return out
 
 
-def unclean_stops(audit: LedgerAudit) -> list[Finding]:
+def unclean_stops(audit: LedgerQueries) -> list[Finding]:
     """Runs that never wrote RUN_STOPPED: killed or crashed.
 
     Judged when the job's next run started inside the window, or, for a job's last run, when
