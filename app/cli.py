@@ -113,26 +113,58 @@ def command_module(name: str) -> Any:
 # --- parser --------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The subcommands' copy of --set collects apart: a subparser's values replace the main parser's.
+_OVERRIDES_AFTER_COMMAND = "overrides_after_command"
+
+
+def common_options(after_command: bool) -> argparse.ArgumentParser:
+    """The options every command takes, before its name (``offset-audit --json reconcile``) or after
+    it (``offset-audit reconcile --json``).
+
+    argparse parses a subcommand's options into a namespace of its own and copies every value in it
+    over the main parser's, defaults included, so the subcommands' copies have no defaults
+    (``SUPPRESS``): a value given before the subcommand then survives, and one given after wins.
+    ``--set`` given on both sides adds up (``parse_arguments``).
+    """
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if after_command else value
+
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--env", default="local", help="config layer conf/<env>.yaml (default: local)")
     common.add_argument(
-        "--conf-dir", type=Path, default=None, help="directory holding base.yaml and <env>.yaml"
+        "--env", default=default("local"), help="config layer conf/<env>.yaml (default: local)"
     )
-    common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config key, e.g. --set spark.shuffle_partitions=8")  # fmt: skip
-    common.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    common.add_argument(
+        "--conf-dir", type=Path, default=default(None), help="directory holding base.yaml and <env>.yaml"
+    )
+    common.add_argument(
+        "--set",
+        dest=_OVERRIDES_AFTER_COMMAND if after_command else "overrides",
+        action="append",
+        default=default([]),
+        metavar="KEY=VALUE",
+        help="override one config key, e.g. --set spark.shuffle_partitions=8",
+    )
+    common.add_argument(
+        "--json", action="store_true", default=default(False), help="print a machine-readable summary"
+    )
     common.add_argument(
         "--log-level",
-        default=None,
         type=str.upper,
         choices=LOG_LEVELS,
+        default=default(None),
         help="DEBUG, INFO, WARNING or ERROR (default: the config's log_level)",
     )
+    return common
 
-    parser = argparse.ArgumentParser(prog="offset-audit", description=__doc__, parents=[common])
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="offset-audit", description=__doc__, parents=[common_options(after_command=False)]
+    )
     parser.add_argument("--version", action="version", version=f"offset-audit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = common_options(after_command=True)
 
     p = sub.add_parser("config", parents=[common], help="show the effective (redacted) configuration")
     p.add_argument("action", choices=["show"])
@@ -151,6 +183,19 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_arguments(p)
         p.set_defaults(handler=module.run)
     return parser
+
+
+def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, with the ``--set`` values given before and after the command in order."""
+    args = parser.parse_args(argv)
+    args.overrides = [*args.overrides, *vars(args).pop(_OVERRIDES_AFTER_COMMAND, [])]
+    return args
+
+
+def log_level(args: argparse.Namespace, cfg: AppConfig) -> str:
+    """``--log-level``, else the command's own default (the demo narrates, so its logs show only
+    warnings), else the config's ``log_level``."""
+    return str(args.log_level or getattr(args, "default_log_level", None) or cfg.log_level)
 
 
 def configure_logging(level: str) -> None:
@@ -177,12 +222,12 @@ def _drop_py4j_reconnects(record: logging.LogRecord) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parse_arguments(parser, argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors and 0 on --help
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     try:
         cfg = load_config(args.env, args.overrides, args.conf_dir)
-        configure_logging(args.log_level or cfg.log_level)
+        configure_logging(log_level(args, cfg))
         log.debug("config: %s", json.dumps(cfg.to_display(), sort_keys=True))
         handler: Handler = args.handler
         return handler(args, cfg)

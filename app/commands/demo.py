@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     # The demo tells its story itself (steps, incidents, the verdict): its logs show only warnings
     # and errors, the incidents' own, unless --log-level asks for more.
-    parser.set_defaults(log_level="WARNING")
+    parser.set_defaults(default_log_level="WARNING")
     parser.epilog = (
         "The demo narrates its steps; its logs show warnings and errors unless --log-level is given."
     )
