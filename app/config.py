@@ -20,6 +20,13 @@ from typing import Any
 
 import yaml
 
+from app.contracts.vocabulary import (
+    RESET_STRATEGIES,
+    RESTORE_EARLIEST,
+    RESTORE_GROUP,
+    RESTORE_TIMESTAMP,
+    STARTUP_MODES,
+)
 from app.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -139,9 +146,6 @@ class PathsConfig:
         return self.under("checkpoints")
 
 
-_STREAM_STARTUP_MODES = ("group", "earliest", "latest", "timestamp", "specific")
-
-
 @dataclass(frozen=True)
 class StreamConfig:
     """The reference streaming job (offset-audit stream)."""
@@ -153,8 +157,8 @@ class StreamConfig:
     ledger_table: str = "ledger"
     checkpoint_dir: str = ""  # default: <data_dir>/checkpoints/<job_name>
     # Where to start when the checkpoint holds no state (restored state always wins, as in Flink).
-    startup_mode: str = "group"
-    reset_strategy: str = "earliest"  # for partitions the startup mode has no offset for
+    startup_mode: str = RESTORE_GROUP  # one of STARTUP_MODES
+    reset_strategy: str = RESTORE_EARLIEST  # for partitions the startup mode has no offset for
     startup_timestamp_ms: int = 0
     specific_offsets: dict[str, str] = field(default_factory=dict)  # "topic:partition" -> offset
     trigger_interval: str = "2 seconds"
@@ -169,17 +173,17 @@ class StreamConfig:
     def __post_init__(self) -> None:
         if not self.topics:
             raise ConfigError("stream.topics", "needs at least one topic")
-        if self.startup_mode not in _STREAM_STARTUP_MODES:
-            raise ConfigError("stream.startup_mode", f"must be one of {', '.join(_STREAM_STARTUP_MODES)}")
-        if self.reset_strategy not in ("earliest", "latest"):
-            raise ConfigError("stream.reset_strategy", "must be earliest or latest")
+        if self.startup_mode not in STARTUP_MODES:
+            raise ConfigError("stream.startup_mode", f"must be one of {', '.join(STARTUP_MODES)}")
+        if self.reset_strategy not in RESET_STRATEGIES:
+            raise ConfigError("stream.reset_strategy", f"must be {' or '.join(RESET_STRATEGIES)}")
         if self.isolation_level not in ("read_committed", "read_uncommitted"):
             raise ConfigError("stream.isolation_level", "must be read_committed or read_uncommitted")
         if self.max_pending_checkpoints < 1:
             raise ConfigError("stream.max_pending_checkpoints", "must be at least 1")
         if self.max_offsets_per_trigger < 0:
             raise ConfigError("stream.max_offsets_per_trigger", "must be 0 (no limit) or positive")
-        if self.startup_mode == "timestamp" and self.startup_timestamp_ms <= 0:
+        if self.startup_mode == RESTORE_TIMESTAMP and self.startup_timestamp_ms <= 0:
             raise ConfigError(
                 "stream.startup_timestamp_ms", "required (epoch ms) with startup_mode timestamp"
             )

@@ -27,21 +27,25 @@ from great_expectations.expectations.metadata_types import FailureSeverity
 
 from app.config import ChecksConfig
 from app.contracts.vocabulary import (
+    CRITICAL,
     ENGINES,
+    ERROR,
     EVENT_TYPES,
     FINDING_STATUSES,
     FINDING_TYPES,
+    INFO,
     OFFSET_SEMANTICS,
     RECORD_KINDS,
     SEVERITIES,
+    WARN,
 )
 
 # Our four severities onto Great Expectations' three, so Data Docs show the same ranking.
 _GX_SEVERITY = {
-    "critical": FailureSeverity.CRITICAL,
-    "error": FailureSeverity.CRITICAL,
-    "warn": FailureSeverity.WARNING,
-    "info": FailureSeverity.INFO,
+    CRITICAL: FailureSeverity.CRITICAL,
+    ERROR: FailureSeverity.CRITICAL,
+    WARN: FailureSeverity.WARNING,
+    INFO: FailureSeverity.INFO,
 }
 
 # The ledger's event identity (app.stream.ledger.event_key_column): detail's reason/error/attempt are

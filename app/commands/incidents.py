@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from app.commands.options import add_fail_on, parse_time
 from app.commands.outcome import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
+from app.contracts.vocabulary import severity_at_least
 from app.incidents.incident import Impact, StoredIncident, summaries_json
 
 
@@ -52,7 +53,6 @@ def incidents_text(incidents: Sequence[StoredIncident]) -> str:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.reconcile.findings import severity_at_least
     from app.reconcile.outputs import read_incidents
     from app.runtime.session import table_storage
 

@@ -10,7 +10,7 @@ from app.commands.incidents import incidents_text
 from app.commands.options import add_window_arguments, audit_run
 from app.commands.outcome import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
-from app.contracts.vocabulary import SEVERITIES
+from app.contracts.vocabulary import COMMAND_RECONCILE, SEVERITIES, severity_at_least
 from app.errors import KafkaUnavailableError, UsageError
 
 
@@ -24,8 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def summary_text(result: Any, fail_on: str) -> str:
-    from app.reconcile.findings import severity_at_least
-
     w = result.window
     lines = [
         f"reconcile {result.run_id}: jobs {', '.join(result.jobs) or 'all'}, "
@@ -56,7 +54,6 @@ def summary_text(result: Any, fail_on: str) -> str:
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.incidents.incident import summaries_json
     from app.kafka.gaps import kafka_gap_confirmer, unavailable_confirmer
-    from app.reconcile.findings import severity_at_least
     from app.reconcile.run import run_reconcile
     from app.runtime.session import kafka_bootstrap, spark_session
 
@@ -79,7 +76,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     result = run_reconcile(
         spark,
         cfg,
-        audit_run(args, "reconcile", now),
+        audit_run(args, COMMAND_RECONCILE, now),
         confirmer=confirmer,
     )
     failing = sum(n for (_, sev), n in result.counts.items() if severity_at_least(sev, args.fail_on))

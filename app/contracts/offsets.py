@@ -20,6 +20,9 @@ from typing import Final
 
 from app.contracts.tables import LEDGER_SCHEMA
 from app.contracts.vocabulary import (
+    DETAIL_ATTEMPT,
+    DETAIL_ERROR,
+    DETAIL_REASON,
     ENGINE_FLINK_KAFKASOURCE,
     ENGINE_FLINK_LEGACY,
     ENGINE_SPARK,
@@ -172,7 +175,7 @@ class LedgerEvent:
             raise InvalidLedgerEventError("topic and partition are set together or not at all")
         frozen = MappingProxyType(dict(self.detail))
         object.__setattr__(self, "detail", frozen)
-        if self.event_type == EVENT_COMMIT_SKIPPED and frozen.get("reason") not in SKIP_REASONS:
+        if self.event_type == EVENT_COMMIT_SKIPPED and frozen.get(DETAIL_REASON) not in SKIP_REASONS:
             raise InvalidLedgerEventError(
                 f"COMMIT_SKIPPED needs detail.reason in {list(SKIP_REASONS)}, got {frozen.get('reason')!r}"
             )
@@ -193,7 +196,7 @@ class LedgerEvent:
     @property
     def attempt(self) -> int | None:
         """The commit attempt sequence number the committer put in ``detail``, if any."""
-        value = self.detail.get("attempt")
+        value = self.detail.get(DETAIL_ATTEMPT)
         return value if isinstance(value, int) else None
 
     @property
@@ -214,9 +217,9 @@ class LedgerEvent:
             self.event_type,
             self.topic,
             self.partition,
-            self.detail.get("reason"),
-            self.detail.get("error"),
-            self.detail.get("attempt"),
+            self.detail.get(DETAIL_REASON),
+            self.detail.get(DETAIL_ERROR),
+            self.detail.get(DETAIL_ATTEMPT),
         ]
         return json.dumps(parts, separators=(",", ":"))
 

@@ -327,7 +327,7 @@ def cause(incident: IncidentDraft, effect: Impact) -> str:
         # The job's own commits (it requested or was acknowledged those offsets), not an outsider's.
         return (
             f"{job} committed offsets to group {incident.group_id} that differ from its checkpoints' "
-            f"on {where} (COMMIT_MISMATCH): an offset-dialect error in its committer."
+            f"on {where} ({vocab.COMMIT_MISMATCH}): an offset-dialect error in its committer."
         )
     if incident.kind == vocab.INCIDENT_EXTERNAL_OFFSET_CHANGE:
         return (

@@ -302,7 +302,7 @@ def skipped_commits(audit: LedgerQueries, horizon: datetime | None) -> list[Find
         out.append(
             Finding.of(
                 vocab.SKIPPED_COMMIT,
-                vocab.INFO if benign or r["reason"] == "commit_disabled" else vocab.WARN,
+                vocab.INFO if benign or r["reason"] == vocab.SKIPPED_DISABLED else vocab.WARN,
                 vocab.BENIGN if benign else vocab.OPEN,
                 r,
                 {

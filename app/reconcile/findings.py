@@ -481,8 +481,3 @@ def _range_where(rng: PartitionRange, checkpoint_id: int | None = None) -> dict[
         "partition": rng.partition,
         "checkpoint_id": checkpoint_id,
     }
-
-
-def severity_at_least(severity: str, threshold: str) -> bool:
-    """True when ``severity`` is as severe as ``threshold`` or more (SEVERITIES is most severe first)."""
-    return SEVERITIES.index(severity) <= SEVERITIES.index(threshold)

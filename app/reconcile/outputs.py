@@ -15,7 +15,14 @@ from pyspark.sql import SparkSession
 
 from app.config import AppConfig
 from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA, INCIDENTS_SCHEMA, RESTARTS_SCHEMA
-from app.contracts.vocabulary import INCIDENT_RESOLVED, RUN_FAILED, RUN_PENDING, RUN_STATUSES, RUN_SUCCEEDED
+from app.contracts.vocabulary import (
+    COMMAND_RECONCILE,
+    INCIDENT_RESOLVED,
+    RUN_FAILED,
+    RUN_PENDING,
+    RUN_STATUSES,
+    RUN_SUCCEEDED,
+)
 from app.incidents.incident import StoredIncident, incident_order
 from app.incidents.remedy import RepairOutcome
 from app.reconcile import findings as rc
@@ -189,7 +196,7 @@ def drop_orphan_summaries(spark: SparkSession, tables: Tables) -> None:
     if not summary:
         return
     runs = delta_rows.read_columns(spark, tables.runs, ["run_id", "command"]) or []
-    done = {r["run_id"] for r in runs if r["command"] == "reconcile"}
+    done = {r["run_id"] for r in runs if r["command"] == COMMAND_RECONCILE}
     orphans = {r["reconcile_run_id"] for r in summary} - done
     if orphans:
         log.info("removing the partition summaries of %d unfinished run(s)", len(orphans))

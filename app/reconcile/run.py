@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from app.config import AppConfig, ReconcileConfig
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
-from app.contracts.vocabulary import DUPLICATE, SEVERITIES
+from app.contracts.vocabulary import COMMAND_RECONCILE, DUPLICATE, SEVERITIES
 from app.errors import (
     ConfigError,
     error_kind,
@@ -131,7 +131,7 @@ def run_reconcile(
     """
     started = time.monotonic()
     r = cfg.reconcile
-    scope = resolve_scope(spark, cfg, run, "reconcile")
+    scope = resolve_scope(spark, cfg, run, COMMAND_RECONCILE)
     tables, job_list, window, now, run_id = scope.tables, scope.jobs, scope.window, run.now, run.run_id
     rules = match_rules(r)
     result = ReconcileResult(run_id=run_id, window=window, jobs=job_list)
@@ -143,9 +143,9 @@ def run_reconcile(
             audit.close()
     except Exception as exc:  # broad on purpose: a run that could not see is recorded, then re-raised
         if error_kind(exc) != "usage":  # a usage error (a missing sink) writes nothing at all
-            record_failed_run(spark, scope, run, "reconcile")
+            record_failed_run(spark, scope, run, COMMAND_RECONCILE)
         raise
-    record_run(spark, scope, run, "reconcile", now + timedelta(seconds=time.monotonic() - started))
+    record_run(spark, scope, run, COMMAND_RECONCILE, now + timedelta(seconds=time.monotonic() - started))
     result.seconds = time.monotonic() - started
     return result
 

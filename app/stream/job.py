@@ -236,13 +236,15 @@ class StreamJob:
             mode,
             partitions,
             marks,
-            committed=committed_offsets(consumer, partitions, timeout) if mode == "group" else None,
+            committed=committed_offsets(consumer, partitions, timeout)
+            if mode == vocab.RESTORE_GROUP
+            else None,
             by_timestamp=(
                 offsets_for_timestamp(consumer, partitions, self.scfg.startup_timestamp_ms, timeout)
-                if mode == "timestamp"
+                if mode == vocab.RESTORE_TIMESTAMP
                 else None
             ),
-            specific=self.scfg.specific() if mode == "specific" else None,
+            specific=self.scfg.specific() if mode == vocab.RESTORE_SPECIFIC else None,
             reset=self.scfg.reset_strategy,
         )
 
@@ -298,7 +300,7 @@ class StreamJob:
                 "event_type",
                 "run_id",
                 "checkpoint_id",
-                F.get_json_object("detail", "$.attempt").alias("attempt"),
+                F.get_json_object("detail", f"$.{vocab.DETAIL_ATTEMPT}").alias("attempt"),
             )
             .agg(F.max("event_time").alias("t"))
             .collect()
@@ -468,7 +470,7 @@ class StreamJob:
     def _write_startup_events(self, plan: StartupPlan, partitions: list[TopicPartitionKey]) -> int:
         now = self.clock()
         recovered: list[LedgerEvent] = []
-        if plan.mode == "checkpoint":
+        if plan.mode == vocab.RESTORE_CHECKPOINT:
             facts = self._ledger_facts()
             offset_log, commits = self._offset_log(), self._log_ids("commits")
             written_at = {}
@@ -524,7 +526,7 @@ class StreamJob:
             .options(**source_options(self.cfg, self.bootstrap))
             .option("assign", json.dumps(assign))
         )
-        if plan.mode != "checkpoint":
+        if plan.mode != vocab.RESTORE_CHECKPOINT:
             reader = reader.option("startingOffsets", plan.starting_offsets_json())
         return (
             reader.load()
@@ -582,7 +584,7 @@ class StreamJob:
             self.clock(),
             self._last_batch_id,
             {
-                "reason": result.stop_reason,
+                vocab.DETAIL_REASON: result.stop_reason,
                 "batches": self._batches,
                 "successful_commits": committer.successful_commits,
                 "failed_commits": committer.failed_commits,
