@@ -7,6 +7,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from app.contracts.instants import instant
 from app.contracts.vocabulary import ERROR, SEVERITIES
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ def parse_time(value: str) -> datetime:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {value!r}") from exc
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    return instant(parsed).astimezone(UTC)
 
 
 def add_fail_on(parser: argparse.ArgumentParser, when: str) -> None:

@@ -40,6 +40,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from app.contracts import vocabulary as vocab
+from app.contracts.instants import instant
 from app.contracts.json_values import JsonValue
 from app.incidents.incident import Impact, StoredIncident, incident_order
 from app.incidents.remedy import (
@@ -88,7 +89,7 @@ def _time(value: JsonValue) -> datetime | None:
     """An evidence value that is an ISO time (evidence stores times as text), else None."""
     if isinstance(value, str) and value:
         try:
-            return datetime.fromisoformat(value)
+            return instant(datetime.fromisoformat(value))
         except ValueError:
             return None
     return None

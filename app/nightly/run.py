@@ -20,6 +20,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
+from app.contracts.instants import instant
 from app.contracts.vocabulary import (
     COMMAND_FORENSICS,
     COMMAND_RECONCILE,
@@ -214,7 +215,7 @@ class Nightly:
         runs = tables_from_config(self.cfg).runs
         rows = delta_rows.read_columns(self.spark, runs, ["command", "status", "finished_at"]) or []
         times = [
-            delta_rows.instant(r["finished_at"])
+            instant(r["finished_at"])
             for r in rows
             if r["command"] == COMMAND_RECONCILE and r["status"] == RUN_SUCCEEDED
         ]
@@ -323,7 +324,7 @@ class Nightly:
         runs = tables_from_config(self.cfg).runs
         rows = delta_rows.read_columns(self.spark, runs, ["run_id", "command", "window_start"]) or []
         starts = [
-            delta_rows.instant(r["window_start"])
+            instant(r["window_start"])
             for r in rows
             if r["run_id"] == self.run_id
             and r["command"] == COMMAND_RECONCILE

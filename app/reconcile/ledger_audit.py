@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app.contracts import vocabulary as vocab
+from app.contracts.instants import instant
 from app.contracts.vocabulary import (
     EVENT_OFFSETS_RESTORED,
     EVENT_RUN_STOPPED,
@@ -40,7 +41,6 @@ from app.reconcile.ledger_sql import (
     CLAIM_ACKNOWLEDGED,
     CLAIM_REQUESTED,
     VIEWS,
-    aware,
     aware_rows,
     naive_utc,
     sql_detail,
@@ -110,7 +110,7 @@ class LedgerAudit:
         The newest commit alone is not enough: a job that stopped commits nothing more, so its
         last checkpoints would never be judged."""
         row = self._db.execute("SELECT max(coalesce(log_time, commit_time)) FROM gc").fetchone()
-        newest = None if row is None or row[0] is None else aware(row[0])
+        newest = None if row is None or row[0] is None else instant(row[0])
         if self.ingested_at is None:
             return newest
         ingested = self.ingested_at - timedelta(seconds=self.rules.clock_skew_s)
@@ -147,7 +147,7 @@ class LedgerAudit:
             'SELECT group_id, topic, "partition", committed_offset, commit_time FROM latest_commits'
         )
         return {
-            (r["group_id"], r["topic"], r["partition"]): (r["committed_offset"], aware(r["commit_time"]))
+            (r["group_id"], r["topic"], r["partition"]): (r["committed_offset"], instant(r["commit_time"]))
             for r in rows
         }
 
@@ -365,9 +365,9 @@ class LedgerAudit:
         by_index = {r["i"]: r for r in rows}
         return [
             rc.CopyDates(
-                written_at=tuple(sorted(aware(t) for t in by_index[i]["written_at"] or [])),
+                written_at=tuple(sorted(instant(t) for t in by_index[i]["written_at"] or [])),
                 job_runs=tuple(sorted(by_index[i]["job_runs"] or [])),
-                processed_at=aware(by_index[i]["processed_at"]),
+                processed_at=instant(by_index[i]["processed_at"]),
             )
             for i in range(len(duplicates))
         ]

@@ -4,12 +4,10 @@ contradicts itself) and UNCLEAN_STOP (a run that ended without RUN_STOPPED)."""
 from __future__ import annotations
 
 from app.contracts import vocabulary as vocab
+from app.contracts.instants import instant
 from app.reconcile.findings import Finding
 from app.reconcile.ledger_queries import LedgerQueries
-from app.reconcile.ledger_sql import (
-    aware,
-    sql_secs,
-)
+from app.reconcile.ledger_sql import sql_secs
 
 
 def ledger_inconsistencies(audit: LedgerQueries) -> list[Finding]:
@@ -129,7 +127,7 @@ def unclean_stops(audit: LedgerQueries) -> list[Finding]:
                     "silent_for_s": (
                         None
                         if r["next_run_id"]
-                        else round((audit.window.until - aware(r["last_event_at"])).total_seconds())
+                        else round((audit.window.until - instant(r["last_event_at"])).total_seconds())
                     ),
                 },
                 cols=("job_name", "group_id", "run_id"),

@@ -14,6 +14,7 @@ from typing import Any, Final
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
+from app.contracts.instants import instant
 from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA, INCIDENTS_SCHEMA, RESTARTS_SCHEMA
 from app.contracts.vocabulary import (
     COMMAND_RECONCILE,
@@ -83,7 +84,7 @@ def read_incidents(
     rows = delta_rows.read_columns(storage, tables_from_config(cfg).incidents, INCIDENTS_SCHEMA.fieldNames())
     out = []
     for row in rows or []:
-        incident = StoredIncident.from_row({k: delta_rows.instant(v) for k, v in row.items()})
+        incident = StoredIncident.from_row({k: instant(v) for k, v in row.items()})
         if jobs and incident.job_name not in jobs:
             continue
         last = incident.last_evidence_at
@@ -131,7 +132,7 @@ def last_window_end(spark: SparkSession, path: str, command: str, jobs: Sequence
     """Where the previous successful run of ``command`` over the same jobs stopped."""
     runs = delta_rows.read_columns(spark, path, ["command", "status", "jobs", "window_end"]) or []
     ends = [
-        delta_rows.instant(r["window_end"])
+        instant(r["window_end"])
         for r in runs
         if r["command"] == command and r["status"] == RUN_SUCCEEDED and r["jobs"] == json.dumps(sorted(jobs))
     ]

@@ -15,6 +15,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig, ReconcileConfig
+from app.contracts.instants import instant
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
 from app.contracts.vocabulary import COMMAND_RECONCILE, DUPLICATE, SEVERITIES
 from app.errors import (
@@ -91,7 +92,7 @@ def last_ingest_time(spark: SparkSession, path: str) -> datetime | None:
     """When ingest-offsets last stored its positions: group_commits holds every commit made
     before then, which is what lets a stopped job's last checkpoints be judged."""
     rows = delta_rows.read_columns(spark, path, ["updated_at"]) or []
-    times = [delta_rows.instant(r["updated_at"]) for r in rows if r["updated_at"] is not None]
+    times = [instant(r["updated_at"]) for r in rows if r["updated_at"] is not None]
     return max(times, default=None)
 
 
