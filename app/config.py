@@ -141,10 +141,6 @@ class PathsConfig:
         """Storage of the embedded broker: always a local directory."""
         return Path(self.data_dir) / "kafka"
 
-    @property
-    def checkpoints_dir(self) -> str:
-        return self.under("checkpoints")
-
 
 @dataclass(frozen=True)
 class StreamConfig:

@@ -11,7 +11,7 @@ offending rows:
   (``partition_summary``), so the check and the dashboard's commit lag share one definition;
 - ``confirmed_gaps``: the confirmed GAP findings of the latest reconcile run.
 
-Every check carries a severity from ``app.contracts.tables.SEVERITIES``; `offset-audit check --fail-on`
+Every check carries a severity from ``app.contracts.vocabulary.SEVERITIES``; `offset-audit check --fail-on`
 compares against it. Structural invariants are 'error', a commit beyond the completed checkpoints is
 'critical' (like the COMMITTED_AHEAD finding: a manual restart from the group would skip data),
 commit lag over its threshold is 'warn' (lag alone loses nothing).

@@ -10,9 +10,10 @@ null ordering (nulls first ascending, last descending), null-rejecting equi-join
 ``arg_max_null``, ``get_json_object`` as ``detail()`` (null on malformed JSON), and the same finding
 identities, so finding ids are unchanged.
 
-Findings (shared/DESIGN.md section 5): LEDGER_INCONSISTENT, COMMIT_FAILURE, FOREIGN_COMMIT,
-COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT, COMMITTED_AHEAD, as rows as typed ``Finding``s
-(plain dicts; ``app.reconcile.findings.finalize_findings`` adds the id, the run and the time of detection).
+Findings (shared/DESIGN.md section 5): LEDGER_INCONSISTENT, UNCLEAN_STOP, COMMIT_FAILURE,
+FOREIGN_COMMIT, COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT, COMMITTED_AHEAD, as typed
+``Finding``s built by the rules of ``ledger_rules`` and ``commit_rules``
+(``app.reconcile.findings.finalize_findings`` makes them ``StoredFinding``s: id, run, time of detection).
 Views for the sink phase and forensics: completed checkpoints, the ranges the sink must hold
 (``coverage``), the runs still active, the restart classification and the latest commits.
 """

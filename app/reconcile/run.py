@@ -1,5 +1,11 @@
 """`reconcile` end to end: read the window's inputs, audit the ledger and the commits on the driver,
-examine the sink, confirm suspected gaps, group incidents, then store everything or nothing."""
+examine the sink, confirm suspected gaps, group incidents, then store.
+
+Nothing is written until everything is known. The stores are then separate Delta commits, each
+safe to repeat: findings and incidents are MERGEd by their deterministic ids (a rerun writes the
+same rows), the partition summary is one append, and the run record comes last: it alone moves the
+next default window. A run killed between them leaves rows its rerun overwrites, and summaries of
+a run that never recorded itself are dropped by the next run (``outputs.drop_orphan_summaries``)."""
 
 from __future__ import annotations
 
