@@ -122,7 +122,7 @@ class StorageConfig:
 @dataclass(frozen=True)
 class PathsConfig:
     # A string, not a Path: on a cluster it is a URI (s3a://, abfss://) that Path would mangle.
-    data_dir: str = "data"
+    data_dir: str = "./data"
     cache_dir: Path = Path("~/.cache/offset-audit")
 
     def __post_init__(self) -> None:
