@@ -237,7 +237,7 @@ class IngestConfig:
 
 @dataclass(frozen=True)
 class ReconcileConfig:
-    """What `reconcile` and `forensics` audit and how strictly (shared/DESIGN.md sections 4 and 5).
+    """What `reconcile` and `forensics` audit and how strictly (CONTRACTS.md sections 4 and 5).
 
     Table paths left empty resolve under ``paths.data_dir`` (``tables/<name>``). The sink's column
     names are configurable because any Delta table that carries source coordinates can be audited.

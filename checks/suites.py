@@ -112,7 +112,7 @@ def ledger_suite() -> SuiteSpec:
         in_set("engine", ENGINES),
         in_set("offset_semantics", OFFSET_SEMANTICS),
         *non_negative("offset", "checkpoint_id"),
-        # A retried micro-batch must not write its events twice (DESIGN section 4). Nulls take part
+        # A retried micro-batch must not write its events twice (CONTRACTS.md section 4). Nulls take part
         # in the identity (RUN_STARTED has no topic), so no row is exempt.
         check(gxe.ExpectCompoundColumnsToBeUnique, column_list=list(LEDGER_IDENTITY), ignore_row_if="never"),
     ]
@@ -161,7 +161,7 @@ def findings_suite() -> SuiteSpec:
         in_set("finding_type", FINDING_TYPES),
         in_set("severity", SEVERITIES),
         in_set("status", FINDING_STATUSES),
-        # Re-running a reconciliation must not duplicate findings (DESIGN section 4).
+        # Re-running a reconciliation must not duplicate findings (CONTRACTS.md section 4).
         check(gxe.ExpectColumnValuesToBeUnique, column="finding_id"),
         *non_negative("offset_start", "offset_end", "record_count"),
         check(

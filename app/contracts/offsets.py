@@ -1,6 +1,6 @@
 """Offset semantics of the engines we audit, and the ledger event record.
 
-Every engine speaks its own offset dialect (shared/DESIGN.md section 3): Kafka, Spark and Flink's
+Every engine speaks its own offset dialect (CONTRACTS.md section 3): Kafka, Spark and Flink's
 ``KafkaSource`` store the *next* offset to read, Flink's legacy ``FlinkKafkaConsumer`` stores the
 *last processed* offset and commits it + 1, and each uses its own negative sentinels for "no offset
 yet". This module translates once, at the edge, so everything downstream compares the normalized
@@ -136,7 +136,7 @@ def _serialize_detail(detail: Mapping[str, object]) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class LedgerEvent:
-    """One ledger row (shared/DESIGN.md section 4), before it becomes a Spark row.
+    """One ledger row (CONTRACTS.md section 4), before it becomes a Spark row.
 
     ``offset_semantics`` may be omitted and is then derived from ``engine``; ``event_date``
     derives from ``event_time``. ``detail`` is copied and frozen so an event cannot change after

@@ -1,4 +1,4 @@
-"""The words the tables are written in (shared/DESIGN.md sections 3-5), each defined once.
+"""The words the tables are written in (CONTRACTS.md sections 3-5), each defined once.
 
 Every value a table column may hold from a closed set is a named constant here, and each set is a
 tuple of those values, so a name cannot drift from its set. Each set is spelled once as its tuple
@@ -17,7 +17,7 @@ from typing import Final
 # Unpacked sets stay packed on a few lines: one name per line would repeat the same line shape
 # for every set.
 
-# --- engines and their offset dialects (DESIGN section 3) -------------------------------------------
+# --- engines and their offset dialects (CONTRACTS.md section 3) ------------------------------------
 
 ENGINES: Final = ("spark", "flink-legacy", "flink-kafkasource")
 ENGINE_SPARK, ENGINE_FLINK_LEGACY, ENGINE_FLINK_KAFKASOURCE = ENGINES
@@ -59,7 +59,8 @@ RESET_STRATEGIES: Final = (RESTORE_EARLIEST, RESTORE_LATEST)
 # REBALANCE_IN_PROGRESS; none of these exists in the protocol).
 ERROR_OUTCOME_UNKNOWN, ERROR_NOT_SENT = "OUTCOME_UNKNOWN", "NOT_SENT"
 
-# Keys of the ledger's JSON `detail` that the audit reads back (resume_source: of RUN_STARTED).
+# Keys of the ledger's JSON `detail` that the audit reads back (resume_source: OFFSETS_RESTORED's
+# source, as another writer may name it).
 DETAIL_KEYS: Final = (
     "attempt", "error", "retriable", "message", "reason", "source", "resume_source", "recovered",
     "superseded_by", "discarded_pending",
@@ -77,7 +78,7 @@ RECORD_COMMIT, RECORD_TOMBSTONE, RECORD_SNAPSHOT = RECORD_KINDS
 GROUP_EVENT_KINDS: Final = ("metadata", RECORD_TOMBSTONE)
 GROUP_EVENT_METADATA, GROUP_EVENT_TOMBSTONE = GROUP_EVENT_KINDS
 
-# --- findings (DESIGN section 5) ----------------------------------------------------------------------
+# --- findings (CONTRACTS.md section 5) ---------------------------------------------------------------
 
 FINDING_TYPES: Final = (
     "GAP", "DUPLICATE", "SKIPPED_COMMIT", "COMMIT_FAILURE", "COMMIT_MISMATCH", "FOREIGN_COMMIT",

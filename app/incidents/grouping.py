@@ -1,4 +1,4 @@
-"""Incidents: a reconciliation's findings grouped by the event that caused them (shared/DESIGN.md
+"""Incidents: a reconciliation's findings grouped by the event that caused them (CONTRACTS.md
 sections 4 and 5), with the impact in records, one sentence of cause and a remedy plan.
 
 One event yields many findings: a restart from ``latest`` on a 1,000-partition job is a RESTART_SKIP

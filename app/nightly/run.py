@@ -167,7 +167,7 @@ class Nightly:
             save_state(self.spark, self.cfg, state)
             log.info("[%d/%d] %s done in %.1fs", number, len(STEPS), name, outcome.seconds)
         if result.failed_step is None:
-            # Only a night whose every step finished moves the audit window (DESIGN section 5).
+            # Only a night whose every step finished moves the audit window (CONTRACTS.md section 5).
             runs = tables_from_config(self.cfg).runs
             confirm_runs(self.spark, runs, self.run_id)
         self._collect(result)

@@ -1,4 +1,4 @@
-"""Findings from the ledger next to the group's commits (shared/DESIGN.md section 5): COMMIT_FAILURE,
+"""Findings from the ledger next to the group's commits (CONTRACTS.md section 5): COMMIT_FAILURE,
 FOREIGN_COMMIT, COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT and COMMITTED_AHEAD.
 
 Each rule is one DuckDB query over the views of ``app.reconcile.ledger_sql``, given the window's

@@ -91,7 +91,7 @@ def restarts_table(
 
 
 def restart_severity(classification: str) -> str | None:
-    """The severity of a restart's finding (DESIGN section 5): a replay reads records twice (warn),
+    """The severity of a restart's finding (CONTRACTS.md section 5): a replay reads records twice (warn),
     a skip never reads them (critical); an exact or unknown restart has no finding."""
     return {RESTART_REPLAYED: WARN, RESTART_SKIPPED: CRITICAL}.get(classification)
 

@@ -10,7 +10,7 @@ null ordering (nulls first ascending, last descending), null-rejecting equi-join
 ``arg_max_null``, ``get_json_object`` as ``detail()`` (null on malformed JSON), and the same finding
 identities, so finding ids are unchanged.
 
-Findings (shared/DESIGN.md section 5): LEDGER_INCONSISTENT, UNCLEAN_STOP, COMMIT_FAILURE,
+Findings (CONTRACTS.md section 5): LEDGER_INCONSISTENT, UNCLEAN_STOP, COMMIT_FAILURE,
 FOREIGN_COMMIT, COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT, COMMITTED_AHEAD, as typed
 ``Finding``s built by the rules of ``ledger_rules`` and ``commit_rules``
 (``app.reconcile.findings.finalize_findings`` makes them ``StoredFinding``s: id, run, time of detection).
@@ -50,7 +50,7 @@ from app.reconcile.ledger_sql import (
     sql_ts,
 )
 
-# Skip reasons of the committer, folded into the three classes DESIGN section 5 names.
+# Skip reasons of the committer, folded into the three classes CONTRACTS.md section 5 names.
 
 
 class LedgerAudit:

@@ -1,4 +1,4 @@
-"""Findings from the ledger alone (shared/DESIGN.md section 5): LEDGER_INCONSISTENT (a ledger that
+"""Findings from the ledger alone (CONTRACTS.md section 5): LEDGER_INCONSISTENT (a ledger that
 contradicts itself) and UNCLEAN_STOP (a run that ended without RUN_STOPPED)."""
 
 from __future__ import annotations

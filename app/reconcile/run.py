@@ -221,7 +221,7 @@ def _sink_and_restart_findings(
     for job in sorted(set(by_job) | {r["job_name"] for r in restart_rows}):
         df = read_delta(spark, tables.sink_for(job))
         if df is None:
-            # Not an empty sink: the audit cannot see, so it claims nothing (DESIGN section 5).
+            # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
             raise ConfigError(
                 tables.sink_key_for(job),
                 f"no Delta table at {tables.sink_for(job)} (the sink of job {job}); nothing was written",

@@ -1,9 +1,9 @@
 """The reference streaming job on the real broker and real Spark/Delta.
 
-Covers DESIGN's guarantees end to end: every record in the sink exactly once, a snapshot and a
-completion for every checkpoint, the group's committed offsets equal to the last completed
-checkpoint, a hard kill and restart without duplicate sink or ledger rows, and a restart from the
-group's offsets after the checkpoint is gone.
+Covers the job's guarantees (README, CONTRACTS.md section 4) end to end: every record in the sink
+exactly once, a snapshot and a completion for every checkpoint, the group's committed offsets equal
+to the last completed checkpoint, a hard kill and restart without duplicate sink or ledger rows,
+and a restart from the group's offsets after the checkpoint is gone.
 """
 
 from __future__ import annotations
