@@ -165,6 +165,8 @@ class StreamConfig:
     commit_offsets: bool = True
     max_pending_checkpoints: int = 100
     commit_close_timeout_s: float = 30.0
+    # A stop waits this long for the micro-batch in progress to finish before interrupting it.
+    stop_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         if not self.topics:
@@ -179,6 +181,8 @@ class StreamConfig:
             raise ConfigError("stream.max_pending_checkpoints", "must be at least 1")
         if self.max_offsets_per_trigger < 0:
             raise ConfigError("stream.max_offsets_per_trigger", "must be 0 (no limit) or positive")
+        if self.stop_timeout_s <= 0:
+            raise ConfigError("stream.stop_timeout_s", "must be positive")
         if self.startup_mode == RESTORE_TIMESTAMP and self.startup_timestamp_ms <= 0:
             raise ConfigError(
                 "stream.startup_timestamp_ms", "required (epoch ms) with startup_mode timestamp"

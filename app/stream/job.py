@@ -9,6 +9,10 @@ Per micro-batch (= checkpoint N):
 Completion of N is Spark's commit log entry `commits/N`; a query listener (and, as a fallback, the
 next batch and the shutdown) hands completed checkpoints to the committer, which commits them
 asynchronously, at most one in flight, newer requests superseding older unsent ones.
+
+A stop (SIGTERM/SIGINT, a stop condition) never interrupts a micro-batch at work: the one in
+progress finishes and the query is stopped before the next one starts (app.stream.batch_gate says
+why Spark's own stop must not land inside the callback).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from app.kafka.commit import (
     watermarks,
 )
 from app.storage.files import list_names, modification_time_ms, read_text
+from app.stream.batch_gate import BatchGate
 from app.stream.commit_outcome import CommitFn
 from app.stream.committer import OffsetCommitter
 from app.stream.ledger import (
@@ -72,6 +77,14 @@ from app.stream.startup import (
 log = logging.getLogger(__name__)
 # How long the Kafka source's admin calls wait for a broker (kafka.java may override it).
 SOURCE_API_TIMEOUT_MS: Final = 300_000
+# How often the job looks at its stop conditions; at a requested stop more often, since a signal
+# handler cannot safely wake a waiting thread (it may interrupt the very thread holding the lock).
+POLL_S: Final = 0.25
+STOP_POLL_S: Final = 0.02
+# How long a batch held at its end waits for query.stop() to interrupt its thread.
+STOP_INTERRUPT_WAIT_S: Final = 30.0
+# Spark's status message while a planned batch runs: it is on its way into the callback, or in it.
+PROCESSING_STATUS: Final = "Processing new data"
 
 
 def utc_now() -> datetime:
@@ -216,7 +229,8 @@ class StreamJob:
         self._input_rows_by_batch: dict[int, int] = {}
         self._first_batch_started: float | None = None
         self._last_batch_ended: float | None = None
-        self._stop_requested = threading.Event()
+        self._gate = BatchGate(hold_timeout_s=self.scfg.stop_timeout_s)
+        self._stop_signal: int | None = None  # set by request_stop, logged by _await
         self._ledger_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-writer")
 
     # --- Spark checkpoint ------------------------------------------------------------------------
@@ -370,6 +384,35 @@ class StreamJob:
                     committer.notify_checkpoint_complete(checkpoint_id)
 
     def _process_batch(self, batch_df: DataFrame, batch_id: int) -> None:
+        # Held at its end while the job stops the query, refused unwritten once it is being
+        # stopped: see app.stream.batch_gate.
+        with self._gate.batch(batch_id, self._release_held_batch):
+            self._run_batch(batch_df, batch_id)
+
+    def _release_held_batch(self) -> None:
+        """Lets the batch held at its end return once query.stop() has marked the query stopped
+        and interrupted Spark's micro-batch thread, with that interrupt cleared.
+
+        The callback's py4j calls run on that very thread (pinned thread mode), so they can read
+        and clear its flag. Left set, the interrupt would fail Spark's write of this batch's commit
+        log entry (a forked chmod is interruptible), and the next start would run the batch again;
+        cleared, Spark records the batch as done and ends the query at the top of its trigger loop,
+        where it checks that the query was stopped.
+        """
+        jvm: Any = self.spark.sparkContext._jvm
+        this_thread = jvm.java.lang.Thread.currentThread()
+        deadline = time.monotonic() + STOP_INTERRUPT_WAIT_S
+        # stop() marks the query stopped first, then interrupts this thread, then waits for it.
+        while not this_thread.isInterrupted():
+            if time.monotonic() > deadline:
+                log.warning(
+                    "the stop did not interrupt the micro-batch thread in %.0fs", STOP_INTERRUPT_WAIT_S
+                )
+                return
+            time.sleep(STOP_POLL_S)
+        jvm.java.lang.Thread.interrupted()  # clears the current thread's flag
+
+    def _run_batch(self, batch_df: DataFrame, batch_id: int) -> None:
         started = self._last_batch_at = time.monotonic()
         if self._first_batch_started is None:
             self._first_batch_started = self._last_batch_at
@@ -561,23 +604,26 @@ class StreamJob:
         )
 
     def request_stop(self, signum: int = 0, frame: FrameType | None = None) -> None:
-        log.info("stop requested%s", f" (signal {signum})" if signum else "")
-        self._stop_requested.set()
+        """Stop after the micro-batch in progress. Also the SIGTERM/SIGINT handler, so it only
+        sets attributes: no lock, no logging (a handler interrupts the main thread anywhere)."""
+        self._stop_signal = signum
+        self._gate.request_stop()
 
     def _await(self, query: StreamingQuery, stop: StopWhen) -> str:
         started = time.monotonic()
         reason = ""
         while not reason:
-            if query.exception() is not None:
-                raise InfrastructureError(f"the streaming query failed: {query.exception()}")
+            self._raise_if_failed(query)
+            if self._gate.stopping:
+                reason = "stop requested"
+                log.info("stop requested%s", f" (signal {self._stop_signal})" if self._stop_signal else "")
+                break
             if not query.isActive:
                 reason = "query terminated"
                 break
             busy = bool(query.status.get("isTriggerActive"))
             now = time.monotonic()
-            if self._stop_requested.is_set():
-                reason = "stop requested"
-            elif stop.max_batches and self._batches >= stop.max_batches and not busy:
+            if stop.max_batches and self._batches >= stop.max_batches and not busy:
                 reason = f"{self._batches} batches done"
             elif stop.idle_s and not busy and now - self._last_batch_at >= stop.idle_s:
                 reason = f"idle for {stop.idle_s:.0f}s"
@@ -586,9 +632,60 @@ class StreamJob:
             elif stop.offsets and not busy and stop.offsets_reached(self._read_up_to(query)):
                 reason = "every partition read up to its stop offset"
             else:
-                self._stop_requested.wait(0.25)
-        query.stop()
+                self._pause()
+        self._stop_between_batches(query)
+        self._raise_if_failed(query)
         return reason
+
+    def _raise_if_failed(self, query: StreamingQuery) -> None:
+        failure = query.exception()
+        # A batch the gate refused ends the query with that refusal: the stop we asked for.
+        if failure is not None and self._gate.refused is None:
+            raise InfrastructureError(f"the streaming query failed: {failure}")
+
+    def _pause(self) -> None:
+        until = time.monotonic() + POLL_S
+        while not self._gate.stopping and time.monotonic() < until:
+            time.sleep(STOP_POLL_S)
+
+    def _stop_between_batches(self, query: StreamingQuery) -> None:
+        """query.stop() once no micro-batch is at work in the callback, within stream.stop_timeout_s."""
+        deadline = time.monotonic() + self.scfg.stop_timeout_s
+        self._gate.request_stop()
+        # A batch Spark has planned is let into the callback, to run and be held at its end; one
+        # refused there would end the query with an error (harmless, but Spark logs it as one).
+        # Waiting for offsets (a broker down) is interrupted: no batch is planned yet.
+        while (
+            not self._gate.held
+            and time.monotonic() < deadline
+            and query.isActive
+            and self._batch_under_way(query)
+        ):
+            time.sleep(STOP_POLL_S)
+        at_work = self._gate.close(max(deadline - time.monotonic(), 0.0))
+        if at_work is not None:
+            log.warning(
+                "checkpoint %d still running after %.0fs: stopping inside it (the next start runs it again)",
+                at_work,
+                self.scfg.stop_timeout_s,
+            )
+        query.stop()
+        if self._gate.refused is not None:
+            log.info(
+                "checkpoint %d was planned as the job stopped; the next start runs it", self._gate.refused
+            )
+
+    def _batch_under_way(self, query: StreamingQuery) -> bool:
+        """Spark has planned a batch (written its offset log entry) that has not ended yet."""
+        status = query.status
+        if not status.get("isTriggerActive"):
+            return False
+        if status.get("message") == PROCESSING_STATUS:
+            return True
+        # Between its offset log entry and that status the batch is planned all the same; the logs
+        # are read only when the status does not tell.
+        planned = self._log_ids("offsets")
+        return bool(planned) and planned[-1] not in self._log_ids("commits")
 
     @staticmethod
     def _read_up_to(query: StreamingQuery) -> dict[TopicPartitionKey, int]:
