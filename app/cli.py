@@ -1,9 +1,10 @@
 """`offset-audit`: one CLI, thin subcommands, exit codes for schedulers.
 
-0 clean; 1 findings at or above --fail-on; 2 usage or config error; 3 infrastructure error.
-Errors become exit codes only here, at the top: ``main`` returns the code (tests call it in
-process), ``run_and_exit`` ends the process with it (the console script, ``python -m app.cli`` and
-the spark-submit entry points in jobs/).
+0 clean; 1 findings at or above --fail-on; 2 usage or config error; 3 infrastructure error. The
+codes and the final print are ``app.commands.outcome``, which the subcommands import (they never
+import this module). Errors become exit codes only here, at the top: ``main`` returns the code
+(tests call it in process), ``run_and_exit`` ends the process with it (the console script,
+``python -m app.cli`` and the spark-submit entry points in jobs/).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from app import __version__
+from app.commands.outcome import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, emit
 from app.config import AppConfig, load_config
-from app.contracts.vocabulary import SEVERITIES
 from app.errors import (
     ConfigError,
     InfrastructureError,
@@ -31,12 +32,6 @@ from app.errors import (
     error_kind,
 )
 from app.runtime.log_config import quiet_third_party
-
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
-EXIT_INFRA = 3
-EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
 
 log = logging.getLogger("offset-audit")
 
@@ -58,25 +53,7 @@ COMMANDS = {
 }
 
 
-def emit(args: argparse.Namespace, summary: dict[str, Any], text: str) -> None:
-    """One place that prints results: JSON for machines, text for people."""
-    if getattr(args, "json", False):
-        print(json.dumps(summary, sort_keys=True, default=str))
-    else:
-        print(text)
-
-
 # --- handlers ------------------------------------------------------------------------------------
-
-
-def add_fail_on(parser: argparse.ArgumentParser, when: str) -> None:
-    """The --fail-on option of the commands whose exit code 1 a scheduler acts on."""
-    parser.add_argument(
-        "--fail-on",
-        choices=SEVERITIES,
-        default="error",
-        help=f"exit 1 when {when} (default: error)",
-    )
 
 
 def cmd_config_show(args: argparse.Namespace, cfg: AppConfig) -> int:
@@ -136,26 +113,58 @@ def command_module(name: str) -> Any:
 # --- parser --------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The subcommands' copy of --set collects apart: a subparser's values replace the main parser's.
+_OVERRIDES_AFTER_COMMAND = "overrides_after_command"
+
+
+def common_options(after_command: bool) -> argparse.ArgumentParser:
+    """The options every command takes, before its name (``offset-audit --json reconcile``) or after
+    it (``offset-audit reconcile --json``).
+
+    argparse parses a subcommand's options into a namespace of its own and copies every value in it
+    over the main parser's, defaults included, so the subcommands' copies have no defaults
+    (``SUPPRESS``): a value given before the subcommand then survives, and one given after wins.
+    ``--set`` given on both sides adds up (``parse_arguments``).
+    """
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if after_command else value
+
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--env", default="local", help="config layer conf/<env>.yaml (default: local)")
     common.add_argument(
-        "--conf-dir", type=Path, default=None, help="directory holding base.yaml and <env>.yaml"
+        "--env", default=default("local"), help="config layer conf/<env>.yaml (default: local)"
     )
-    common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config key, e.g. --set spark.shuffle_partitions=8")  # fmt: skip
-    common.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    common.add_argument(
+        "--conf-dir", type=Path, default=default(None), help="directory holding base.yaml and <env>.yaml"
+    )
+    common.add_argument(
+        "--set",
+        dest=_OVERRIDES_AFTER_COMMAND if after_command else "overrides",
+        action="append",
+        default=default([]),
+        metavar="KEY=VALUE",
+        help="override one config key, e.g. --set spark.shuffle_partitions=8",
+    )
+    common.add_argument(
+        "--json", action="store_true", default=default(False), help="print a machine-readable summary"
+    )
     common.add_argument(
         "--log-level",
-        default=None,
         type=str.upper,
         choices=LOG_LEVELS,
+        default=default(None),
         help="DEBUG, INFO, WARNING or ERROR (default: the config's log_level)",
     )
+    return common
 
-    parser = argparse.ArgumentParser(prog="offset-audit", description=__doc__, parents=[common])
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="offset-audit", description=__doc__, parents=[common_options(after_command=False)]
+    )
     parser.add_argument("--version", action="version", version=f"offset-audit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = common_options(after_command=True)
 
     p = sub.add_parser("config", parents=[common], help="show the effective (redacted) configuration")
     p.add_argument("action", choices=["show"])
@@ -174,6 +183,19 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_arguments(p)
         p.set_defaults(handler=module.run)
     return parser
+
+
+def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, with the ``--set`` values given before and after the command in order."""
+    args = parser.parse_args(argv)
+    args.overrides = [*args.overrides, *vars(args).pop(_OVERRIDES_AFTER_COMMAND, [])]
+    return args
+
+
+def log_level(args: argparse.Namespace, cfg: AppConfig) -> str:
+    """``--log-level``, else the command's own default (the demo narrates, so its logs show only
+    warnings), else the config's ``log_level``."""
+    return str(args.log_level or getattr(args, "default_log_level", None) or cfg.log_level)
 
 
 def configure_logging(level: str) -> None:
@@ -200,12 +222,12 @@ def _drop_py4j_reconnects(record: logging.LogRecord) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parse_arguments(parser, argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors and 0 on --help
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     try:
         cfg = load_config(args.env, args.overrides, args.conf_dir)
-        configure_logging(args.log_level or cfg.log_level)
+        configure_logging(log_level(args, cfg))
         log.debug("config: %s", json.dumps(cfg.to_display(), sort_keys=True))
         handler: Handler = args.handler
         return handler(args, cfg)

@@ -20,6 +20,13 @@ from typing import Any
 
 import yaml
 
+from app.contracts.vocabulary import (
+    RESET_STRATEGIES,
+    RESTORE_EARLIEST,
+    RESTORE_GROUP,
+    RESTORE_TIMESTAMP,
+    STARTUP_MODES,
+)
 from app.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +122,7 @@ class StorageConfig:
 @dataclass(frozen=True)
 class PathsConfig:
     # A string, not a Path: on a cluster it is a URI (s3a://, abfss://) that Path would mangle.
-    data_dir: str = "data"
+    data_dir: str = "./data"
     cache_dir: Path = Path("~/.cache/offset-audit")
 
     def __post_init__(self) -> None:
@@ -134,13 +141,6 @@ class PathsConfig:
         """Storage of the embedded broker: always a local directory."""
         return Path(self.data_dir) / "kafka"
 
-    @property
-    def checkpoints_dir(self) -> str:
-        return self.under("checkpoints")
-
-
-_STREAM_STARTUP_MODES = ("group", "earliest", "latest", "timestamp", "specific")
-
 
 @dataclass(frozen=True)
 class StreamConfig:
@@ -153,8 +153,8 @@ class StreamConfig:
     ledger_table: str = "ledger"
     checkpoint_dir: str = ""  # default: <data_dir>/checkpoints/<job_name>
     # Where to start when the checkpoint holds no state (restored state always wins, as in Flink).
-    startup_mode: str = "group"
-    reset_strategy: str = "earliest"  # for partitions the startup mode has no offset for
+    startup_mode: str = RESTORE_GROUP  # one of STARTUP_MODES
+    reset_strategy: str = RESTORE_EARLIEST  # for partitions the startup mode has no offset for
     startup_timestamp_ms: int = 0
     specific_offsets: dict[str, str] = field(default_factory=dict)  # "topic:partition" -> offset
     trigger_interval: str = "2 seconds"
@@ -171,10 +171,10 @@ class StreamConfig:
     def __post_init__(self) -> None:
         if not self.topics:
             raise ConfigError("stream.topics", "needs at least one topic")
-        if self.startup_mode not in _STREAM_STARTUP_MODES:
-            raise ConfigError("stream.startup_mode", f"must be one of {', '.join(_STREAM_STARTUP_MODES)}")
-        if self.reset_strategy not in ("earliest", "latest"):
-            raise ConfigError("stream.reset_strategy", "must be earliest or latest")
+        if self.startup_mode not in STARTUP_MODES:
+            raise ConfigError("stream.startup_mode", f"must be one of {', '.join(STARTUP_MODES)}")
+        if self.reset_strategy not in RESET_STRATEGIES:
+            raise ConfigError("stream.reset_strategy", f"must be {' or '.join(RESET_STRATEGIES)}")
         if self.isolation_level not in ("read_committed", "read_uncommitted"):
             raise ConfigError("stream.isolation_level", "must be read_committed or read_uncommitted")
         if self.max_pending_checkpoints < 1:
@@ -183,7 +183,7 @@ class StreamConfig:
             raise ConfigError("stream.max_offsets_per_trigger", "must be 0 (no limit) or positive")
         if self.stop_timeout_s <= 0:
             raise ConfigError("stream.stop_timeout_s", "must be positive")
-        if self.startup_mode == "timestamp" and self.startup_timestamp_ms <= 0:
+        if self.startup_mode == RESTORE_TIMESTAMP and self.startup_timestamp_ms <= 0:
             raise ConfigError(
                 "stream.startup_timestamp_ms", "required (epoch ms) with startup_mode timestamp"
             )
@@ -241,7 +241,7 @@ class IngestConfig:
 
 @dataclass(frozen=True)
 class ReconcileConfig:
-    """What `reconcile` and `forensics` audit and how strictly (shared/DESIGN.md sections 4 and 5).
+    """What `reconcile` and `forensics` audit and how strictly (CONTRACTS.md sections 4 and 5).
 
     Table paths left empty resolve under ``paths.data_dir`` (``tables/<name>``). The sink's column
     names are configurable because any Delta table that carries source coordinates can be audited.

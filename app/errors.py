@@ -9,12 +9,9 @@ so no failure ever exits 1, which means "findings".
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
-from app.contracts.vocabulary import ENGINES
-
-if TYPE_CHECKING:  # the committer imports this module
-    from app.stream.commit_outcome import CommitError
+# Imports nothing of the application: every module may raise these, so this one sits below them all.
 
 
 class OffsetAuditError(Exception):
@@ -52,8 +49,8 @@ class SchemaMismatchError(OffsetAuditError):
 class UnknownEngineError(OffsetAuditError, ValueError):
     """An engine name outside the ledger contract's vocabulary."""
 
-    def __init__(self, engine: str) -> None:
-        super().__init__(f"unknown engine {engine!r}; expected one of {list(ENGINES)}")
+    def __init__(self, engine: str, expected: Sequence[str]) -> None:
+        super().__init__(f"unknown engine {engine!r}; expected one of {list(expected)}")
         self.engine = engine
 
 
@@ -71,14 +68,6 @@ class CheckpointFormatError(OffsetAuditError):
 
 class CommitterStateError(OffsetAuditError, RuntimeError):
     """The committer was used in a way its state does not allow (closed, or driven twice)."""
-
-
-class CommitFailedError(OffsetAuditError):
-    """Raised by a ``commit_fn`` whose whole request failed; carries the typed error."""
-
-    def __init__(self, error: CommitError) -> None:
-        super().__init__(f"offset commit failed: {error.error} (retriable={error.retriable}) {error.message}")
-        self.error = error
 
 
 class BrowserUnavailableError(InfrastructureError):

@@ -11,7 +11,7 @@ offending rows:
   (``partition_summary``), so the check and the dashboard's commit lag share one definition;
 - ``confirmed_gaps``: the confirmed GAP findings of the latest reconcile run.
 
-Every check carries a severity from ``app.contracts.tables.SEVERITIES``; `offset-audit check --fail-on`
+Every check carries a severity from ``app.contracts.vocabulary.SEVERITIES``; `offset-audit check --fail-on`
 compares against it. Structural invariants are 'error', a commit beyond the completed checkpoints is
 'critical' (like the COMMITTED_AHEAD finding: a manual restart from the group would skip data),
 commit lag over its threshold is 'warn' (lag alone loses nothing).
@@ -27,21 +27,25 @@ from great_expectations.expectations.metadata_types import FailureSeverity
 
 from app.config import ChecksConfig
 from app.contracts.vocabulary import (
+    CRITICAL,
     ENGINES,
+    ERROR,
     EVENT_TYPES,
     FINDING_STATUSES,
     FINDING_TYPES,
+    INFO,
     OFFSET_SEMANTICS,
     RECORD_KINDS,
     SEVERITIES,
+    WARN,
 )
 
 # Our four severities onto Great Expectations' three, so Data Docs show the same ranking.
 _GX_SEVERITY = {
-    "critical": FailureSeverity.CRITICAL,
-    "error": FailureSeverity.CRITICAL,
-    "warn": FailureSeverity.WARNING,
-    "info": FailureSeverity.INFO,
+    CRITICAL: FailureSeverity.CRITICAL,
+    ERROR: FailureSeverity.CRITICAL,
+    WARN: FailureSeverity.WARNING,
+    INFO: FailureSeverity.INFO,
 }
 
 # The ledger's event identity (app.stream.ledger.event_key_column): detail's reason/error/attempt are
@@ -108,7 +112,7 @@ def ledger_suite() -> SuiteSpec:
         in_set("engine", ENGINES),
         in_set("offset_semantics", OFFSET_SEMANTICS),
         *non_negative("offset", "checkpoint_id"),
-        # A retried micro-batch must not write its events twice (DESIGN section 4). Nulls take part
+        # A retried micro-batch must not write its events twice (CONTRACTS.md section 4). Nulls take part
         # in the identity (RUN_STARTED has no topic), so no row is exempt.
         check(gxe.ExpectCompoundColumnsToBeUnique, column_list=list(LEDGER_IDENTITY), ignore_row_if="never"),
     ]
@@ -157,7 +161,7 @@ def findings_suite() -> SuiteSpec:
         in_set("finding_type", FINDING_TYPES),
         in_set("severity", SEVERITIES),
         in_set("status", FINDING_STATUSES),
-        # Re-running a reconciliation must not duplicate findings (DESIGN section 4).
+        # Re-running a reconciliation must not duplicate findings (CONTRACTS.md section 4).
         check(gxe.ExpectColumnValuesToBeUnique, column="finding_id"),
         *non_negative("offset_start", "offset_end", "record_count"),
         check(

@@ -16,7 +16,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig, SparkConfig, load_config
-from app.demo.local_kafka import BrokerState, LocalKafka
+from app.demo.local_kafka import LocalKafka
+from app.kafka.local_broker import BrokerState
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session
 

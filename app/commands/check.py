@@ -7,9 +7,10 @@ import argparse
 import uuid
 from typing import Any
 
-from app.cli import EXIT_FINDINGS, EXIT_OK, add_fail_on, emit
+from app.commands.options import add_fail_on
+from app.commands.outcome import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
-from app.contracts.vocabulary import SEVERITIES
+from app.contracts.vocabulary import severity_at_least
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +35,7 @@ def summary_text(summary: Any, fail_on: str) -> str:
         verdict = "ok" if not failed else f"{len(failed)} of {len(suite.expectations)} failed"
         lines.append(f"  {'ok' if not failed else '!!'} {suite.name:<34} {verdict}")
         for e in failed:
-            mark = "!" if SEVERITIES.index(e.severity) <= SEVERITIES.index(fail_on) else " "
+            mark = "!" if severity_at_least(e.severity, fail_on) else " "
             lines.append(f"     {mark} {e.severity:<8} {e.label}  {short_observed(e.observed)}")
     if summary.data_docs:
         lines.append(f"  Data Docs: {summary.data_docs}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from app.commands.outcome import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
 
 
@@ -14,14 +15,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     # The demo tells its story itself (steps, incidents, the verdict): its logs show only warnings
     # and errors, the incidents' own, unless --log-level asks for more.
-    parser.set_defaults(log_level="WARNING")
+    parser.set_defaults(default_log_level="WARNING")
     parser.epilog = (
         "The demo narrates its steps; its logs show warnings and errors unless --log-level is given."
     )
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.cli import EXIT_FINDINGS, EXIT_OK, emit
     from app.demo.story import Demo
     from app.nightly.run import summary_text
     from app.runtime.session import spark_session

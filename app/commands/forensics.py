@@ -7,9 +7,10 @@ import argparse
 import re
 from datetime import UTC, datetime, timedelta
 
-from app.cli import EXIT_FINDINGS, EXIT_OK, emit
-from app.commands.reconcile import add_window_arguments, audit_run, parse_time
+from app.commands.options import add_window_arguments, audit_run, parse_time
+from app.commands.outcome import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
+from app.contracts.vocabulary import COMMAND_FORENSICS, severity_at_least
 from app.errors import UsageError
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
@@ -41,7 +42,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.reconcile import forensics
-    from app.reconcile.findings import severity_at_least
     from app.reconcile.forensics_run import run_forensics, timeline
     from app.runtime.session import spark_session, table_storage
 
@@ -59,14 +59,10 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     result = run_forensics(
         spark,
         cfg,
-        audit_run(args, "forensics", datetime.now(UTC)),
+        audit_run(args, COMMAND_FORENSICS, datetime.now(UTC)),
     )
-    severity = {"replay": "warn", "skip": "critical"}
-    failing = sum(
-        1
-        for r in result.restarts
-        if r["classification"] in severity and severity_at_least(severity[r["classification"]], args.fail_on)
-    )
+    severities = [forensics.restart_severity(r["classification"]) for r in result.restarts]
+    failing = sum(1 for s in severities if s is not None and severity_at_least(s, args.fail_on))
     lines = [f"forensics {result.run_id}: {len(result.restarts)} restarted partition(s)"]
     for r in result.restarts:
         lines.append(

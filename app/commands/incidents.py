@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from app.cli import EXIT_FINDINGS, EXIT_OK, add_fail_on, emit
-from app.commands.reconcile import parse_time
+from app.commands.options import add_fail_on, parse_time
+from app.commands.outcome import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
+from app.contracts.vocabulary import severity_at_least
 from app.incidents.incident import Impact, StoredIncident, summaries_json
 
 
@@ -52,7 +53,6 @@ def incidents_text(incidents: Sequence[StoredIncident]) -> str:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.reconcile.findings import severity_at_least
     from app.reconcile.outputs import read_incidents
     from app.runtime.session import table_storage
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from app.cli import EXIT_OK, emit
+from app.commands.outcome import EXIT_OK, emit
 from app.config import INGEST_MODES, AppConfig
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from app.cli import add_fail_on
+from app.commands.options import add_fail_on
+from app.commands.outcome import EXIT_FINDINGS, EXIT_INFRA, EXIT_OK, EXIT_USAGE, emit
 from app.config import AppConfig
 
 
@@ -20,7 +21,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.cli import EXIT_FINDINGS, EXIT_INFRA, EXIT_OK, EXIT_USAGE, emit
     from app.nightly.run import Nightly, summary_text
     from app.quality import preload
     from app.runtime.session import kafka_bootstrap, spark_session

@@ -3,61 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from app.cli import EXIT_FINDINGS, EXIT_OK, add_fail_on, emit
+from app.commands.incidents import incidents_text
+from app.commands.options import add_window_arguments, audit_run
+from app.commands.outcome import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
-from app.contracts.vocabulary import SEVERITIES
+from app.contracts.vocabulary import COMMAND_RECONCILE, SEVERITIES, severity_at_least
 from app.errors import KafkaUnavailableError, UsageError
-
-if TYPE_CHECKING:
-    from app.reconcile.outputs import AuditRun
-
-
-def parse_time(value: str) -> datetime:
-    """ISO 8601; a time without zone is UTC (the contract's zone), never the machine's."""
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {value!r}") from exc
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-
-
-def add_window_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--job",
-        dest="jobs",
-        action="append",
-        default=[],
-        metavar="JOB",
-        help="audit this job (repeatable; default: reconcile.jobs, else every job)",
-    )
-    parser.add_argument(
-        "--since",
-        type=parse_time,
-        default=None,
-        help="ledger window start (default: end of the last successful run, else all history)",
-    )
-    parser.add_argument("--until", type=parse_time, default=None, help="ledger window end (default: now)")
-    parser.add_argument("--sink", default=None, help="sink table path (overrides reconcile.sink_table[s])")
-    add_fail_on(parser, "a finding at or above this severity is found")
-    parser.add_argument("--run-id", default=None, help=argparse.SUPPRESS)  # tests pin it
-
-
-def audit_run(args: argparse.Namespace, command: str, now: datetime) -> AuditRun:
-    """The run the window arguments describe (reconcile and forensics share them)."""
-    from app.reconcile.outputs import AuditRun
-
-    return AuditRun(
-        run_id=args.run_id or f"{command}-{uuid.uuid4().hex[:12]}",
-        now=now,
-        since=args.since,
-        until=args.until,
-        jobs=args.jobs,
-        sink_override=args.sink,
-    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,8 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def summary_text(result: Any, fail_on: str) -> str:
-    from app.reconcile.findings import severity_at_least
-
     w = result.window
     lines = [
         f"reconcile {result.run_id}: jobs {', '.join(result.jobs) or 'all'}, "
@@ -87,8 +39,6 @@ def summary_text(result: Any, fail_on: str) -> str:
         mark = "!" if severity_at_least(sev, fail_on) else " "
         lines.append(f"  {mark} {sev:<8} {ftype:<24} {n}")
     if result.incidents:
-        from app.commands.incidents import incidents_text
-
         lines.append(f"  incidents ({len(result.incidents)}):")
         lines += ["    " + line for line in incidents_text(result.incidents).splitlines()]
     if result.top:
@@ -104,7 +54,6 @@ def summary_text(result: Any, fail_on: str) -> str:
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.incidents.incident import summaries_json
     from app.kafka.gaps import kafka_gap_confirmer, unavailable_confirmer
-    from app.reconcile.findings import severity_at_least
     from app.reconcile.run import run_reconcile
     from app.runtime.session import kafka_bootstrap, spark_session
 
@@ -127,7 +76,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     result = run_reconcile(
         spark,
         cfg,
-        audit_run(args, "reconcile", now),
+        audit_run(args, COMMAND_RECONCILE, now),
         confirmer=confirmer,
     )
     failing = sum(n for (_, sev), n in result.counts.items() if severity_at_least(sev, args.fail_on))

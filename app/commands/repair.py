@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from app.cli import EXIT_OK, emit
+from app.commands.outcome import EXIT_OK, emit
 from app.config import AppConfig
 from app.errors import UsageError
 from app.incidents.incident import StoredIncident

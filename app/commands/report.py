@@ -7,7 +7,7 @@ import argparse
 import uuid
 from pathlib import Path
 
-from app.cli import EXIT_OK, emit
+from app.commands.outcome import EXIT_OK, emit
 from app.config import AppConfig
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from app.commands.outcome import EXIT_OK, emit
 from app.config import AppConfig
 
 
@@ -16,7 +17,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.cli import EXIT_OK, emit
     from app.kafka.clients import check_reachable
     from app.runtime.session import kafka_bootstrap, spark_session
     from app.stream.job import StopWhen, StreamJob, install_signal_handlers

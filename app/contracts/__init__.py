@@ -1,1 +1,1 @@
-"""Table contracts, the ledger vocabulary and offset semantics (DESIGN sections 3-4)."""
+"""Table contracts, the ledger vocabulary and offset semantics (CONTRACTS.md sections 3-4)."""

@@ -1,6 +1,6 @@
 """Offset semantics of the engines we audit, and the ledger event record.
 
-Every engine speaks its own offset dialect (shared/DESIGN.md section 3): Kafka, Spark and Flink's
+Every engine speaks its own offset dialect (CONTRACTS.md section 3): Kafka, Spark and Flink's
 ``KafkaSource`` store the *next* offset to read, Flink's legacy ``FlinkKafkaConsumer`` stores the
 *last processed* offset and commits it + 1, and each uses its own negative sentinels for "no offset
 yet". This module translates once, at the edge, so everything downstream compares the normalized
@@ -20,6 +20,9 @@ from typing import Final
 
 from app.contracts.tables import LEDGER_SCHEMA
 from app.contracts.vocabulary import (
+    DETAIL_ATTEMPT,
+    DETAIL_ERROR,
+    DETAIL_REASON,
     ENGINE_FLINK_KAFKASOURCE,
     ENGINE_FLINK_LEGACY,
     ENGINE_SPARK,
@@ -79,7 +82,7 @@ if set(_SENTINELS) != set(ENGINES) or set(_SEMANTICS) != set(ENGINES):
 
 def _check_engine(engine: str) -> str:
     if engine not in _SEMANTICS:
-        raise UnknownEngineError(engine)
+        raise UnknownEngineError(engine, ENGINES)
     return engine
 
 
@@ -133,7 +136,7 @@ def _serialize_detail(detail: Mapping[str, object]) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class LedgerEvent:
-    """One ledger row (shared/DESIGN.md section 4), before it becomes a Spark row.
+    """One ledger row (CONTRACTS.md section 4), before it becomes a Spark row.
 
     ``offset_semantics`` may be omitted and is then derived from ``engine``; ``event_date``
     derives from ``event_time``. ``detail`` is copied and frozen so an event cannot change after
@@ -172,7 +175,7 @@ class LedgerEvent:
             raise InvalidLedgerEventError("topic and partition are set together or not at all")
         frozen = MappingProxyType(dict(self.detail))
         object.__setattr__(self, "detail", frozen)
-        if self.event_type == EVENT_COMMIT_SKIPPED and frozen.get("reason") not in SKIP_REASONS:
+        if self.event_type == EVENT_COMMIT_SKIPPED and frozen.get(DETAIL_REASON) not in SKIP_REASONS:
             raise InvalidLedgerEventError(
                 f"COMMIT_SKIPPED needs detail.reason in {list(SKIP_REASONS)}, got {frozen.get('reason')!r}"
             )
@@ -193,7 +196,7 @@ class LedgerEvent:
     @property
     def attempt(self) -> int | None:
         """The commit attempt sequence number the committer put in ``detail``, if any."""
-        value = self.detail.get("attempt")
+        value = self.detail.get(DETAIL_ATTEMPT)
         return value if isinstance(value, int) else None
 
     @property
@@ -214,9 +217,9 @@ class LedgerEvent:
             self.event_type,
             self.topic,
             self.partition,
-            self.detail.get("reason"),
-            self.detail.get("error"),
-            self.detail.get("attempt"),
+            self.detail.get(DETAIL_REASON),
+            self.detail.get(DETAIL_ERROR),
+            self.detail.get(DETAIL_ATTEMPT),
         ]
         return json.dumps(parts, separators=(",", ":"))
 

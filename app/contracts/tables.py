@@ -1,4 +1,4 @@
-"""Table contracts of shared/DESIGN.md section 4, one StructType constant each.
+"""Table contracts of CONTRACTS.md section 4, one StructType constant each.
 
 Everything that reads or writes a table checks against these constants, so a contract change is a
 change in exactly one place (plus the code that needs the new column).
@@ -153,8 +153,8 @@ def conform(df: DataFrame, schema: StructType) -> DataFrame:
     return df.select(*[df[f.name].cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
-# Successful runs of reconcile and forensics: where the next incremental window starts. Not a
-# DESIGN section 4 table: it is bookkeeping of these two commands only.
+# The runs of reconcile and forensics (CONTRACTS.md section 4): where the next incremental window
+# starts. Bookkeeping of these two commands only.
 # jobs: JSON list; [] = all jobs
 AUDIT_RUNS_SCHEMA: Final = schema(
     """

@@ -1,11 +1,12 @@
-"""The words the tables are written in (shared/DESIGN.md sections 3-5), each defined once.
+"""The words the tables are written in (CONTRACTS.md sections 3-5), each defined once.
 
 Every value a table column may hold from a closed set is a named constant here, and each set is a
 tuple of those values, so a name cannot drift from its set. Each set is spelled once as its tuple
 of values and unpacked into its named constants in the same order (tests/unit/test_vocabulary.py
 checks that every name spells its value). Writers (the committer, the streaming job) and readers
 (the driver-side SQL of the audit, the checks, the dashboard) take their literals from this
-module; nothing else spells them.
+module; nothing else spells them (tests/unit/test_vocabulary_spelling.py finds a word spelled
+elsewhere). ``severity_at_least`` is the one test of a severity against a threshold.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Final
 # Unpacked sets stay packed on a few lines: one name per line would repeat the same line shape
 # for every set.
 
-# --- engines and their offset dialects (DESIGN section 3) -------------------------------------------
+# --- engines and their offset dialects (CONTRACTS.md section 3) ------------------------------------
 
 ENGINES: Final = ("spark", "flink-legacy", "flink-kafkasource")
 ENGINE_SPARK, ENGINE_FLINK_LEGACY, ENGINE_FLINK_KAFKASOURCE = ENGINES
@@ -47,13 +48,19 @@ SUPERSEDED_SKIP_REASONS: Final = (SKIP_SUPERSEDED_IN_FLIGHT, SKIP_PENDING_EVICTE
 RESTORE_SOURCES: Final = ("checkpoint", "group", "earliest", "latest", "timestamp", "specific")
 (RESTORE_CHECKPOINT, RESTORE_GROUP, RESTORE_EARLIEST, RESTORE_LATEST, RESTORE_TIMESTAMP,
  RESTORE_SPECIFIC) = RESTORE_SOURCES
+# The values of stream.startup_mode: every source but the checkpoint, whose restored state always
+# wins when there is one (Flink's rule). And of stream.reset_strategy: where a partition the mode
+# has no offset for starts.
+STARTUP_MODES: Final = (RESTORE_GROUP, RESTORE_EARLIEST, RESTORE_LATEST, RESTORE_TIMESTAMP, RESTORE_SPECIFIC)
+RESET_STRATEGIES: Final = (RESTORE_EARLIEST, RESTORE_LATEST)
 
 # Error names of commit outcomes Kafka never reported: the committer made them up, so they are
 # spelled like Kafka error names but can never collide with one (Kafka's are upper-case codes like
 # REBALANCE_IN_PROGRESS; none of these exists in the protocol).
 ERROR_OUTCOME_UNKNOWN, ERROR_NOT_SENT = "OUTCOME_UNKNOWN", "NOT_SENT"
 
-# Keys of the ledger's JSON `detail` that the audit reads back (resume_source: of RUN_STARTED).
+# Keys of the ledger's JSON `detail` that the audit reads back (resume_source: OFFSETS_RESTORED's
+# source, as another writer may name it).
 DETAIL_KEYS: Final = (
     "attempt", "error", "retriable", "message", "reason", "source", "resume_source", "recovered",
     "superseded_by", "discarded_pending",
@@ -66,7 +73,12 @@ DETAIL_KEYS: Final = (
 RECORD_KINDS: Final = ("commit", "tombstone", "snapshot")
 RECORD_COMMIT, RECORD_TOMBSTONE, RECORD_SNAPSHOT = RECORD_KINDS
 
-# --- findings (DESIGN section 5) ----------------------------------------------------------------------
+# --- group_events: a group's metadata record, or its tombstone (the group was removed) ------------
+
+GROUP_EVENT_KINDS: Final = ("metadata", RECORD_TOMBSTONE)
+GROUP_EVENT_METADATA, GROUP_EVENT_TOMBSTONE = GROUP_EVENT_KINDS
+
+# --- findings (CONTRACTS.md section 5) ---------------------------------------------------------------
 
 FINDING_TYPES: Final = (
     "GAP", "DUPLICATE", "SKIPPED_COMMIT", "COMMIT_FAILURE", "COMMIT_MISMATCH", "FOREIGN_COMMIT",
@@ -113,4 +125,22 @@ REMEDY_REPLAY, REMEDY_DELETE_DUPLICATES, REMEDY_RESET_OFFSETS = REMEDY_ACTIONS
 
 RUN_STATUSES: Final = ("succeeded", "pending", "failed")
 RUN_SUCCEEDED, RUN_PENDING, RUN_FAILED = RUN_STATUSES
+# The commands that record runs (audit_runs.command); a run's default window starts where the last
+# successful run of the same command over the same jobs ended.
+RUN_COMMANDS: Final = ("reconcile", "forensics")
+COMMAND_RECONCILE, COMMAND_FORENSICS = RUN_COMMANDS
 # fmt: on
+
+
+# --- the order of severities ----------------------------------------------------------------------
+
+
+def severity_at_least(severity: str, threshold: str) -> bool:
+    """True when ``severity`` is ``threshold`` or more severe: the one test of --fail-on and of every
+    "at or above" (SEVERITIES is ordered most severe first)."""
+    return SEVERITIES.index(severity) <= SEVERITIES.index(threshold)
+
+
+def severities_at_least(threshold: str) -> tuple[str, ...]:
+    """The severities at or above ``threshold``, most severe first."""
+    return tuple(s for s in SEVERITIES if severity_at_least(s, threshold))

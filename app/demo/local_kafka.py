@@ -20,33 +20,27 @@ import subprocess
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from app.errors import InfrastructureError, JvmSetupError
+from app.kafka.local_broker import (
+    KAFKA_MAIN,
+    LOOPBACK,
+    STATE_FILE,
+    BrokerState,
+    pid_alive,
+    pid_is_our_broker,
+    read_state,
+    running_broker,
+)
 from app.runtime.child_processes import parent_death_preexec
 
 log = logging.getLogger(__name__)
 
-# The broker's files under its data directory.
-STATE_FILE, LOG_FILE, STDOUT_FILE, CONFIG_FILE, STORAGE_DIR = (
-    "broker.json", "broker.log", "broker.out", "server.properties", "logs",
-)  # fmt: skip
-KAFKA_MAIN = "kafka.Kafka"
+# The broker's files under its data directory, beside its state file (app.kafka.local_broker).
+LOG_FILE, STDOUT_FILE, CONFIG_FILE, STORAGE_DIR = ("broker.log", "broker.out", "server.properties", "logs")
 STORAGE_TOOL = "kafka.tools.StorageTool"
-LOOPBACK = "127.0.0.1"
-
-
-@dataclass(frozen=True)
-class BrokerState:
-    pid: int
-    port: int
-    controller_port: int
-    started_at: float
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
 
 
 def free_port() -> int:
@@ -116,30 +110,6 @@ def log4j2_properties(log_file: Path) -> str:
     )
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped) is not a running broker.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _pid_is_our_broker(pid: int, data_dir: Path) -> bool:
-    """Guard against PID reuse: the process must be a Kafka JVM using our config file."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return _pid_alive(pid)
-    return KAFKA_MAIN in cmdline and str(data_dir) in cmdline
-
-
 def _port_open(port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((LOOPBACK, port), timeout=timeout):
@@ -177,19 +147,11 @@ class LocalKafka:
 
     # --- state -----------------------------------------------------------------------------------
     def _read_state(self) -> BrokerState | None:
-        try:
-            return BrokerState(**json.loads(self.path(STATE_FILE).read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
+        return read_state(self.data_dir)
 
     def status(self) -> BrokerState | None:
         """The running broker, or None. A stale state file (dead pid) counts as not running."""
-        state = self._read_state()
-        if state is None or state.pid <= 0:
-            return None
-        if _pid_alive(state.pid) and _pid_is_our_broker(state.pid, self.data_dir):
-            return state
-        return None
+        return running_broker(self.data_dir)
 
     def _ports(self) -> tuple[int, int]:
         previous = self._read_state()
@@ -276,7 +238,7 @@ class LocalKafka:
     def _wait_ready(self, state: BrokerState, t0: float, log_start: int) -> None:
         deadline = t0 + self.start_timeout_s
         while time.monotonic() < deadline:
-            if not _pid_alive(state.pid):
+            if not pid_alive(state.pid):
                 self._fail_start(f"the broker process exited during startup (pid {state.pid})")
             if _port_open(state.port) and self._started_line_logged(log_start):
                 return
@@ -309,8 +271,8 @@ class LocalKafka:
         pid = self._proc.pid if self._proc is not None else (state.pid if state else 0)
         if (
             pid <= 0
-            or not _pid_alive(pid)
-            or (self._proc is None and not _pid_is_our_broker(pid, self.data_dir))
+            or not pid_alive(pid)
+            or (self._proc is None and not pid_is_our_broker(pid, self.data_dir))
         ):
             self._mark_stopped(state)
             return False
@@ -326,7 +288,7 @@ class LocalKafka:
         """Hard stop (SIGKILL), for tests and the demo's broker outage."""
         state = self._read_state()
         pid = self._proc.pid if self._proc is not None else (state.pid if state else 0)
-        if pid > 0 and _pid_alive(pid):
+        if pid > 0 and pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
             self._wait_exit(pid, 10)
         self._mark_stopped(state)
@@ -340,7 +302,7 @@ class LocalKafka:
                 return False
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 return True
             time.sleep(0.1)
         return False

@@ -29,6 +29,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.config import AppConfig, load_config
+from app.contracts import vocabulary as vocab
 from app.contracts.offsets import TopicPartitionKey
 from app.contracts.vocabulary import EVENT_RUN_STARTED
 from app.demo.local_kafka import LocalKafka
@@ -46,7 +47,7 @@ TOPIC = "orders"
 GROUP = "offset-audit-orders"
 JOB = "orders-audit"
 PARTITIONS = 3
-WARN_OR_ABOVE = ("critical", "error", "warn")
+WARN_OR_ABOVE = vocab.severities_at_least(vocab.WARN)
 
 
 @dataclass(frozen=True)
@@ -461,16 +462,18 @@ class Demo:
         lo, hi = self.skipped
         out = [
             # The crash costs nothing: the restart resumed exactly, so the unclean stop is information.
-            ExpectedFinding("UNCLEAN_STOP", "info", None, incident="crash and restart"),
+            ExpectedFinding(vocab.UNCLEAN_STOP, vocab.INFO, None, incident="crash and restart"),
             *[
-                ExpectedFinding("COMMIT_FAILURE", "warn", p, incident="commit failure during a broker outage")
+                ExpectedFinding(
+                    vocab.COMMIT_FAILURE, vocab.WARN, p, incident="commit failure during a broker outage"
+                )
                 for p in range(PARTITIONS)
             ],
-            ExpectedFinding("FOREIGN_COMMIT", "error", 0, incident="manual offset reset"),
-            ExpectedFinding("COMMIT_REGRESSION", "error", 0, incident="manual offset reset"),
+            ExpectedFinding(vocab.FOREIGN_COMMIT, vocab.ERROR, 0, incident="manual offset reset"),
+            ExpectedFinding(vocab.COMMIT_REGRESSION, vocab.ERROR, 0, incident="manual offset reset"),
             ExpectedFinding(
-                "DUPLICATE",
-                "error",
+                vocab.DUPLICATE,
+                vocab.ERROR,
                 1,
                 self.duplicated[0],
                 self.duplicated[1],
@@ -481,10 +484,12 @@ class Demo:
         for p in range(PARTITIONS):
             out.append(
                 ExpectedFinding(
-                    "RESTART_SKIP", "critical", p, lo, hi, hi - lo, incident="restart from latest"
+                    vocab.RESTART_SKIP, vocab.CRITICAL, p, lo, hi, hi - lo, incident="restart from latest"
                 )
             )
-            out.append(ExpectedFinding("GAP", "critical", p, lo, hi, hi - lo, incident="restart from latest"))
+            out.append(
+                ExpectedFinding(vocab.GAP, vocab.CRITICAL, p, lo, hi, hi - lo, incident="restart from latest")
+            )
         return out
 
     def compare(self) -> None:

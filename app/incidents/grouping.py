@@ -1,4 +1,4 @@
-"""Incidents: a reconciliation's findings grouped by the event that caused them (shared/DESIGN.md
+"""Incidents: a reconciliation's findings grouped by the event that caused them (CONTRACTS.md
 sections 4 and 5), with the impact in records, one sentence of cause and a remedy plan.
 
 One event yields many findings: a restart from ``latest`` on a 1,000-partition job is a RESTART_SKIP
@@ -40,6 +40,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from app.contracts import vocabulary as vocab
+from app.contracts.instants import instant
 from app.contracts.json_values import JsonValue
 from app.incidents.incident import Impact, StoredIncident, incident_order
 from app.incidents.remedy import (
@@ -88,7 +89,7 @@ def _time(value: JsonValue) -> datetime | None:
     """An evidence value that is an ISO time (evidence stores times as text), else None."""
     if isinstance(value, str) and value:
         try:
-            return datetime.fromisoformat(value)
+            return instant(datetime.fromisoformat(value))
         except ValueError:
             return None
     return None
@@ -327,7 +328,7 @@ def cause(incident: IncidentDraft, effect: Impact) -> str:
         # The job's own commits (it requested or was acknowledged those offsets), not an outsider's.
         return (
             f"{job} committed offsets to group {incident.group_id} that differ from its checkpoints' "
-            f"on {where} (COMMIT_MISMATCH): an offset-dialect error in its committer."
+            f"on {where} ({vocab.COMMIT_MISMATCH}): an offset-dialect error in its committer."
         )
     if incident.kind == vocab.INCIDENT_EXTERNAL_OFFSET_CHANGE:
         return (

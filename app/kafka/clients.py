@@ -22,8 +22,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from app.config import KafkaConfig
-from app.demo.local_kafka import LocalKafka
 from app.errors import KafkaUnavailableError
+from app.kafka.local_broker import running_broker
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def resolve_bootstrap(cfg: KafkaConfig, kafka_dir: Path) -> str:
     """The real address: configured servers, or the embedded broker's when set to 'local'."""
     if not cfg.is_local:
         return cfg.bootstrap_servers
-    state = LocalKafka(kafka_dir, classpath=[]).status()
+    state = running_broker(kafka_dir)
     if state is None:
         raise KafkaUnavailableError(
             f"kafka.bootstrap_servers is 'local' but no embedded broker runs under {kafka_dir}; "

@@ -20,7 +20,15 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
-from app.contracts.vocabulary import RUN_PENDING, RUN_SUCCEEDED, SEVERITIES
+from app.contracts.instants import instant
+from app.contracts.vocabulary import (
+    COMMAND_FORENSICS,
+    COMMAND_RECONCILE,
+    RUN_PENDING,
+    RUN_SUCCEEDED,
+    SEVERITIES,
+    severity_at_least,
+)
 from app.errors import describe_error, error_kind
 from app.incidents.incident import IncidentSummary, summaries_json
 from app.kafka.gaps import kafka_gap_confirmer
@@ -32,7 +40,11 @@ from app.storage.tables import tables_from_config
 
 log = logging.getLogger(__name__)
 
-STEPS = ("ingest-offsets", "reconcile", "forensics", "check", "report")
+# The night's steps in order, each the command of that name; reconcile and forensics record runs.
+STEPS = ("ingest-offsets", COMMAND_RECONCILE, COMMAND_FORENSICS, "check", "report")
+# What became of a step (the nightly state file): skipped when an earlier attempt of the run did it.
+STEP_STATUSES = ("done", "skipped", "failed")
+STEP_DONE, STEP_SKIPPED, STEP_FAILED = STEP_STATUSES
 
 
 def new_run_id(now: datetime) -> str:
@@ -42,7 +54,7 @@ def new_run_id(now: datetime) -> str:
 @dataclass
 class StepOutcome:
     step: str
-    status: str  # done | failed | skipped (done by an earlier attempt of the same run)
+    status: str  # STEP_STATUSES
     seconds: float = 0.0
     summary: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
@@ -61,13 +73,11 @@ class NightlyResult:
 
     @property
     def failed_step(self) -> StepOutcome | None:
-        return next((s for s in self.steps if s.status == "failed"), None)
+        return next((s for s in self.steps if s.status == STEP_FAILED), None)
 
     def failing(self, fail_on: str) -> int:
-        limit = SEVERITIES.index(fail_on)
-        return sum(n for sev, n in self.findings.items() if SEVERITIES.index(sev) <= limit) + sum(
-            n for sev, n in self.failed_expectations.items() if SEVERITIES.index(sev) <= limit
-        )
+        counts = [*self.findings.items(), *self.failed_expectations.items()]
+        return sum(n for sev, n in counts if severity_at_least(sev, fail_on))
 
 
 def state_path(cfg: AppConfig, run_id: str) -> str:
@@ -107,21 +117,21 @@ class Nightly:
     def run(self) -> NightlyResult:
         state = load_state(self.spark, self.cfg, self.run_id)
         state.setdefault("started_at", self.now.isoformat())
-        if state["steps"].get("check", {}).get("status") != "done":
+        if state["steps"].get("check", {}).get("status") != STEP_DONE:
             from app.quality import preload
 
             preload.start()  # Great Expectations' import overlaps with ingest and reconcile
         result = NightlyResult(self.run_id, state["started_at"])
         steps: dict[str, Callable[[], dict[str, Any]]] = {
             "ingest-offsets": self._ingest,
-            "reconcile": self._reconcile,
-            "forensics": self._forensics,
+            COMMAND_RECONCILE: self._reconcile,
+            COMMAND_FORENSICS: self._forensics,
             "check": self._check,
             "report": self._report,
         }
         for number, name in enumerate(STEPS, 1):
             done = state["steps"].get(name)
-            if done and done.get("status") == "done":
+            if done and done.get("status") == STEP_DONE:
                 log.info(
                     "[%d/%d] %s: done by an earlier attempt of %s, skipped",
                     number,
@@ -130,7 +140,7 @@ class Nightly:
                     self.run_id,
                 )
                 result.steps.append(
-                    StepOutcome(name, "skipped", done.get("seconds", 0.0), done.get("summary", {}))
+                    StepOutcome(name, STEP_SKIPPED, done.get("seconds", 0.0), done.get("summary", {}))
                 )
                 continue
             log.info("[%d/%d] %s ...", number, len(STEPS), name)
@@ -140,7 +150,7 @@ class Nightly:
             except Exception as exc:  # broad on purpose: any failure (py4j, storage) fails the step
                 outcome = StepOutcome(
                     name,
-                    "failed",
+                    STEP_FAILED,
                     time.monotonic() - started,
                     error=describe_error(exc),
                     error_kind=error_kind(exc),
@@ -151,13 +161,13 @@ class Nightly:
                 log.error("[%d/%d] %s failed: %s", number, len(STEPS), name, outcome.error)
                 log.debug("step %s failed", name, exc_info=True)
                 break
-            outcome = StepOutcome(name, "done", round(time.monotonic() - started, 2), summary)
+            outcome = StepOutcome(name, STEP_DONE, round(time.monotonic() - started, 2), summary)
             result.steps.append(outcome)
             state["steps"][name] = asdict(outcome)
             save_state(self.spark, self.cfg, state)
             log.info("[%d/%d] %s done in %.1fs", number, len(STEPS), name, outcome.seconds)
         if result.failed_step is None:
-            # Only a night whose every step finished moves the audit window (DESIGN section 5).
+            # Only a night whose every step finished moves the audit window (CONTRACTS.md section 5).
             runs = tables_from_config(self.cfg).runs
             confirm_runs(self.spark, runs, self.run_id)
         self._collect(result)
@@ -185,13 +195,13 @@ class Nightly:
             )
             done = alerts.deliver(a, facts, asdict(result))
             result.steps.append(
-                StepOutcome("alerts", "done", round(time.monotonic() - started, 2), {"sent": done})
+                StepOutcome("alerts", STEP_DONE, round(time.monotonic() - started, 2), {"sent": done})
             )
         except Exception as exc:  # broad on purpose: a failed delivery is reported like a failed step
             result.steps.append(
                 StepOutcome(
                     "alerts",
-                    "failed",
+                    STEP_FAILED,
                     time.monotonic() - started,
                     error=describe_error(exc),
                     error_kind=error_kind(exc),
@@ -205,9 +215,9 @@ class Nightly:
         runs = tables_from_config(self.cfg).runs
         rows = delta_rows.read_columns(self.spark, runs, ["command", "status", "finished_at"]) or []
         times = [
-            delta_rows.instant(r["finished_at"])
+            instant(r["finished_at"])
             for r in rows
-            if r["command"] == "reconcile" and r["status"] == RUN_SUCCEEDED
+            if r["command"] == COMMAND_RECONCILE and r["status"] == RUN_SUCCEEDED
         ]
         return max(times, default=None)
 
@@ -314,9 +324,11 @@ class Nightly:
         runs = tables_from_config(self.cfg).runs
         rows = delta_rows.read_columns(self.spark, runs, ["run_id", "command", "window_start"]) or []
         starts = [
-            delta_rows.instant(r["window_start"])
+            instant(r["window_start"])
             for r in rows
-            if r["run_id"] == self.run_id and r["command"] == "reconcile" and r["window_start"] is not None
+            if r["run_id"] == self.run_id
+            and r["command"] == COMMAND_RECONCILE
+            and r["window_start"] is not None
         ]
         return min(starts, default=None)
 
@@ -334,7 +346,7 @@ class Nightly:
     # --- summary ---------------------------------------------------------------------------------
     def _collect(self, result: NightlyResult) -> None:
         for step in result.steps:
-            if step.step in ("reconcile", "forensics"):
+            if step.step in (COMMAND_RECONCILE, COMMAND_FORENSICS):
                 for _, severity, n in step.summary.get("counts", []):
                     if severity in SEVERITIES:
                         result.findings[severity] = result.findings.get(severity, 0) + int(n)
@@ -348,7 +360,7 @@ class Nightly:
 def summary_text(result: NightlyResult, fail_on: str) -> str:
     lines = [f"nightly {result.run_id} (started {result.started_at})"]
     for step in result.steps:
-        mark = {"done": "ok", "skipped": "--", "failed": "!!"}[step.status]
+        mark = {STEP_DONE: "ok", STEP_SKIPPED: "--", STEP_FAILED: "!!"}[step.status]
         detail = step.error or _step_line(step)
         lines.append(f"  {mark} {step.step:<15} {step.seconds:7.1f}s  {detail}")
     found = ", ".join(f"{sev} {result.findings.get(sev, 0)}" for sev in SEVERITIES)
@@ -376,10 +388,10 @@ def _step_line(step: StepOutcome) -> str:
         total = s.get("total", {})
         read, decoded, quarantined = (total.get(k, 0) for k in ("read", "decoded", "quarantined"))
         return f"read {read}, decoded {decoded}, quarantined {quarantined}"
-    if step.step == "reconcile":
+    if step.step == COMMAND_RECONCILE:
         gaps = f"{s.get('gaps_suspected', 0)} suspected gaps ({s.get('confirmation')})"
         return f"{s.get('partitions', 0)} partitions, {gaps}"
-    if step.step == "forensics":
+    if step.step == COMMAND_FORENSICS:
         return "restarts: " + (
             ", ".join(f"{k} {v}" for k, v in sorted(s.get("restarts", {}).items())) or "none"
         )

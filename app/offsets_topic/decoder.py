@@ -1,4 +1,4 @@
-"""Decode records of Kafka's `__consumer_offsets` topic into typed records (shared/DESIGN.md section 6).
+"""Decode records of Kafka's `__consumer_offsets` topic into typed records (CONTRACTS.md section 6).
 
 Pure functions over bytes: no Spark, no I/O. The layouts follow Kafka's own message schemas in
 `group-coordinator/src/main/resources/common/message/` (LegacyOffsetCommitKey/Value, OffsetCommitKey/Value,

@@ -48,6 +48,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType, TimestampType
 
 from app.config import AppConfig
+from app.contracts.instants import instant
 from app.contracts.tables import (
     FINDINGS_SCHEMA,
     LEDGER_SCHEMA,
@@ -611,7 +612,7 @@ def latest_reconcile_run(storage: StorageSettings, runs_path: str) -> str | None
     read from the driver (no Spark job for a few run records)."""
     rows = delta_rows.read_columns(storage, runs_path, ["run_id", "command", "status", "finished_at"]) or []
     done = [r for r in rows if r["command"] == "reconcile" and r["status"] == RUN_SUCCEEDED]
-    latest = max(done, key=lambda r: (delta_rows.instant(r["finished_at"]), r["run_id"]), default=None)
+    latest = max(done, key=lambda r: (instant(r["finished_at"]), r["run_id"]), default=None)
     return None if latest is None else str(latest["run_id"])
 
 

@@ -1,16 +1,16 @@
-"""Findings from the ledger next to the group's commits (shared/DESIGN.md section 5): COMMIT_FAILURE,
+"""Findings from the ledger next to the group's commits (CONTRACTS.md section 5): COMMIT_FAILURE,
 FOREIGN_COMMIT, COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT and COMMITTED_AHEAD.
 
 Each rule is one DuckDB query over the views of ``app.reconcile.ledger_sql``, given the window's
-``LedgerAudit``."""
+``LedgerQueries`` (``LedgerAudit`` implements them)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from app.contracts import vocabulary as vocab
 from app.reconcile.findings import Finding
+from app.reconcile.ledger_queries import LedgerQueries
 from app.reconcile.ledger_sql import (
     IDENTITY_SQL,
     pick,
@@ -21,11 +21,8 @@ from app.reconcile.ledger_sql import (
     to_int,
 )
 
-if TYPE_CHECKING:
-    from app.reconcile.ledger_audit import LedgerAudit
 
-
-def commit_failures(audit: LedgerAudit) -> list[Finding]:
+def commit_failures(audit: LedgerQueries) -> list[Finding]:
     """COMMIT_FAILED events grouped by run, partition, Kafka error and day (the nightly unit)."""
     grouped = audit.rows(
         f"""
@@ -70,7 +67,7 @@ def commit_failures(audit: LedgerAudit) -> list[Finding]:
     ]
 
 
-def foreign_commits(audit: LedgerAudit) -> list[Finding]:
+def foreign_commits(audit: LedgerQueries) -> list[Finding]:
     """Group commits whose offset no request or acknowledgement of a job carries: a reset tool (to
     earliest, latest or any offset) or another client committing with the group id, whenever it
     happened."""
@@ -105,7 +102,7 @@ def foreign_commits(audit: LedgerAudit) -> list[Finding]:
     ]
 
 
-def commit_mismatches(audit: LedgerAudit) -> list[Finding]:
+def commit_mismatches(audit: LedgerQueries) -> list[Finding]:
     """The job's own commit (its request, acknowledgement or raw offset: ``ensure_matched``) of an
     offset other than its checkpoint's normalized one: an engine-dialect bug in the committer, e.g.
     Flink legacy's +1 forgotten. A commit of an offset the job never claimed is no mismatch but a
@@ -141,7 +138,7 @@ def commit_mismatches(audit: LedgerAudit) -> list[Finding]:
     ]
 
 
-def commit_regressions(audit: LedgerAudit) -> list[Finding]:
+def commit_regressions(audit: LedgerQueries) -> list[Finding]:
     """The committed offset of a group partition moving backwards, in __consumer_offsets order.
 
     A tombstone (offset deleted) resets the history: the next commit starts afresh.
@@ -184,7 +181,7 @@ def commit_regressions(audit: LedgerAudit) -> list[Finding]:
     ]
 
 
-def skipped_commits(audit: LedgerAudit, horizon: datetime | None) -> list[Finding]:
+def skipped_commits(audit: LedgerQueries, horizon: datetime | None) -> list[Finding]:
     """Completed checkpoints whose offsets never reached __consumer_offsets, with the reason.
 
     Reached means: a group commit of that very offset at or after the completion (minus clock
@@ -305,7 +302,7 @@ def skipped_commits(audit: LedgerAudit, horizon: datetime | None) -> list[Findin
         out.append(
             Finding.of(
                 vocab.SKIPPED_COMMIT,
-                vocab.INFO if benign or r["reason"] == "commit_disabled" else vocab.WARN,
+                vocab.INFO if benign or r["reason"] == vocab.SKIPPED_DISABLED else vocab.WARN,
                 vocab.BENIGN if benign else vocab.OPEN,
                 r,
                 {
@@ -326,7 +323,7 @@ def skipped_commits(audit: LedgerAudit, horizon: datetime | None) -> list[Findin
     return out
 
 
-def committed_ahead(audit: LedgerAudit) -> list[Finding]:
+def committed_ahead(audit: LedgerQueries) -> list[Finding]:
     """The group's latest committed offset beyond every checkpoint completed before ``until``."""
     until = sql_ts(audit.window.until)
     ahead = audit.rows(

@@ -26,7 +26,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 from pyspark.sql.types import (
@@ -35,6 +35,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from app.contracts.instants import instant
 from app.contracts.json_values import JsonObject, JsonValue
 from app.contracts.tables import FINDINGS_SCHEMA
 from app.contracts.vocabulary import (
@@ -122,7 +123,7 @@ class Finding:
             finding_type=finding_type,
             severity=severity,
             status=status,
-            evidence={k: _aware(v) for k, v in evidence.items()},
+            evidence={k: instant(v) for k, v in evidence.items()},
             offset_start=offset_start,
             offset_end=offset_end,
             record_count=record_count,
@@ -139,10 +140,6 @@ class Finding:
     @property
     def finding_id(self) -> str:
         return finding_id(self.core_row())
-
-
-def _aware(value: Any) -> Any:
-    return value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
 
 
 def evidence_json(evidence: Mapping[str, Any]) -> str:
@@ -448,7 +445,7 @@ def dated_duplicate(finding: Finding, dates: CopyDates) -> Finding:
         evidence["last_copy_written_at"] = max(dates.written_at)
     else:
         evidence["processed_at"] = dates.processed_at
-    return dataclasses.replace(finding, evidence={k: _aware(v) for k, v in evidence.items()})
+    return dataclasses.replace(finding, evidence={k: instant(v) for k, v in evidence.items()})
 
 
 def beyond_finding(rng: PartitionRange, stats: Mapping[str, Any]) -> Finding:
@@ -481,8 +478,3 @@ def _range_where(rng: PartitionRange, checkpoint_id: int | None = None) -> dict[
         "partition": rng.partition,
         "checkpoint_id": checkpoint_id,
     }
-
-
-def severity_at_least(severity: str, threshold: str) -> bool:
-    """True when ``severity`` is as severe as ``threshold`` or more (SEVERITIES is most severe first)."""
-    return SEVERITIES.index(severity) <= SEVERITIES.index(threshold)

@@ -90,6 +90,12 @@ def restarts_table(
     return out
 
 
+def restart_severity(classification: str) -> str | None:
+    """The severity of a restart's finding (CONTRACTS.md section 5): a replay reads records twice (warn),
+    a skip never reads them (critical); an exact or unknown restart has no finding."""
+    return {RESTART_REPLAYED: WARN, RESTART_SKIPPED: CRITICAL}.get(classification)
+
+
 def find_restart_anomalies(restarts: Iterable[Mapping[str, Any]], observed: Observed) -> list[Finding]:
     """RESTART_REPLAY (warn) and RESTART_SKIP (critical) findings.
 
@@ -98,7 +104,8 @@ def find_restart_anomalies(restarts: Iterable[Mapping[str, Any]], observed: Obse
     """
     out = []
     for r in restarts:
-        if r["classification"] not in (RESTART_REPLAYED, RESTART_SKIPPED):
+        severity = restart_severity(r["classification"])
+        if severity is None:
             continue
         replay = r["classification"] == RESTART_REPLAYED
         start = min(r["resumed_offset"], r["previous_checkpoint_offset"])
@@ -112,7 +119,7 @@ def find_restart_anomalies(restarts: Iterable[Mapping[str, Any]], observed: Obse
         out.append(
             Finding.of(
                 RESTART_REPLAY if replay else RESTART_SKIP,
-                WARN if replay else CRITICAL,
+                severity,
                 OPEN,
                 r,
                 evidence,

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
-from app.contracts.vocabulary import SEVERITIES
+from app.contracts.vocabulary import COMMAND_FORENSICS, SEVERITIES
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile.outputs import AuditRun, merge_restarts, read_incidents, record_run, resolve_scope
@@ -39,7 +39,7 @@ def run_forensics(spark: SparkSession, cfg: AppConfig, run: AuditRun) -> Forensi
     The RESTART_* findings of these restarts belong to ``reconcile`` alone (one owner per finding
     type), which judges the same restarts with the same functions."""
     r = cfg.reconcile
-    scope = resolve_scope(spark, cfg, run, "forensics")
+    scope = resolve_scope(spark, cfg, run, COMMAND_FORENSICS)
     tables, job_list, window, now, run_id = scope.tables, scope.jobs, scope.window, run.now, run.run_id
     rules = match_rules(r)
     result = ForensicsResult(run_id=run_id, window=window, jobs=job_list)
@@ -61,7 +61,7 @@ def run_forensics(spark: SparkSession, cfg: AppConfig, run: AuditRun) -> Forensi
     for row in result.restarts:
         key = (row["classification"], "")
         result.counts[key] = result.counts.get(key, 0) + 1
-    record_run(spark, scope, run, "forensics", now)
+    record_run(spark, scope, run, COMMAND_FORENSICS, now)
     return result
 
 

@@ -10,9 +10,10 @@ null ordering (nulls first ascending, last descending), null-rejecting equi-join
 ``arg_max_null``, ``get_json_object`` as ``detail()`` (null on malformed JSON), and the same finding
 identities, so finding ids are unchanged.
 
-Findings (shared/DESIGN.md section 5): LEDGER_INCONSISTENT, COMMIT_FAILURE, FOREIGN_COMMIT,
-COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT, COMMITTED_AHEAD, as rows as typed ``Finding``s
-(plain dicts; ``app.reconcile.findings.finalize_findings`` adds the id, the run and the time of detection).
+Findings (CONTRACTS.md section 5): LEDGER_INCONSISTENT, UNCLEAN_STOP, COMMIT_FAILURE,
+FOREIGN_COMMIT, COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT, COMMITTED_AHEAD, as typed
+``Finding``s built by the rules of ``ledger_rules`` and ``commit_rules``
+(``app.reconcile.findings.finalize_findings`` makes them ``StoredFinding``s: id, run, time of detection).
 Views for the sink phase and forensics: completed checkpoints, the ranges the sink must hold
 (``coverage``), the runs still active, the restart classification and the latest commits.
 """
@@ -28,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app.contracts import vocabulary as vocab
+from app.contracts.instants import instant
 from app.contracts.vocabulary import (
     EVENT_OFFSETS_RESTORED,
     EVENT_RUN_STOPPED,
@@ -40,7 +42,6 @@ from app.reconcile.ledger_sql import (
     CLAIM_ACKNOWLEDGED,
     CLAIM_REQUESTED,
     VIEWS,
-    aware,
     aware_rows,
     naive_utc,
     sql_detail,
@@ -49,12 +50,13 @@ from app.reconcile.ledger_sql import (
     sql_ts,
 )
 
-# Skip reasons of the committer, folded into the three classes DESIGN section 5 names.
+# Skip reasons of the committer, folded into the three classes CONTRACTS.md section 5 names.
 
 
 class LedgerAudit:
     """An in-process database over one window's ledger and group commits (Arrow tables with the
-    ledger and group_commits contract columns)."""
+    ledger and group_commits contract columns). The rules it runs take it as
+    ``ledger_queries.LedgerQueries``."""
 
     def __init__(
         self,
@@ -109,7 +111,7 @@ class LedgerAudit:
         The newest commit alone is not enough: a job that stopped commits nothing more, so its
         last checkpoints would never be judged."""
         row = self._db.execute("SELECT max(coalesce(log_time, commit_time)) FROM gc").fetchone()
-        newest = None if row is None or row[0] is None else aware(row[0])
+        newest = None if row is None or row[0] is None else instant(row[0])
         if self.ingested_at is None:
             return newest
         ingested = self.ingested_at - timedelta(seconds=self.rules.clock_skew_s)
@@ -146,7 +148,7 @@ class LedgerAudit:
             'SELECT group_id, topic, "partition", committed_offset, commit_time FROM latest_commits'
         )
         return {
-            (r["group_id"], r["topic"], r["partition"]): (r["committed_offset"], aware(r["commit_time"]))
+            (r["group_id"], r["topic"], r["partition"]): (r["committed_offset"], instant(r["commit_time"]))
             for r in rows
         }
 
@@ -364,9 +366,9 @@ class LedgerAudit:
         by_index = {r["i"]: r for r in rows}
         return [
             rc.CopyDates(
-                written_at=tuple(sorted(aware(t) for t in by_index[i]["written_at"] or [])),
+                written_at=tuple(sorted(instant(t) for t in by_index[i]["written_at"] or [])),
                 job_runs=tuple(sorted(by_index[i]["job_runs"] or [])),
-                processed_at=aware(by_index[i]["processed_at"]),
+                processed_at=instant(by_index[i]["processed_at"]),
             )
             for i in range(len(duplicates))
         ]

@@ -1,22 +1,16 @@
-"""Findings from the ledger alone (shared/DESIGN.md section 5): LEDGER_INCONSISTENT (a ledger that
+"""Findings from the ledger alone (CONTRACTS.md section 5): LEDGER_INCONSISTENT (a ledger that
 contradicts itself) and UNCLEAN_STOP (a run that ended without RUN_STOPPED)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from app.contracts import vocabulary as vocab
+from app.contracts.instants import instant
 from app.reconcile.findings import Finding
-from app.reconcile.ledger_sql import (
-    aware,
-    sql_secs,
-)
-
-if TYPE_CHECKING:
-    from app.reconcile.ledger_audit import LedgerAudit
+from app.reconcile.ledger_queries import LedgerQueries
+from app.reconcile.ledger_sql import sql_secs
 
 
-def ledger_inconsistencies(audit: LedgerAudit) -> list[Finding]:
+def ledger_inconsistencies(audit: LedgerQueries) -> list[Finding]:
     """Completed without a snapshot of the same checkpoint in any run of the job; snapshot
     offsets moving backwards in a run.
 
@@ -89,7 +83,7 @@ def ledger_inconsistencies(audit: LedgerAudit) -> list[Finding]:
     return out
 
 
-def unclean_stops(audit: LedgerAudit) -> list[Finding]:
+def unclean_stops(audit: LedgerQueries) -> list[Finding]:
     """Runs that never wrote RUN_STOPPED: killed or crashed.
 
     Judged when the job's next run started inside the window, or, for a job's last run, when
@@ -133,7 +127,7 @@ def unclean_stops(audit: LedgerAudit) -> list[Finding]:
                     "silent_for_s": (
                         None
                         if r["next_run_id"]
-                        else round((audit.window.until - aware(r["last_event_at"])).total_seconds())
+                        else round((audit.window.until - instant(r["last_event_at"])).total_seconds())
                     ),
                 },
                 cols=("job_name", "group_id", "run_id"),

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app.contracts import vocabulary as vocab
+from app.contracts.instants import instant
 from app.contracts.vocabulary import (
     EVENT_CHECKPOINT_COMPLETED,
     EVENT_CHECKPOINT_SNAPSHOT,
@@ -169,13 +170,9 @@ IDENTITY_SQL: Final = (
 )
 
 
-def aware(value: Any) -> Any:
-    """UTC wall times from DuckDB back to instants."""
-    return value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
-
-
 def aware_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: aware(v) for k, v in r.items()} for r in rows]
+    """DuckDB's rows with their UTC wall times back as instants."""
+    return [{k: instant(v) for k, v in r.items()} for r in rows]
 
 
 def to_int(value: Any) -> int | None:

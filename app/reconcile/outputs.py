@@ -14,8 +14,16 @@ from typing import Any, Final
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
+from app.contracts.instants import instant
 from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA, INCIDENTS_SCHEMA, RESTARTS_SCHEMA
-from app.contracts.vocabulary import INCIDENT_RESOLVED, RUN_FAILED, RUN_PENDING, RUN_STATUSES, RUN_SUCCEEDED
+from app.contracts.vocabulary import (
+    COMMAND_RECONCILE,
+    INCIDENT_RESOLVED,
+    RUN_FAILED,
+    RUN_PENDING,
+    RUN_STATUSES,
+    RUN_SUCCEEDED,
+)
 from app.incidents.incident import StoredIncident, incident_order
 from app.incidents.remedy import RepairOutcome
 from app.reconcile import findings as rc
@@ -76,7 +84,7 @@ def read_incidents(
     rows = delta_rows.read_columns(storage, tables_from_config(cfg).incidents, INCIDENTS_SCHEMA.fieldNames())
     out = []
     for row in rows or []:
-        incident = StoredIncident.from_row({k: delta_rows.instant(v) for k, v in row.items()})
+        incident = StoredIncident.from_row({k: instant(v) for k, v in row.items()})
         if jobs and incident.job_name not in jobs:
             continue
         last = incident.last_evidence_at
@@ -124,7 +132,7 @@ def last_window_end(spark: SparkSession, path: str, command: str, jobs: Sequence
     """Where the previous successful run of ``command`` over the same jobs stopped."""
     runs = delta_rows.read_columns(spark, path, ["command", "status", "jobs", "window_end"]) or []
     ends = [
-        delta_rows.instant(r["window_end"])
+        instant(r["window_end"])
         for r in runs
         if r["command"] == command and r["status"] == RUN_SUCCEEDED and r["jobs"] == json.dumps(sorted(jobs))
     ]
@@ -189,7 +197,7 @@ def drop_orphan_summaries(spark: SparkSession, tables: Tables) -> None:
     if not summary:
         return
     runs = delta_rows.read_columns(spark, tables.runs, ["run_id", "command"]) or []
-    done = {r["run_id"] for r in runs if r["command"] == "reconcile"}
+    done = {r["run_id"] for r in runs if r["command"] == COMMAND_RECONCILE}
     orphans = {r["reconcile_run_id"] for r in summary} - done
     if orphans:
         log.info("removing the partition summaries of %d unfinished run(s)", len(orphans))

@@ -1,5 +1,11 @@
 """`reconcile` end to end: read the window's inputs, audit the ledger and the commits on the driver,
-examine the sink, confirm suspected gaps, group incidents, then store everything or nothing."""
+examine the sink, confirm suspected gaps, group incidents, then store.
+
+Nothing is written until everything is known. The stores are then separate Delta commits, each
+safe to repeat: findings and incidents are MERGEd by their deterministic ids (a rerun writes the
+same rows), the partition summary is one append, and the run record comes last: it alone moves the
+next default window. A run killed between them leaves rows its rerun overwrites, and summaries of
+a run that never recorded itself are dropped by the next run (``outputs.drop_orphan_summaries``)."""
 
 from __future__ import annotations
 
@@ -15,8 +21,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig, ReconcileConfig
+from app.contracts.instants import instant
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
-from app.contracts.vocabulary import DUPLICATE, SEVERITIES
+from app.contracts.vocabulary import COMMAND_RECONCILE, DUPLICATE, SEVERITIES
 from app.errors import (
     ConfigError,
     error_kind,
@@ -91,7 +98,7 @@ def last_ingest_time(spark: SparkSession, path: str) -> datetime | None:
     """When ingest-offsets last stored its positions: group_commits holds every commit made
     before then, which is what lets a stopped job's last checkpoints be judged."""
     rows = delta_rows.read_columns(spark, path, ["updated_at"]) or []
-    times = [delta_rows.instant(r["updated_at"]) for r in rows if r["updated_at"] is not None]
+    times = [instant(r["updated_at"]) for r in rows if r["updated_at"] is not None]
     return max(times, default=None)
 
 
@@ -131,7 +138,7 @@ def run_reconcile(
     """
     started = time.monotonic()
     r = cfg.reconcile
-    scope = resolve_scope(spark, cfg, run, "reconcile")
+    scope = resolve_scope(spark, cfg, run, COMMAND_RECONCILE)
     tables, job_list, window, now, run_id = scope.tables, scope.jobs, scope.window, run.now, run.run_id
     rules = match_rules(r)
     result = ReconcileResult(run_id=run_id, window=window, jobs=job_list)
@@ -143,9 +150,9 @@ def run_reconcile(
             audit.close()
     except Exception as exc:  # broad on purpose: a run that could not see is recorded, then re-raised
         if error_kind(exc) != "usage":  # a usage error (a missing sink) writes nothing at all
-            record_failed_run(spark, scope, run, "reconcile")
+            record_failed_run(spark, scope, run, COMMAND_RECONCILE)
         raise
-    record_run(spark, scope, run, "reconcile", now + timedelta(seconds=time.monotonic() - started))
+    record_run(spark, scope, run, COMMAND_RECONCILE, now + timedelta(seconds=time.monotonic() - started))
     result.seconds = time.monotonic() - started
     return result
 
@@ -214,7 +221,7 @@ def _sink_and_restart_findings(
     for job in sorted(set(by_job) | {r["job_name"] for r in restart_rows}):
         df = read_delta(spark, tables.sink_for(job))
         if df is None:
-            # Not an empty sink: the audit cannot see, so it claims nothing (DESIGN section 5).
+            # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
             raise ConfigError(
                 tables.sink_key_for(job),
                 f"no Delta table at {tables.sink_for(job)} (the sink of job {job}); nothing was written",

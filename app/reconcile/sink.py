@@ -6,8 +6,8 @@ offset ranges the window's checkpoints cover, through filters on its coordinate 
 per-file min/max statistics skip every file outside them:
 
 1. one aggregate per (topic, partition): rows, min, max and a fingerprint, the XOR of xxhash64 of
-   every offset (``app.reconcile.findings.sink_fingerprints``). Compared with the fingerprint of the offsets
-   the range must hold, computed on the driver (``expected_fingerprint``, each offset once
+   every offset (``app.reconcile.sink_offsets.sink_fingerprints``). Compared with the fingerprint of
+   the offsets the range must hold, computed on the driver (``expected_fingerprint``, each offset once
    however many partitions share it), it proves most partitions complete at about the cost
    of a bare count;
 2. the partitions that fail it, read again alone and examined per 32768-offset bucket (count,
@@ -21,8 +21,8 @@ per-file min/max statistics skip every file outside them:
    then the buckets that hold more rows than distinct offsets are read again for their duplicate
    offsets (``duplicate_runs``). Either way only the range's rows count.
 
-The ledger window and the group's commits are small: they are read once into Arrow (by delta-rs
-on local storage) and analysed on the driver (``app.reconcile.ledger_audit``): findings, the ranges above,
+The ledger window and the group's commits are small: they are read once into Arrow (by delta-rs,
+on every storage) and analysed on the driver (``app.reconcile.ledger_audit``): findings, the ranges above,
 restarts. Spark runs only the sink reads. The rows a run stores (findings, partition summary, the
 run record) are likewise written from the driver (``app.storage.delta_rows``).
 

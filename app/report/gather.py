@@ -177,7 +177,7 @@ def checkpoint_commit_counts(ledger: pa.Table, findings: pa.Table | None) -> dic
         if findings is None
         else _query(
             per_checkpoint.format(table="findings", kind="finding_type = ?"),
-            ["SKIPPED_COMMIT"],
+            [vocab.SKIPPED_COMMIT],
             findings=findings,
         )
     )

@@ -35,7 +35,12 @@ CHART_IDS: Final = (
     "restarts",
 )
 # Most telling first: a skip loses data, a replay duplicates it, unknown is unexplained.
-_RESTART_RANK: Final = ("skip", "replay", "unknown", "exact")
+_RESTART_RANK: Final = (
+    vocab.RESTART_SKIPPED,
+    vocab.RESTART_REPLAYED,
+    vocab.RESTART_UNKNOWN,
+    vocab.RESTART_EXACT,
+)
 
 Row = Mapping[str, Any]
 
@@ -121,7 +126,7 @@ def restart_rows(per_partition: Iterable[Row]) -> list[dict[str, Any]]:
                 "job_name": job,
                 "run_id": run,
                 "started_at": min(str(r["started_at"]) for r in rows),
-                "classification": min(classes, key=_RESTART_RANK.index) if classes else "unknown",
+                "classification": min(classes, key=_RESTART_RANK.index) if classes else vocab.RESTART_UNKNOWN,
                 "partitions": len(rows),
                 "replayed": sum(int(r.get("records_replayed") or 0) for r in rows),
                 "skipped": sum(int(r.get("records_skipped") or 0) for r in rows),

@@ -15,7 +15,6 @@ there is one, else the config's storage options (a local table needs neither).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -24,18 +23,11 @@ import pyarrow.dataset
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from app.contracts.instants import instant
 from app.storage import backend
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
-
-
-def instant(value: Any) -> Any:
-    """Spark hands timestamps to Python as naive local times and reads naive ones back the same
-    way; Arrow reads a naive time as UTC. Naive values are therefore placed in local time here."""
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.astimezone(UTC)
-    return value
 
 
 def _arrow_rows(schema: StructType, rows: Sequence[Mapping[str, Any]]) -> pa.Table:

@@ -14,11 +14,6 @@ def _fs_and_path(spark: SparkSession, path: str) -> tuple[Any, Any]:
     return hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hpath
 
 
-def path_exists(spark: SparkSession, path: str) -> bool:
-    fs, hpath = _fs_and_path(spark, path)
-    return bool(fs.exists(hpath))
-
-
 def read_text(spark: SparkSession, path: str) -> str | None:
     """Whole file as text, or None when it does not exist."""
     fs, hpath = _fs_and_path(spark, path)

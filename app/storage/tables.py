@@ -7,9 +7,6 @@ from dataclasses import dataclass, field
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import (
-    StructType,
-)
 
 from app.config import AppConfig
 from app.errors import (
@@ -65,7 +62,3 @@ def read_delta(spark: SparkSession, path: str) -> DataFrame | None:
         # Broad on purpose: the storage client raises its own types (S3, ABFS, local IO).
         raise InfrastructureError(f"cannot access table storage at {path}: {exc}") from exc
     return spark.read.format("delta").load(path)
-
-
-def empty(spark: SparkSession, schema: StructType) -> DataFrame:
-    return spark.createDataFrame([], schema)

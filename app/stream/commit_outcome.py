@@ -9,6 +9,7 @@ from typing import Protocol
 
 from app.contracts.offsets import TopicPartitionKey
 from app.contracts.vocabulary import DETAIL_ERROR, DETAIL_MESSAGE, DETAIL_RETRIABLE
+from app.errors import OffsetAuditError
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,17 @@ class CommitError:
 
     def to_detail(self) -> dict[str, object]:
         return {DETAIL_ERROR: self.error, DETAIL_RETRIABLE: self.retriable, DETAIL_MESSAGE: self.message}
+
+
+class CommitFailedError(OffsetAuditError):
+    """Raised by a ``commit_fn`` whose whole request failed; carries the typed error.
+
+    Defined beside ``CommitError``, not in ``app.errors``: the error family imports nothing of the
+    application, and this one's payload is the committer's own type."""
+
+    def __init__(self, error: CommitError) -> None:
+        super().__init__(f"offset commit failed: {error.error} (retriable={error.retriable}) {error.message}")
+        self.error = error
 
 
 class _KafkaErrorLike(Protocol):

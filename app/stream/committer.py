@@ -33,8 +33,8 @@ from app.contracts.offsets import (
     normalize_offset,
     offset_semantics_for,
 )
-from app.errors import CommitFailedError, CommitterStateError, ConfigError
-from app.stream.commit_outcome import CommitError, CommitFn, CommitResult
+from app.errors import CommitterStateError, ConfigError
+from app.stream.commit_outcome import CommitError, CommitFailedError, CommitFn, CommitResult
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class OffsetCommitter:
                     self._max_pending,
                     evicted_id,
                 )
-                detail = {"reason": vocab.SKIP_PENDING_EVICTED, "evicted_by": checkpoint_id}
+                detail = {vocab.DETAIL_REASON: vocab.SKIP_PENDING_EVICTED, "evicted_by": checkpoint_id}
                 events += self._partition_events(vocab.EVENT_COMMIT_SKIPPED, evicted_id, evicted, now, detail)
             self._buffer.extend(events)
         self._notify(events)
@@ -160,7 +160,7 @@ class OffsetCommitter:
                         vocab.EVENT_COMMIT_SKIPPED,
                         checkpoint_id,
                         now,
-                        {"reason": vocab.SKIP_UNKNOWN_CHECKPOINT},
+                        {vocab.DETAIL_REASON: vocab.SKIP_UNKNOWN_CHECKPOINT},
                     ),
                 ]
                 requested = False
@@ -181,7 +181,7 @@ class OffsetCommitter:
         older = [cid for cid in self._pending if cid < checkpoint_id]
         for cid in older:
             del self._pending[cid]
-        completed_detail: dict[str, object] = {"discarded_pending": older} if older else {}
+        completed_detail: dict[str, object] = {vocab.DETAIL_DISCARDED_PENDING: older} if older else {}
         events = self._partition_events(
             vocab.EVENT_CHECKPOINT_COMPLETED, checkpoint_id, offsets, now, completed_detail
         )
@@ -189,7 +189,7 @@ class OffsetCommitter:
         if not self._commit_enabled:
             # Checked before emptiness: with commits off, "disabled" is the reason nothing was
             # committed, whatever the offsets were.
-            detail = {"reason": vocab.SKIP_COMMIT_DISABLED}
+            detail = {vocab.DETAIL_REASON: vocab.SKIP_COMMIT_DISABLED}
             events += self._partition_events(vocab.EVENT_COMMIT_SKIPPED, checkpoint_id, offsets, now, detail)
             return events, False
 
@@ -199,7 +199,7 @@ class OffsetCommitter:
         if not committable:
             filtered = sorted([topic, partition] for topic, partition in offsets)
             empty_detail: dict[str, object] = {
-                "reason": vocab.SKIP_EMPTY_OFFSETS,
+                vocab.DETAIL_REASON: vocab.SKIP_EMPTY_OFFSETS,
                 "filtered_partitions": filtered,
             }
             events.append(self._event(vocab.EVENT_COMMIT_SKIPPED, checkpoint_id, now, empty_detail))
@@ -213,7 +213,11 @@ class OffsetCommitter:
             commit_offsets={tp: self._commit_offset(raw) for tp, raw in committable.items()},
         )
         events += self._partition_events(
-            vocab.EVENT_COMMIT_REQUESTED, checkpoint_id, committable, now, {"attempt": request.attempt}
+            vocab.EVENT_COMMIT_REQUESTED,
+            checkpoint_id,
+            committable,
+            now,
+            {vocab.DETAIL_ATTEMPT: request.attempt},
         )
         events += self._put_in_slot_locked(request, now)
         return events, True
@@ -232,9 +236,9 @@ class OffsetCommitter:
             request.checkpoint_id,
         )
         detail = {
-            "reason": vocab.SKIP_SUPERSEDED_IN_FLIGHT,
-            "attempt": replaced.attempt,
-            "superseded_by": request.checkpoint_id,
+            vocab.DETAIL_REASON: vocab.SKIP_SUPERSEDED_IN_FLIGHT,
+            vocab.DETAIL_ATTEMPT: replaced.attempt,
+            vocab.DETAIL_SUPERSEDED_BY: request.checkpoint_id,
         }
         return self._partition_events(
             vocab.EVENT_COMMIT_SKIPPED, replaced.checkpoint_id, replaced.raw_offsets, now, detail
@@ -346,7 +350,7 @@ class OffsetCommitter:
         failed = False
         for tp in sorted(request.commit_offsets):
             sent = request.commit_offsets[tp]
-            detail: dict[str, object] = {"attempt": request.attempt}
+            detail: dict[str, object] = {vocab.DETAIL_ATTEMPT: request.attempt}
             error = result.errors.get(tp)
             if error is None and tp in result.acknowledged:
                 offset = result.acknowledged[tp]
@@ -520,7 +524,7 @@ class OffsetCommitter:
                 tp,
                 request.commit_offsets[tp],
                 now,
-                {"attempt": request.attempt, **error.to_detail()},
+                {vocab.DETAIL_ATTEMPT: request.attempt, **error.to_detail()},
             )
             for tp in sorted(request.commit_offsets)
         ]

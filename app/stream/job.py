@@ -134,6 +134,29 @@ class StopWhen:
     max_batches: int = 0  # 0: no limit
     idle_s: float = 0.0  # stop after this long without a new batch; 0: never
     duration_s: float = 0.0  # 0: no limit
+    # Stop once completed batches have read each listed partition up to this offset (the next offset
+    # to read): a bounded run over records produced beforehand ends when they are all in, however
+    # long a slow machine takes, where idle_s could end it between two slow batches.
+    offsets: Mapping[TopicPartitionKey, int] = field(default_factory=dict)
+
+    def offsets_reached(self, read_up_to: Mapping[TopicPartitionKey, int]) -> bool:
+        """True when ``offsets`` is set and every listed partition was read up to its offset."""
+        return bool(self.offsets) and all(read_up_to.get(tp, -1) >= end for tp, end in self.offsets.items())
+
+
+def progress_end_offsets(progress_json: str | None) -> dict[TopicPartitionKey, int]:
+    """Where a progress report (Spark's JSON) says its Kafka sources' trigger ended, per partition.
+
+    Spark reports a trigger's progress once its batch and the batch's commit log entry are written,
+    so these offsets are read and committed. The report embeds a source's offsets as JSON when they
+    are JSON, as Kafka's are ({topic: {partition: offset}}); any other source is left out."""
+    progress = json.loads(progress_json) if progress_json else {}
+    out: dict[TopicPartitionKey, int] = {}
+    for source in progress.get("sources", []):
+        end = source.get("endOffset")
+        for topic, partitions in end.items() if isinstance(end, dict) else []:
+            out.update({(topic, int(p)): int(o) for p, o in partitions.items()})
+    return out
 
 
 def add_progress(rows_by_batch: dict[int, int], progress: Mapping[str, Any]) -> None:
@@ -250,13 +273,15 @@ class StreamJob:
             mode,
             partitions,
             marks,
-            committed=committed_offsets(consumer, partitions, timeout) if mode == "group" else None,
+            committed=committed_offsets(consumer, partitions, timeout)
+            if mode == vocab.RESTORE_GROUP
+            else None,
             by_timestamp=(
                 offsets_for_timestamp(consumer, partitions, self.scfg.startup_timestamp_ms, timeout)
-                if mode == "timestamp"
+                if mode == vocab.RESTORE_TIMESTAMP
                 else None
             ),
-            specific=self.scfg.specific() if mode == "specific" else None,
+            specific=self.scfg.specific() if mode == vocab.RESTORE_SPECIFIC else None,
             reset=self.scfg.reset_strategy,
         )
 
@@ -312,7 +337,7 @@ class StreamJob:
                 "event_type",
                 "run_id",
                 "checkpoint_id",
-                F.get_json_object("detail", "$.attempt").alias("attempt"),
+                F.get_json_object("detail", f"$.{vocab.DETAIL_ATTEMPT}").alias("attempt"),
             )
             .agg(F.max("event_time").alias("t"))
             .collect()
@@ -511,7 +536,7 @@ class StreamJob:
     def _write_startup_events(self, plan: StartupPlan, partitions: list[TopicPartitionKey]) -> int:
         now = self.clock()
         recovered: list[LedgerEvent] = []
-        if plan.mode == "checkpoint":
+        if plan.mode == vocab.RESTORE_CHECKPOINT:
             facts = self._ledger_facts()
             offset_log, commits = self._offset_log(), self._log_ids("commits")
             written_at = {}
@@ -567,7 +592,7 @@ class StreamJob:
             .options(**source_options(self.cfg, self.bootstrap))
             .option("assign", json.dumps(assign))
         )
-        if plan.mode != "checkpoint":
+        if plan.mode != vocab.RESTORE_CHECKPOINT:
             reader = reader.option("startingOffsets", plan.starting_offsets_json())
         return (
             reader.load()
@@ -604,6 +629,8 @@ class StreamJob:
                 reason = f"idle for {stop.idle_s:.0f}s"
             elif stop.duration_s and now - started >= stop.duration_s and not busy:
                 reason = f"ran {stop.duration_s:.0f}s"
+            elif stop.offsets and not busy and stop.offsets_reached(self._read_up_to(query)):
+                reason = "every partition read up to its stop offset"
             else:
                 self._pause()
         self._stop_between_batches(query)
@@ -660,6 +687,11 @@ class StreamJob:
         planned = self._log_ids("offsets")
         return bool(planned) and planned[-1] not in self._log_ids("commits")
 
+    @staticmethod
+    def _read_up_to(query: StreamingQuery) -> dict[TopicPartitionKey, int]:
+        progress = query.lastProgress
+        return progress_end_offsets(None if progress is None else progress.json)
+
     def _shutdown(self, result: StreamResult) -> None:
         self._ledger_pool.shutdown(wait=True)
         result.batches = self._batches
@@ -679,7 +711,7 @@ class StreamJob:
             self.clock(),
             self._last_batch_id,
             {
-                "reason": result.stop_reason,
+                vocab.DETAIL_REASON: result.stop_reason,
                 "batches": self._batches,
                 "successful_commits": committer.successful_commits,
                 "failed_commits": committer.failed_commits,

@@ -15,6 +15,7 @@ from datetime import datetime
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.contracts.tables import SINK_SCHEMA
 from app.contracts.vocabulary import (
@@ -32,9 +33,7 @@ from app.contracts.vocabulary import (
 )
 from app.errors import CheckpointFormatError, OffsetAuditError
 
-ENGINE = "spark"
-STARTUP_MODES = ("checkpoint", "group", "earliest", "latest", "timestamp", "specific")
-FRESH_MODES = STARTUP_MODES[1:]
+ENGINE = vocab.ENGINE_SPARK
 
 
 # --- Spark's checkpoint files --------------------------------------------------------------------
@@ -119,30 +118,31 @@ def plan_fresh_start(
     committed: Mapping[TopicPartitionKey, int] | None = None,
     by_timestamp: Mapping[TopicPartitionKey, int] | None = None,
     specific: Mapping[TopicPartitionKey, int] | None = None,
-    reset: str = "earliest",
+    reset: str = vocab.RESTORE_EARLIEST,
 ) -> StartupPlan:
     """Where each partition starts when there is no checkpoint state, as Flink's startup modes do.
 
     Partitions the mode has no offset for fall back to `reset` (earliest or latest), and the ledger
     records that fallback as the source, so a restart's forensics can tell a group resume from a reset.
     """
-    if mode not in FRESH_MODES:
-        raise OffsetAuditError(f"unknown startup mode '{mode}', expected one of {FRESH_MODES}")
-    if reset not in ("earliest", "latest"):
-        raise OffsetAuditError(f"reset strategy must be earliest or latest, got '{reset}'")
+    if mode not in vocab.STARTUP_MODES:
+        raise OffsetAuditError(f"unknown startup mode '{mode}', expected one of {vocab.STARTUP_MODES}")
+    if reset not in vocab.RESET_STRATEGIES:
+        raise OffsetAuditError(f"reset strategy must be one of {vocab.RESET_STRATEGIES}, got '{reset}'")
     starts: dict[TopicPartitionKey, PartitionStart] = {}
-    chosen: Mapping[TopicPartitionKey, int] = {
-        "group": committed or {},
-        "timestamp": by_timestamp or {},
-        "specific": specific or {},
-    }.get(mode, {})
+    offsets_by_mode: dict[str, Mapping[TopicPartitionKey, int] | None] = {
+        vocab.RESTORE_GROUP: committed,
+        vocab.RESTORE_TIMESTAMP: by_timestamp,
+        vocab.RESTORE_SPECIFIC: specific,
+    }
+    chosen = offsets_by_mode.get(mode) or {}
     notes: list[str] = []
     for tp in sorted(partitions):
         low, high = watermarks[tp]
-        if mode == "earliest":
-            starts[tp] = PartitionStart(low, "earliest")
-        elif mode == "latest":
-            starts[tp] = PartitionStart(high, "latest")
+        if mode == vocab.RESTORE_EARLIEST:
+            starts[tp] = PartitionStart(low, vocab.RESTORE_EARLIEST)
+        elif mode == vocab.RESTORE_LATEST:
+            starts[tp] = PartitionStart(high, vocab.RESTORE_LATEST)
         elif tp in chosen and chosen[tp] >= 0:
             # Kafka resets an out-of-range position; clamp the same way and say so.
             offset = min(max(chosen[tp], low), high)
@@ -150,7 +150,7 @@ def plan_fresh_start(
                 notes.append(f"{tp[0]}-{tp[1]}: {mode} offset {chosen[tp]} outside [{low}, {high}], clamped")
             starts[tp] = PartitionStart(offset, mode)
         else:
-            starts[tp] = PartitionStart(low if reset == "earliest" else high, reset)
+            starts[tp] = PartitionStart(low if reset == vocab.RESTORE_EARLIEST else high, reset)
     return StartupPlan(mode=mode, starts=starts, notes=tuple(notes))
 
 
@@ -174,8 +174,8 @@ def plan_checkpoint_resume(
     done = [b for b in committed_batches if b in offset_log]
     if done:
         last = max(done)
-        starts = {tp: PartitionStart(off, "checkpoint") for tp, off in offset_log[last].items()}
-        return StartupPlan(mode="checkpoint", starts=starts, restored_checkpoint_id=last)
+        starts = {tp: PartitionStart(off, vocab.RESTORE_CHECKPOINT) for tp, off in offset_log[last].items()}
+        return StartupPlan(mode=vocab.RESTORE_CHECKPOINT, starts=starts, restored_checkpoint_id=last)
     initial = {tp: o for tp, o in (initial_offsets or {}).items() if o >= 0}  # never a sentinel
     previous = previous_starts or {}
     planned = offset_log[min(offset_log)] if offset_log else {}
@@ -188,10 +188,15 @@ def plan_checkpoint_resume(
         notes.append(
             "start offsets of "
             + ", ".join(f"{t}-{p}" for t, p in from_ledger)
-            + " taken from the previous run's OFFSETS_RESTORED (no initial offsets in the checkpoint)"
+            + f" taken from the previous run's {vocab.EVENT_OFFSETS_RESTORED}"
+            + " (no initial offsets in the checkpoint)"
         )
-    starts = {tp: PartitionStart(initial.get(tp, previous.get(tp)), "checkpoint") for tp in partitions}
-    return StartupPlan(mode="checkpoint", starts=starts, restored_checkpoint_id=None, notes=tuple(notes))
+    starts = {
+        tp: PartitionStart(initial.get(tp, previous.get(tp)), vocab.RESTORE_CHECKPOINT) for tp in partitions
+    }
+    return StartupPlan(
+        mode=vocab.RESTORE_CHECKPOINT, starts=starts, restored_checkpoint_id=None, notes=tuple(notes)
+    )
 
 
 def restored_events(

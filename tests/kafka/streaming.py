@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.config import AppConfig, load_config
 from app.kafka.clients import kafka_error, plain_conf, retry_kafka
+from app.kafka.commit import watermarks
+from app.stream.job import StopWhen
 
 # Helpers ride out what a broker started moments ago answers (NOT_COORDINATOR, a leader being
 # elected) like the application does: retried within this budget.
@@ -54,6 +63,17 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, start: int 
     for i in range(start, start + count):
         producer.produce(topic, value=f"record-{i}".encode(), partition=i % partitions)
     assert producer.flush(30) == 0
+
+
+def until_all_read(bootstrap: str, topic: str, partitions: int) -> StopWhen:
+    """A run that stops once its completed batches have read every partition of ``topic`` to its
+    end as it is now: bounded by offsets, not by a wait that a slow machine could outlast."""
+    consumer = Consumer(plain_conf(bootstrap, **{"group.id": f"{topic}-end-offsets"}))
+    try:
+        marks = watermarks(consumer, [(topic, p) for p in range(partitions)], KAFKA_TIMEOUT_S)
+    finally:
+        consumer.close()
+    return StopWhen(offsets={tp: high for tp, (_, high) in marks.items()})
 
 
 def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:

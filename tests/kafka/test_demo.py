@@ -22,10 +22,10 @@ from app.nightly.run import Nightly
 from app.reconcile.outputs import AuditRun, mark_resolved, read_incidents
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
-from app.stream.job import StopWhen, StreamJob
+from app.stream.job import StreamJob
 from tests.http_server import recording_server
 from tests.kafka.processes import cli
-from tests.kafka.streaming import create_topic, produce
+from tests.kafka.streaming import create_topic, produce, until_all_read
 from tests.kafka.test_unreachable_broker import RAW_LIBRDKAFKA
 from tests.unit.test_alerts import samples
 
@@ -202,9 +202,9 @@ def test_clean_run_reports_nothing_at_warn_or_above(
         ],
         environ={},
     )
-    StreamJob(spark, cfg, bootstrap, run_id="clean-1").run(StopWhen(idle_s=4))
+    StreamJob(spark, cfg, bootstrap, run_id="clean-1").run(until_all_read(bootstrap, topic, 2))
     produce(bootstrap, topic, 100, 2, start=400)
-    StreamJob(spark, cfg, bootstrap, run_id="clean-2").run(StopWhen(idle_s=4))
+    StreamJob(spark, cfg, bootstrap, run_id="clean-2").run(until_all_read(bootstrap, topic, 2))
 
     result = Nightly(spark, cfg, lambda: bootstrap).run()
 

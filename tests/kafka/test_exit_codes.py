@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from app import cli
+from app.commands import outcome
 from app.runtime.jvm import REPO_ROOT
 from tests.audit_tables import AuditTables, write_audit_tables
 
@@ -51,8 +51,8 @@ def cases(audit: AuditTables, out: Path) -> dict[str, Case]:
             ("forensics", "--job", audit.job, "--at", audit.moment.isoformat()), "forensics", 0, 0, 3
         ),
         # the sink lacks offsets a checkpoint completed: confirming the gap needs the broker
-        "reconcile": Case(("reconcile",), "reconcile", None, cli.EXIT_INFRA, 1),
-        "ingest-offsets": Case(("ingest-offsets",), "ingest_offsets", None, cli.EXIT_INFRA, 2),
+        "reconcile": Case(("reconcile",), "reconcile", None, outcome.EXIT_INFRA, 1),
+        "ingest-offsets": Case(("ingest-offsets",), "ingest_offsets", None, outcome.EXIT_INFRA, 2),
     }
 
 

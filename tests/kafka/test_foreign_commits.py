@@ -22,8 +22,16 @@ from app.kafka.commit import watermarks
 from app.offsets_topic.ingest_io import ingest_offsets
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
-from app.stream.job import StopWhen, StreamJob
-from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic, group_offsets, job_config, produce, read
+from app.stream.job import StreamJob
+from tests.kafka.streaming import (
+    KAFKA_TIMEOUT_S,
+    create_topic,
+    group_offsets,
+    job_config,
+    produce,
+    read,
+    until_all_read,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -80,7 +88,7 @@ def test_resets_and_another_clients_commit_are_foreign_not_the_jobs_mismatch(
     cfg = job_config(
         tmp_path, bootstrap, topic, group, "foreign-job", f"reconcile.clock_skew_s={CLOCK_SKEW_S}"
     )
-    StreamJob(spark, cfg, bootstrap, run_id="run-1").run(StopWhen(idle_s=3))
+    StreamJob(spark, cfg, bootstrap, run_id="run-1").run(until_all_read(bootstrap, topic, PARTITIONS))
     assert group_offsets(bootstrap, group, topic, PARTITIONS) == dict.fromkeys(
         range(PARTITIONS), PER_PARTITION
     )

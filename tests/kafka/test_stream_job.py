@@ -1,9 +1,9 @@
 """The reference streaming job on the real broker and real Spark/Delta.
 
-Covers DESIGN's guarantees end to end: every record in the sink exactly once, a snapshot and a
-completion for every checkpoint, the group's committed offsets equal to the last completed
-checkpoint, a hard kill and restart without duplicate sink or ledger rows, and a restart from the
-group's offsets after the checkpoint is gone.
+Covers the job's guarantees (README, CONTRACTS.md section 4) end to end: every record in the sink
+exactly once, a snapshot and a completion for every checkpoint, the group's committed offsets equal
+to the last completed checkpoint, a hard kill and restart without duplicate sink or ledger rows,
+and a restart from the group's offsets after the checkpoint is gone.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from app.errors import InfrastructureError
 from app.reconcile.forensics_run import run_forensics
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
-from app.stream.job import StopWhen, StreamJob
+from app.stream.job import StreamJob
 from app.stream.ledger import event_key_column
 from app.stream.startup import parse_initial_offsets
 from tests.kafka.streaming import (
@@ -36,6 +36,7 @@ from tests.kafka.streaming import (
     last_completed_offsets,
     produce,
     read,
+    until_all_read,
 )
 
 pytestmark = pytest.mark.kafka
@@ -56,8 +57,9 @@ def test_job_writes_sink_once_ledger_per_checkpoint_and_commits_last_checkpoint(
     produce(bootstrap, topic, 900, PARTITIONS)
     cfg = job_config(tmp_path, bootstrap, topic, group, "orders-job", "stream.max_offsets_per_trigger=300")
 
-    result = StreamJob(spark, cfg, bootstrap).run(StopWhen(idle_s=5))
+    result = StreamJob(spark, cfg, bootstrap).run(until_all_read(bootstrap, topic, PARTITIONS))
 
+    assert result.stop_reason == "every partition read up to its stop offset"
     sink = read(spark, cfg, "sink")
     assert sink.count() == 900
     assert result.input_rows == 900
@@ -118,7 +120,9 @@ def test_hard_kill_and_restart_neither_duplicates_nor_loses(
         proc.wait(30)
         log.close()
 
-    restarted = StreamJob(spark, cfg, bootstrap, run_id="run-restarted").run(StopWhen(idle_s=5))
+    restarted = StreamJob(spark, cfg, bootstrap, run_id="run-restarted").run(
+        until_all_read(bootstrap, topic, PARTITIONS)
+    )
 
     assert restarted.startup_mode == "checkpoint"
     sink = read(spark, cfg, "sink")
@@ -156,14 +160,16 @@ def test_fresh_start_from_group_offsets_after_checkpoint_loss(
     create_topic(bootstrap, topic, PARTITIONS)
     produce(bootstrap, topic, 300, PARTITIONS)
     cfg = job_config(tmp_path, bootstrap, topic, group, "grp-job", "stream.startup_mode=earliest")
-    StreamJob(spark, cfg, bootstrap, run_id="run-1").run(StopWhen(idle_s=4))
+    StreamJob(spark, cfg, bootstrap, run_id="run-1").run(until_all_read(bootstrap, topic, PARTITIONS))
     committed = group_offsets(bootstrap, group, topic, PARTITIONS)
     assert committed == {0: 100, 1: 100, 2: 100}
 
     subprocess.run(["rm", "-rf", str(tmp_path / "checkpoints" / "grp-job")], check=True)
     produce(bootstrap, topic, 60, PARTITIONS, start=300)
     cfg2 = job_config(tmp_path, bootstrap, topic, group, "grp-job", "stream.startup_mode=group")
-    second = StreamJob(spark, cfg2, bootstrap, run_id="run-2").run(StopWhen(idle_s=4))
+    second = StreamJob(spark, cfg2, bootstrap, run_id="run-2").run(
+        until_all_read(bootstrap, topic, PARTITIONS)
+    )
 
     assert second.startup_mode == "group"
     ledger = read(spark, cfg2, "ledger").where(F.col("run_id") == "run-2")
@@ -201,7 +207,9 @@ def test_restart_after_a_crash_in_the_first_checkpoint_records_where_it_resumes(
     )
 
     with pytest.raises(InfrastructureError, match="streaming query failed"):
-        _DiesInItsFirstCheckpoint(spark, cfg, bootstrap, run_id="run-died").run(StopWhen(idle_s=60))
+        _DiesInItsFirstCheckpoint(spark, cfg, bootstrap, run_id="run-died").run(
+            until_all_read(bootstrap, topic, PARTITIONS)
+        )
     checkpoint = tmp_path / "checkpoints" / "first-job"
     assert (checkpoint / "offsets" / "0").exists()
     assert not (checkpoint / "commits" / "0").exists()
@@ -210,7 +218,9 @@ def test_restart_after_a_crash_in_the_first_checkpoint_records_where_it_resumes(
     assert initial == {(topic, p): o for p, o in starts.items()}
 
     produce(bootstrap, topic, 30, PARTITIONS, start=90)  # the log moves on while the job is down
-    restarted = StreamJob(spark, cfg, bootstrap, run_id="run-restarted").run(StopWhen(idle_s=5))
+    restarted = StreamJob(spark, cfg, bootstrap, run_id="run-restarted").run(
+        until_all_read(bootstrap, topic, PARTITIONS)
+    )
 
     assert restarted.startup_mode == "checkpoint"
     assert restarted.restored_checkpoint_id is None  # no checkpoint had completed

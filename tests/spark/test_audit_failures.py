@@ -1,4 +1,4 @@
-"""Audit failures are not verdicts (shared/DESIGN.md section 5): when the audit cannot see, it says
+"""Audit failures are not verdicts (CONTRACTS.md section 5): when the audit cannot see, it says
 so with an exit code, writes no finding, and never moves the window, so the next run looks again."""
 
 from __future__ import annotations

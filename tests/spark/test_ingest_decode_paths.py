@@ -15,6 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from app.contracts.instants import instant
 from app.contracts.tables import DECODE_ERRORS_SCHEMA, GROUP_COMMITS_SCHEMA, GROUP_EVENTS_SCHEMA
 from app.offsets_topic import driver_decode
 from app.offsets_topic.ingest import (
@@ -34,7 +35,6 @@ from app.offsets_topic.ingest import (
 )
 from app.offsets_topic.ingest_io import decoded_once
 from app.offsets_topic.jvm_decode import decode, decode_in_jvm
-from app.storage.delta_rows import instant
 from tests.unit.kafka_bytes import (
     Member,
     group_metadata_key,

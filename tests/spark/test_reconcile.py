@@ -1,4 +1,4 @@
-"""reconcile: one test per finding type of shared/DESIGN.md section 5, benign and empty cases
+"""reconcile: one test per finding type of CONTRACTS.md section 5, benign and empty cases
 included, on small hand-built frames; then the whole run over Delta tables (MERGE, incremental
 window, a run killed midway)."""
 

@@ -39,9 +39,9 @@ from app.contracts.vocabulary import (
     EVENT_COMMIT_SKIPPED,
     EVENT_COMMIT_SUCCEEDED,
 )
-from app.errors import CommitFailedError, CommitterStateError, ConfigError, UnknownEngineError
+from app.errors import CommitterStateError, ConfigError, UnknownEngineError
 from app.kafka.commit import CommitAnswers, make_commit_fn
-from app.stream.commit_outcome import CommitError, CommitResult, commit_error_from_kafka
+from app.stream.commit_outcome import CommitError, CommitFailedError, CommitResult, commit_error_from_kafka
 from app.stream.committer import MAX_NUM_PENDING_CHECKPOINTS, SUPERSEDED_WARNING, OffsetCommitter
 
 pytestmark = pytest.mark.unit

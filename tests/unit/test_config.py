@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import typing
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from app.cli import main
-from app.config import REDACTED, load_config, parse_override, redact
+from app.config import (
+    DEFAULT_CONF_DIR,
+    REDACTED,
+    AppConfig,
+    build_dataclass,
+    load_config,
+    parse_override,
+    redact,
+)
 from app.errors import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -166,3 +178,30 @@ def test_repo_config_files_load() -> None:
         load_config("cluster", environ={})
     with pytest.raises(ConfigError, match="KAFKA_BOOTSTRAP_SERVERS"):
         load_config("cluster", environ={k: v for k, v in env.items() if k != "KAFKA_BOOTSTRAP_SERVERS"})
+
+
+def _sections() -> list[tuple[str, type[Any]]]:
+    """(key, dataclass) of every section of AppConfig."""
+    hints = typing.get_type_hints(AppConfig)
+    return [(name, t) for name, t in hints.items() if dataclasses.is_dataclass(t) and isinstance(t, type)]
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    """A field's default as the loader would read it back from YAML (a Path with ~ expanded)."""
+    value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    return value.expanduser() if isinstance(value, Path) else value
+
+
+def test_base_yaml_holds_every_key_with_its_default() -> None:
+    """README: conf/base.yaml holds every key with its default. A key added to a dataclass but not
+    to base.yaml (or commented out there), or a default that differs between the two, fails here."""
+    base = yaml.safe_load((DEFAULT_CONF_DIR / "base.yaml").read_text())
+    loaded = build_dataclass(AppConfig, {**base, "env": "base"}, "")
+    sections = dict(_sections())
+    assert set(base) == {f.name for f in dataclasses.fields(AppConfig)} - {"env"}
+    for name, section in sections.items():
+        assert set(base[name] or {}) == {f.name for f in dataclasses.fields(section)}, f"keys of {name}"
+        for f in dataclasses.fields(section):
+            assert getattr(getattr(loaded, name), f.name) == _default(f), f"{name}.{f.name}"
+    top = [f for f in dataclasses.fields(AppConfig) if f.name not in sections and f.name != "env"]
+    assert {f.name: getattr(loaded, f.name) for f in top} == {f.name: _default(f) for f in top}

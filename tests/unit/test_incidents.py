@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import pytest
 
 from app.contracts import vocabulary as vocab
+from app.contracts.instants import instant
 from app.contracts.offsets import LedgerEvent
 from app.contracts.tables import FINDINGS_SCHEMA, INCIDENTS_SCHEMA
 from app.errors import SchemaMismatchError
@@ -34,7 +35,6 @@ from app.reconcile import forensics as fx
 from app.reconcile import ledger_audit as la
 from app.reconcile.outputs import after_repair
 from app.reconcile.sink_offsets import PartitionRange
-from app.storage.delta_rows import instant
 from tests.ledger_data import GROUP, JOB, TOPIC, at, checkpoint, commits_table, ev, gc, ledger_table
 
 pytestmark = pytest.mark.unit

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from app import cli
+from app.commands.outcome import EXIT_FINDINGS, EXIT_OK
 from app.runtime.jvm import REPO_ROOT
 from tests.audit_tables import AuditTables, write_audit_tables
 
@@ -65,11 +66,14 @@ def test_the_interactive_commands_answer_from_the_tables_without_a_jvm(
     data = ["--set", f"paths.data_dir={audit.data_dir}"]
     expected = {
         # an open critical incident is listed: exit 1 at the default --fail-on error
-        ("incidents", "--json"): (cli.EXIT_FINDINGS, audit.restart_incident),
-        ("repair", "--incident", audit.restart_incident): (cli.EXIT_OK, "step 1: replay"),
-        ("forensics", "--job", audit.job, "--at", audit.moment.isoformat()): (cli.EXIT_OK, "RESTART_SKIP"),
-        ("config", "show"): (cli.EXIT_OK, '"data_dir"'),
-        ("report", "--output", str(tmp_path / "report.html")): (cli.EXIT_OK, "report written to"),
+        ("incidents", "--json"): (EXIT_FINDINGS, audit.restart_incident),
+        ("repair", "--incident", audit.restart_incident): (EXIT_OK, "step 1: replay"),
+        ("forensics", "--job", audit.job, "--at", audit.moment.isoformat()): (
+            EXIT_OK,
+            "RESTART_SKIP",
+        ),
+        ("config", "show"): (EXIT_OK, '"data_dir"'),
+        ("report", "--output", str(tmp_path / "report.html")): (EXIT_OK, "report written to"),
     }
     for argv, (code, shown) in expected.items():
         done = run_cli(env, *argv, *data)

@@ -1,4 +1,4 @@
-"""Offset semantics per engine and the ledger event record (shared/DESIGN.md sections 3 and 4)."""
+"""Offset semantics per engine and the ledger event record (CONTRACTS.md sections 3 and 4)."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -12,7 +13,7 @@ from app.contracts.vocabulary import (
     EVENT_COMMIT_FAILED,
 )
 from app.errors import CheckpointFormatError, OffsetAuditError
-from app.stream.job import add_progress
+from app.stream.job import StopWhen, add_progress, progress_end_offsets
 from app.stream.startup import (
     LedgerFacts,
     PartitionStart,
@@ -248,3 +249,36 @@ def test_progress_reports_count_each_batch_once_and_an_empty_report_hides_nothin
     assert rows == {0: 150, 1: 150, 2: 0}
     add_progress(rows, {"batchId": 2, "numInputRows": 40})
     assert sum(rows.values()) == 340
+
+
+# Spark's progress report of a trigger over two Kafka partitions, as StreamingQueryProgress.json gives it.
+PROGRESS = json.dumps(
+    {
+        "batchId": 4,
+        "numInputRows": 60,
+        "sources": [
+            {
+                "description": "KafkaV2[Subscribe[orders]]",
+                "startOffset": {"orders": {"0": 270, "1": 270}},
+                "endOffset": {"orders": {"1": 300, "0": 300}},
+                "latestOffset": {"orders": {"1": 300, "0": 300}},
+                "numInputRows": 60,
+            }
+        ],
+    }
+)
+
+
+def test_the_end_offsets_of_a_trigger_come_from_its_kafka_sources() -> None:
+    assert progress_end_offsets(PROGRESS) == {("orders", 0): 300, ("orders", 1): 300}
+    assert progress_end_offsets(None) == {}
+    not_kafka = json.dumps({"sources": [{"endOffset": "1699999999"}]})
+    assert progress_end_offsets(not_kafka) == {}
+
+
+def test_a_run_stops_on_offsets_only_once_every_listed_partition_reached_them() -> None:
+    stop = StopWhen(offsets={("orders", 0): 300, ("orders", 1): 300})
+    assert stop.offsets_reached({("orders", 0): 300, ("orders", 1): 310})
+    assert not stop.offsets_reached({("orders", 0): 300, ("orders", 1): 299})
+    assert not stop.offsets_reached({("orders", 0): 300})  # a partition not read yet
+    assert not StopWhen().offsets_reached({("orders", 0): 300})  # no offsets: never this way

@@ -12,7 +12,7 @@ from app.contracts import vocabulary as vocab
 
 pytestmark = pytest.mark.unit
 
-# Names whose value is not their own spelling, on purpose (DESIGN section 5 spells these values).
+# Names whose value is not their own spelling, on purpose (CONTRACTS.md section 4 spells these values).
 NAMED_OTHERWISE = {
     "RESTART_REPLAYED": "replay",
     "RESTART_SKIPPED": "skip",
