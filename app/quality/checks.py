@@ -37,7 +37,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Final, TypeAlias
 
 import pandas as pd
@@ -54,16 +53,12 @@ from app.contracts.tables import (
     PARTITION_SUMMARY_SCHEMA,
     require_columns,
 )
-from app.contracts.vocabulary import (
-    EVENT_CHECKPOINT_COMPLETED,
-    EVENT_CHECKPOINT_SNAPSHOT,
-    RUN_SUCCEEDED,
-    SEVERITIES,
-)
+from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, EVENT_CHECKPOINT_SNAPSHOT, SEVERITIES
 from app.errors import SchemaMismatchError, UsageError
+from app.reconcile.outputs import latest_reconcile_run
 from app.routes import CHECK_DRIVER_MAX_ROWS, DRIVER, check_route
 from app.storage import delta_rows
-from app.storage.backend import StorageSettings
+from app.storage.tables import data_docs_dir, tables_from_config
 from checks.suites import SuiteSpec, all_suites
 
 log = logging.getLogger(__name__)
@@ -606,15 +601,6 @@ def write_results(spark: SparkSession, path: str, summary: CheckSummary) -> None
     delta_rows.replace_rows(spark, path, VALIDATION_RESULTS_SCHEMA, rows, f"run_id = '{summary.run_id}'")
 
 
-def latest_reconcile_run(storage: StorageSettings, runs_path: str) -> str | None:
-    """The newest successful reconcile run (reconcile's audit_runs), or None before the first;
-    read from the driver (no Spark job for a few run records)."""
-    rows = delta_rows.read_columns(storage, runs_path, ["run_id", "command", "status", "finished_at"]) or []
-    done = [r for r in rows if r["command"] == "reconcile" and r["status"] == RUN_SUCCEEDED]
-    latest = max(done, key=lambda r: (delta_rows.instant(r["finished_at"]), r["run_id"]), default=None)
-    return None if latest is None else str(latest["run_id"])
-
-
 def _at(start: datetime) -> pa.Scalar:
     return pa.scalar(start, pa.timestamp("us", tz="UTC"))
 
@@ -698,8 +684,6 @@ def read_inputs(spark: SparkSession, cfg: AppConfig, since: datetime | None, max
     The checkpoint events take the window's route: the completion frame has a row per checkpoint
     of the window, however many events the look-back holds (a few narrow columns, which the
     driver aggregates in DuckDB)."""
-    from app.storage.tables import tables_from_config
-
     t = tables_from_config(cfg)
     start = None if since is None else since - WINDOW_OVERLAP
     context = None if start is None else start - timedelta(days=cfg.reconcile.baseline_lookback_days)
@@ -723,14 +707,6 @@ def read_inputs(spark: SparkSession, cfg: AppConfig, since: datetime | None, max
     )
 
 
-def results_table_path(cfg: AppConfig) -> str:
-    return cfg.checks.results_table or cfg.paths.table("validation_results")
-
-
-def data_docs_dir(cfg: AppConfig) -> str:
-    return cfg.checks.data_docs_dir or str(Path(cfg.paths.under("data_docs")).resolve())
-
-
 @dataclass(frozen=True)
 class CheckOptions:
     build_docs: bool = True
@@ -749,13 +725,12 @@ def run_checks(
     options: CheckOptions | None = None,
 ) -> CheckSummary:
     """Read the audit tables, validate every suite, keep the outcomes and build Data Docs."""
-    from app.storage.tables import tables_from_config
-
     if not _RUN_ID.match(run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits and . _ : - only")
     opts = options or CheckOptions()
     evaluated_at = now or datetime.now(UTC)
-    reconcile_run = opts.reconcile_run_id or latest_reconcile_run(spark, tables_from_config(cfg).runs)
+    tables = tables_from_config(cfg)
+    reconcile_run = opts.reconcile_run_id or latest_reconcile_run(spark, tables.runs)
     inputs = read_inputs(spark, cfg, opts.since, opts.driver_max_rows)
     docs_dir = data_docs_dir(cfg) if opts.build_docs else None
     suites, docs = validate_suites(
@@ -765,7 +740,7 @@ def run_checks(
         now=evaluated_at,
         data_docs_dir=docs_dir,
     )
-    results_path = results_table_path(cfg) if opts.write_results else None
+    results_path = tables.validation_results if opts.write_results else None
     summary = CheckSummary(run_id, evaluated_at, suites, reconcile_run, docs, results_path)
     if results_path and summary.outcomes:
         write_results(spark, results_path, summary)

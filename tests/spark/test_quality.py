@@ -22,6 +22,7 @@ from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.report import gather as report_io
 from app.report import render as report
+from app.storage.tables import tables_from_config
 from checks.suites import LEDGER_IDENTITY
 from tests.ledger_data import ledger_table
 from tests.spark.tables import (
@@ -235,15 +236,19 @@ def test_clean_tables_pass_every_suite_and_the_report_shows_them(spark: SparkSes
         (s.name, None, True) for s in result.suites
     ]
     assert result.failed() == []
-    stored = spark.read.format("delta").load(q.results_table_path(cfg))
+    stored = spark.read.format("delta").load(tables_from_config(cfg).validation_results)
     assert stored.count() == len(result.outcomes) > 30
     assert rows_of(stored, "run_id", "success") == {("check-clean", True)}
     assert result.data_docs is not None
     assert Path(result.data_docs.removeprefix("file://")).is_file()
 
-    q.write_results(spark, q.results_table_path(cfg), result)  # the same run id again: replaced
+    q.write_results(
+        spark, tables_from_config(cfg).validation_results, result
+    )  # the same run id again: replaced
 
-    assert spark.read.format("delta").load(q.results_table_path(cfg)).count() == len(result.outcomes)
+    assert spark.read.format("delta").load(tables_from_config(cfg).validation_results).count() == len(
+        result.outcomes
+    )
 
     # The dashboard reads the same tables; restarts come from forensics, seeded here.
     restart = dict(
@@ -347,7 +352,7 @@ def test_seeded_violations_fail_the_expectation_that_guards_them(spark: SparkSes
     assert missing.observed["partial_unexpected_list"] == [f"{JOB}/run-1/1"]
     gaps = next(e for e in result.failed() if e.suite == "findings.confirmed_gaps")
     assert gaps.observed["observed_value"] == 1
-    stored = spark.read.format("delta").load(q.results_table_path(cfg)).where("not success")
+    stored = spark.read.format("delta").load(tables_from_config(cfg).validation_results).where("not success")
     assert stored.count() == len(failed)
     assert all(json.loads(r.observed) for r in stored.collect())
 
