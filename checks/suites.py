@@ -11,10 +11,13 @@ offending rows:
   (``partition_summary``), so the check and the dashboard's commit lag share one definition;
 - ``confirmed_gaps``: the confirmed GAP findings of the latest reconcile run.
 
-Every check carries a severity from ``app.contracts.tables.SEVERITIES``; `offset-audit check --fail-on`
+Every check carries a severity from ``app.contracts.vocabulary.SEVERITIES``; `offset-audit check --fail-on`
 compares against it. Structural invariants are 'error', a commit beyond the completed checkpoints is
 'critical' (like the COMMITTED_AHEAD finding: a manual restart from the group would skip data),
 commit lag over its threshold is 'warn' (lag alone loses nothing).
+
+The suites know the audit tables' vocabulary (``app.contracts``) and nothing else of the
+application: their bounds come in as ``Thresholds``, which the caller fills from its configuration.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from dataclasses import dataclass
 import great_expectations.expectations as gxe
 from great_expectations.expectations.metadata_types import FailureSeverity
 
-from app.config import ChecksConfig
 from app.contracts.vocabulary import (
     ENGINES,
     EVENT_TYPES,
@@ -57,6 +59,15 @@ LEDGER_IDENTITY = (
     "detail_error",
     "detail_attempt",
 )
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The suites' tunable bounds: the `checks` section of the configuration, validated there."""
+
+    max_confirmed_gaps: int  # confirmed GAP findings tolerated in the latest reconcile run
+    max_commit_lag_offsets: int | None  # per partition; None: not checked
+    max_commit_lag_seconds: int | None
 
 
 @dataclass(frozen=True)
@@ -171,12 +182,12 @@ def findings_suite() -> SuiteSpec:
     return SuiteSpec("findings", "findings", "findings", tuple(checks))
 
 
-def confirmed_gaps_suite(cfg: ChecksConfig) -> SuiteSpec:
-    checks = [check(gxe.ExpectTableRowCountToBeBetween, min_value=0, max_value=cfg.max_confirmed_gaps)]
+def confirmed_gaps_suite(limits: Thresholds) -> SuiteSpec:
+    checks = [check(gxe.ExpectTableRowCountToBeBetween, min_value=0, max_value=limits.max_confirmed_gaps)]
     return SuiteSpec("findings.confirmed_gaps", "findings", "confirmed_gaps", tuple(checks))
 
 
-def partition_summary_suite(cfg: ChecksConfig) -> SuiteSpec:
+def partition_summary_suite(limits: Thresholds) -> SuiteSpec:
     checks = [
         *not_null("reconcile_run_id", "job_name", "topic", "partition"),
         *non_negative(
@@ -194,34 +205,34 @@ def partition_summary_suite(cfg: ChecksConfig) -> SuiteSpec:
             ignore_row_if="either_value_is_missing",
         ),
     ]
-    if cfg.max_commit_lag_offsets is not None:
+    if limits.max_commit_lag_offsets is not None:
         checks.append(
             check(
                 gxe.ExpectColumnValuesToBeBetween,
                 severity="warn",
                 column="commit_lag_offsets",
-                max_value=cfg.max_commit_lag_offsets,
+                max_value=limits.max_commit_lag_offsets,
             )
         )
-    if cfg.max_commit_lag_seconds is not None:
+    if limits.max_commit_lag_seconds is not None:
         checks.append(
             check(
                 gxe.ExpectColumnValuesToBeBetween,
                 severity="warn",
                 column="commit_lag_seconds",
-                max_value=cfg.max_commit_lag_seconds,
+                max_value=limits.max_commit_lag_seconds,
             )
         )
     return SuiteSpec("partition_summary", "partition_summary", "partition_summary", tuple(checks))
 
 
-def all_suites(cfg: ChecksConfig) -> list[SuiteSpec]:
+def all_suites(limits: Thresholds) -> list[SuiteSpec]:
     return [
         ledger_suite(),
         checkpoint_completion_suite(),
         group_commits_suite(),
         commits_vs_checkpoints_suite(),
         findings_suite(),
-        confirmed_gaps_suite(cfg),
-        partition_summary_suite(cfg),
+        confirmed_gaps_suite(limits),
+        partition_summary_suite(limits),
     ]

@@ -46,7 +46,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StringType, StructField, StructType, TimestampType
 
-from app.config import AppConfig
+from app.config import AppConfig, ChecksConfig
 from app.contracts.tables import (
     FINDINGS_SCHEMA,
     LEDGER_SCHEMA,
@@ -59,7 +59,7 @@ from app.reconcile.outputs import latest_reconcile_run
 from app.routes import CHECK_DRIVER_MAX_ROWS, DRIVER, check_route
 from app.storage import delta_rows
 from app.storage.tables import data_docs_dir, tables_from_config
-from checks.suites import SuiteSpec, all_suites
+from checks.suites import SuiteSpec, Thresholds, all_suites
 
 log = logging.getLogger(__name__)
 
@@ -717,6 +717,10 @@ class CheckOptions:
     driver_max_rows: int = CHECK_DRIVER_MAX_ROWS  # tables up to this size are validated on the driver
 
 
+def thresholds(cfg: ChecksConfig) -> Thresholds:
+    return Thresholds(cfg.max_confirmed_gaps, cfg.max_commit_lag_offsets, cfg.max_commit_lag_seconds)
+
+
 def run_checks(
     spark: SparkSession,
     cfg: AppConfig,
@@ -734,7 +738,7 @@ def run_checks(
     inputs = read_inputs(spark, cfg, opts.since, opts.driver_max_rows)
     docs_dir = data_docs_dir(cfg) if opts.build_docs else None
     suites, docs = validate_suites(
-        all_suites(cfg.checks),
+        all_suites(thresholds(cfg.checks)),
         build_frames(inputs, reconcile_run),
         run_id=run_id,
         now=evaluated_at,

@@ -1,5 +1,5 @@
-"""The check's layers depend downward only: the dashboard finds the check's outputs without
-importing the check."""
+"""The check's layers depend downward only: the suites know the tables' vocabulary and nothing else
+of the application, and the dashboard finds the check's outputs without importing the check."""
 
 from __future__ import annotations
 
@@ -28,6 +28,14 @@ def app_imports(paths: list[Path]) -> dict[str, set[str]]:
     return {
         str(p.relative_to(ROOT)): {m for m in imported_modules(p) if m == "app" or m.startswith("app.")}
         for p in paths
+    }
+
+
+def test_the_suites_depend_on_the_contracts_only() -> None:
+    imports = app_imports(sorted((ROOT / "checks").glob("*.py")))
+
+    assert {f: {m for m in mods if not m.startswith("app.contracts")} for f, mods in imports.items()} == {
+        f: set() for f in imports
     }
 
 
