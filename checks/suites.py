@@ -1,6 +1,6 @@
 """The data-quality invariants of the audit tables, as Great Expectations 1.x suites.
 
-One suite per frame. Most frames are a table as stored; three are derived by ``app.quality.checks`` so
+One suite per frame. Most frames are a table as stored; three are derived by ``app.quality.frames`` so
 that a cross-row or cross-table rule becomes a plain column expectation whose failure shows the
 offending rows:
 
@@ -47,7 +47,7 @@ _GX_SEVERITY = {
 }
 
 # The ledger's event identity (app.stream.ledger.event_key_column): detail's reason/error/attempt are
-# extracted into columns by app.quality.checks.ledger_frame so GE can see them.
+# extracted into columns by app.quality.frames.ledger_frame so GE can see them.
 LEDGER_IDENTITY = (
     "job_name",
     "run_id",
@@ -84,7 +84,7 @@ class Check:
 class SuiteSpec:
     name: str  # the GE suite name, also the `suite` column of validation_results
     table: str  # the audit table the frame comes from
-    frame: str  # which frame app.quality.checks builds for it
+    frame: str  # which frame app.quality.frames builds for it
     checks: tuple[Check, ...]
 
 
