@@ -1,2 +1,2 @@
 """Great Expectations suites over the audit tables (ledger, group_commits, findings,
-partition_summary). ``checks.suites`` defines them as data; ``app.quality.checks`` runs them."""
+partition_summary). ``checks.suites`` defines them as data; ``app.quality.runner`` runs them."""

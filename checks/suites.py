@@ -1,6 +1,6 @@
 """The data-quality invariants of the audit tables, as Great Expectations 1.x suites.
 
-One suite per frame. Most frames are a table as stored; three are derived by ``app.quality.checks`` so
+One suite per frame. Most frames are a table as stored; three are derived by ``app.quality.frames`` so
 that a cross-row or cross-table rule becomes a plain column expectation whose failure shows the
 offending rows:
 
@@ -15,6 +15,9 @@ Every check carries a severity from ``app.contracts.vocabulary.SEVERITIES``; `of
 compares against it. Structural invariants are 'error', a commit beyond the completed checkpoints is
 'critical' (like the COMMITTED_AHEAD finding: a manual restart from the group would skip data),
 commit lag over its threshold is 'warn' (lag alone loses nothing).
+
+The suites know the audit tables' vocabulary (``app.contracts``) and nothing else of the
+application: their bounds come in as ``Thresholds``, which the caller fills from its configuration.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from dataclasses import dataclass
 import great_expectations.expectations as gxe
 from great_expectations.expectations.metadata_types import FailureSeverity
 
-from app.config import ChecksConfig
 from app.contracts.vocabulary import (
     CRITICAL,
     ENGINES,
@@ -49,7 +51,7 @@ _GX_SEVERITY = {
 }
 
 # The ledger's event identity (app.stream.ledger.event_key_column): detail's reason/error/attempt are
-# extracted into columns by app.quality.checks.ledger_frame so GE can see them.
+# extracted into columns by app.quality.frames.ledger_frame so GE can see them.
 LEDGER_IDENTITY = (
     "job_name",
     "run_id",
@@ -61,6 +63,15 @@ LEDGER_IDENTITY = (
     "detail_error",
     "detail_attempt",
 )
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The suites' tunable bounds: the `checks` section of the configuration, validated there."""
+
+    max_confirmed_gaps: int  # confirmed GAP findings tolerated in the latest reconcile run
+    max_commit_lag_offsets: int | None  # per partition; None: not checked
+    max_commit_lag_seconds: int | None
 
 
 @dataclass(frozen=True)
@@ -77,7 +88,7 @@ class Check:
 class SuiteSpec:
     name: str  # the GE suite name, also the `suite` column of validation_results
     table: str  # the audit table the frame comes from
-    frame: str  # which frame app.quality.checks builds for it
+    frame: str  # which frame app.quality.frames builds for it
     checks: tuple[Check, ...]
 
 
@@ -175,12 +186,12 @@ def findings_suite() -> SuiteSpec:
     return SuiteSpec("findings", "findings", "findings", tuple(checks))
 
 
-def confirmed_gaps_suite(cfg: ChecksConfig) -> SuiteSpec:
-    checks = [check(gxe.ExpectTableRowCountToBeBetween, min_value=0, max_value=cfg.max_confirmed_gaps)]
+def confirmed_gaps_suite(limits: Thresholds) -> SuiteSpec:
+    checks = [check(gxe.ExpectTableRowCountToBeBetween, min_value=0, max_value=limits.max_confirmed_gaps)]
     return SuiteSpec("findings.confirmed_gaps", "findings", "confirmed_gaps", tuple(checks))
 
 
-def partition_summary_suite(cfg: ChecksConfig) -> SuiteSpec:
+def partition_summary_suite(limits: Thresholds) -> SuiteSpec:
     checks = [
         *not_null("reconcile_run_id", "job_name", "topic", "partition"),
         *non_negative(
@@ -198,34 +209,34 @@ def partition_summary_suite(cfg: ChecksConfig) -> SuiteSpec:
             ignore_row_if="either_value_is_missing",
         ),
     ]
-    if cfg.max_commit_lag_offsets is not None:
+    if limits.max_commit_lag_offsets is not None:
         checks.append(
             check(
                 gxe.ExpectColumnValuesToBeBetween,
                 severity="warn",
                 column="commit_lag_offsets",
-                max_value=cfg.max_commit_lag_offsets,
+                max_value=limits.max_commit_lag_offsets,
             )
         )
-    if cfg.max_commit_lag_seconds is not None:
+    if limits.max_commit_lag_seconds is not None:
         checks.append(
             check(
                 gxe.ExpectColumnValuesToBeBetween,
                 severity="warn",
                 column="commit_lag_seconds",
-                max_value=cfg.max_commit_lag_seconds,
+                max_value=limits.max_commit_lag_seconds,
             )
         )
     return SuiteSpec("partition_summary", "partition_summary", "partition_summary", tuple(checks))
 
 
-def all_suites(cfg: ChecksConfig) -> list[SuiteSpec]:
+def all_suites(limits: Thresholds) -> list[SuiteSpec]:
     return [
         ledger_suite(),
         checkpoint_completion_suite(),
         group_commits_suite(),
         commits_vs_checkpoints_suite(),
         findings_suite(),
-        confirmed_gaps_suite(cfg),
-        partition_summary_suite(cfg),
+        confirmed_gaps_suite(limits),
+        partition_summary_suite(limits),
     ]

@@ -139,6 +139,16 @@ def last_window_end(spark: SparkSession, path: str, command: str, jobs: Sequence
     return max(ends, default=None)
 
 
+def latest_reconcile_run(storage: StorageSettings, path: str) -> str | None:
+    """The newest successful reconcile run in audit_runs at ``path``, or None before the first;
+    read on the driver (no Spark job for a few run records). Its findings and partition summaries
+    are the latest state the check validates and the dashboard shows."""
+    runs = delta_rows.read_columns(storage, path, ["run_id", "command", "status", "finished_at"]) or []
+    done = [r for r in runs if r["command"] == COMMAND_RECONCILE and r["status"] == RUN_SUCCEEDED]
+    latest = max(done, key=lambda r: (instant(r["finished_at"]), r["run_id"]), default=None)
+    return None if latest is None else str(latest["run_id"])
+
+
 def record_run(
     spark: SparkSession,
     scope: AuditScope,

@@ -27,11 +27,11 @@ from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, SEVERITIES
 from app.incidents.incident import StoredIncident, incident_order
-from app.quality.checks import data_docs_dir, latest_reconcile_run, results_table_path
+from app.reconcile.outputs import latest_reconcile_run
 from app.report import render as rp
 from app.storage import delta_rows
 from app.storage.backend import StorageSettings
-from app.storage.tables import tables_from_config
+from app.storage.tables import data_docs_dir, tables_from_config
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def read_tables(storage: StorageSettings, cfg: AppConfig) -> ReportTables:
         findings=_read(storage, t.findings),
         partition_summary=_read(storage, t.partition_summary),
         restarts=_read(storage, t.restarts),
-        validation_results=_read(storage, results_table_path(cfg)),
+        validation_results=_read(storage, t.validation_results),
         incidents=_read(storage, t.incidents),
     )
 

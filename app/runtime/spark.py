@@ -31,6 +31,10 @@ DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 # Settings the application's logic relies on, in every mode.
 REQUIRED_SQL_CONF: Mapping[str, str] = {
     "spark.sql.session.timeZone": "UTC",
+    # The check's rules are parameterized SQL (app.quality.engines). Delta's SQL parser does not pass
+    # Spark 4.1's parameters through to it (delta-io/delta#7640), so markers stay unbound unless
+    # Spark binds them in the analyzer, as it did before 4.1.
+    "spark.sql.legacy.parameterSubstitution.constantsOnly": "true",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -25,6 +26,7 @@ class Tables:
     runs: str
     sink: str
     ingest_positions: str
+    validation_results: str
     sink_by_job: Mapping[str, str] = field(default_factory=dict)
     sink_key: str = "reconcile.sink_table"
 
@@ -48,9 +50,15 @@ def tables_from_config(cfg: AppConfig, sink_override: str | None = None) -> Tabl
         runs=r.runs_table or p.table("audit_runs"),
         sink=sink_override or r.sink_table or p.table("sink"),
         ingest_positions=p.table("ingest_positions"),
+        validation_results=cfg.checks.results_table or p.table("validation_results"),
         sink_by_job={} if sink_override else dict(r.sink_tables),
         sink_key="--sink" if sink_override else "reconcile.sink_table",
     )
+
+
+def data_docs_dir(cfg: AppConfig) -> str:
+    """Where `check` builds its Data Docs and the dashboard links to them: a local directory."""
+    return cfg.checks.data_docs_dir or str(Path(cfg.paths.under("data_docs")).resolve())
 
 
 def read_delta(spark: SparkSession, path: str) -> DataFrame | None:

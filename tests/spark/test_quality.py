@@ -1,7 +1,8 @@
 """check: the Great Expectations suites pass on clean audit tables and fail, expectation by
 expectation, on tables seeded with violations. The derived frames (snapshot completion, commits
-against checkpoints) are specified first on tiny frames of their own, or, for the commit check, on
-what a real reconcile computed."""
+against checkpoints, the ledger's detail fields) are specified first on tiny frames of their own, or,
+for the commit check, on what a real reconcile computed; each rule is one text, run here by both
+engines (DuckDB over Arrow, Spark over a DataFrame) against one expectation."""
 
 from __future__ import annotations
 
@@ -18,10 +19,14 @@ from pyspark.sql.types import StructField, StructType
 from app.config import AppConfig, PathsConfig
 from app.contracts.tables import FINDINGS_SCHEMA, LEDGER_SCHEMA, PARTITION_SUMMARY_SCHEMA, RESTARTS_SCHEMA
 from app.quality import checks as q
+from app.quality import frames
+from app.quality import io as check_io
+from app.quality.outcomes import CheckSummary
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.report import gather as report_io
 from app.report import render as report
+from app.storage.tables import tables_from_config
 from checks.suites import LEDGER_IDENTITY
 from tests.ledger_data import ledger_table
 from tests.spark.tables import (
@@ -76,6 +81,16 @@ def save(df: DataFrame, cfg: AppConfig, name: str) -> None:
     df.write.format("delta").mode("overwrite").save(cfg.paths.table(name))
 
 
+def ordered_rows(out: pa.Table | DataFrame, *cols: str) -> list[tuple[Any, ...]]:
+    """A frame's rows, in its order, whichever engine made it."""
+    records = out.to_pylist() if isinstance(out, pa.Table) else [r.asDict() for r in out.collect()]
+    return [tuple(r[c] for c in cols) for r in records]
+
+
+def results_path(cfg: AppConfig) -> str:
+    return tables_from_config(cfg).validation_results
+
+
 @pytest.fixture
 def cfg(app_config: AppConfig, tmp_path: Path) -> AppConfig:
     return dataclasses.replace(app_config, paths=PathsConfig(data_dir=str(tmp_path / "data")))
@@ -85,22 +100,22 @@ def cfg(app_config: AppConfig, tmp_path: Path) -> AppConfig:
 
 
 def test_snapshot_without_completion_is_named_except_the_newest_of_each_run(spark: SparkSession) -> None:
-    ledger = ledger_df(
-        spark,
-        checkpoint(1, 0, {0: 10}),
-        ev("CHECKPOINT_SNAPSHOT", 5, cp=2, offsets={0: 15}),  # never completed
-        checkpoint(3, 10, {0: 20}),
-        ev("CHECKPOINT_SNAPSHOT", 20, cp=4, offsets={0: 25}),  # newest of run-1: may be in flight
-        ev("CHECKPOINT_SNAPSHOT", 30, run="run-2", cp=5, offsets={0: 25}),  # newest of run-2
-    )
+    events = [
+        *checkpoint(1, 0, {0: 10}),
+        *ev("CHECKPOINT_SNAPSHOT", 5, cp=2, offsets={0: 15}),  # never completed
+        *checkpoint(3, 10, {0: 20}),
+        *ev("CHECKPOINT_SNAPSHOT", 20, cp=4, offsets={0: 25}),  # newest of run-1: may be in flight
+        *ev("CHECKPOINT_SNAPSHOT", 30, run="run-2", cp=5, offsets={0: 25}),  # newest of run-2
+    ]
+    expected = [("run-1", 1, None), ("run-1", 2, f"{JOB}/run-1/2"), ("run-1", 3, None)]
 
-    out = q.checkpoint_completion(ledger)
+    on_driver = frames.checkpoint_completion(ledger_table(events))
+    on_spark = frames.checkpoint_completion(ledger_df(spark, events))
 
-    assert rows_of(out, "run_id", "checkpoint_id", "snapshot_without_completion") == {
-        ("run-1", 1, None),
-        ("run-1", 2, f"{JOB}/run-1/2"),
-        ("run-1", 3, None),
-    }
+    assert isinstance(on_driver, pa.Table)
+    assert isinstance(on_spark, DataFrame)
+    assert ordered_rows(on_driver, "run_id", "checkpoint_id", "snapshot_without_completion") == expected
+    assert ordered_rows(on_spark, "run_id", "checkpoint_id", "snapshot_without_completion") == expected
 
 
 def test_over_a_window_last_nights_exempt_checkpoint_is_judged_and_older_verdicts_are_not_repeated(
@@ -116,15 +131,41 @@ def test_over_a_window_last_nights_exempt_checkpoint_is_judged_and_older_verdict
         *ev("CHECKPOINT_SNAPSHOT", 3, run="run-2", cp=7, offsets={0: 25}),  # run-2: nothing new
         *ev("CHECKPOINT_SNAPSHOT", 4, run="run-2", cp=8, offsets={0: 25}),
     ]
-    expected = {("run-1", 3, f"{JOB}/run-1/3"), ("run-1", 4, None)}
+    expected = [("run-1", 3, f"{JOB}/run-1/3"), ("run-1", 4, None)]
 
-    on_spark = q.checkpoint_completion(ledger_df(spark, events), since=at(8))
-    on_driver = q.checkpoint_completion_rows(ledger_table(events), since=at(8)).to_pylist()
+    on_driver = frames.checkpoint_completion(ledger_table(events), since=at(8))
+    on_spark = frames.checkpoint_completion(ledger_df(spark, events), since=at(8))
 
-    assert rows_of(on_spark, "run_id", "checkpoint_id", "snapshot_without_completion") == expected
-    assert [(r["run_id"], r["checkpoint_id"], r["snapshot_without_completion"]) for r in on_driver] == sorted(
-        expected, key=str
+    assert ordered_rows(on_driver, "run_id", "checkpoint_id", "snapshot_without_completion") == expected
+    assert ordered_rows(on_spark, "run_id", "checkpoint_id", "snapshot_without_completion") == expected
+
+
+def test_the_ledger_frame_has_detail_identity_fields_and_null_for_detail_that_is_not_json(
+    spark: SparkSession,
+) -> None:
+    events = [
+        *ev(
+            "COMMIT_FAILED", 1, cp=1, detail={"reason": "timeout", "error": "REQUEST_TIMED_OUT", "attempt": 2}
+        ),
+        *ev("RUN_STARTED", 0),  # no detail
+    ]
+    broken = events[0].to_row() | {"detail": "{not json", "checkpoint_id": 2}
+    table = pa.concat_tables(
+        [ledger_table(events), pa.Table.from_pylist([broken], schema=ledger_table().schema)]
     )
+    expected = [
+        (1, "timeout", "REQUEST_TIMED_OUT", "2"),
+        (None, None, None, None),
+        (2, None, None, None),  # Spark's get_json_object gives null for text that is not JSON: so must DuckDB
+    ]
+    detail = ("checkpoint_id", "detail_reason", "detail_error", "detail_attempt")
+
+    on_driver = frames.ledger_frame(table)
+    on_spark = frames.ledger_frame(spark.createDataFrame(table.to_pylist(), nullable(LEDGER_SCHEMA)))
+
+    assert sorted(ordered_rows(on_driver, *detail), key=str) == sorted(expected, key=str)
+    assert sorted(ordered_rows(on_spark, *detail), key=str) == sorted(expected, key=str)
+    assert on_driver.column_names == on_spark.columns
 
 
 def test_a_nights_check_validates_the_ledger_and_commits_of_its_window(
@@ -160,6 +201,17 @@ def test_a_nights_check_validates_the_ledger_and_commits_of_its_window(
     assert rows.observed["element_count"] == 5  # checkpoint 2's four events and checkpoint 3's snapshot
     commits = next(e for e in night.outcomes if e.suite == "group_commits" and "(group_id)" in e.label)
     assert commits.observed["element_count"] == 1  # the commit at 4002 s
+    # The window is one predicate, read by either engine: the same rows.
+    window = check_io.ledger_window(since - check_io.WINDOW_OVERLAP)
+    read_on_driver = check_io.read_for_check(spark, cfg.paths.table("ledger"), 1000, window)
+    read_on_spark = check_io.read_for_check(spark, cfg.paths.table("ledger"), 0, window)
+    assert isinstance(read_on_driver, pa.Table)
+    assert isinstance(read_on_spark, DataFrame)
+    ledger_key = ("run_id", "checkpoint_id", "event_type", "partition")
+    assert sorted(ordered_rows(read_on_driver, *ledger_key), key=str) == sorted(
+        ordered_rows(read_on_spark, *ledger_key), key=str
+    )
+    assert len(ordered_rows(read_on_driver, *ledger_key)) == 5
 
 
 def test_the_commit_check_compares_the_offsets_reconcile_computed(
@@ -189,12 +241,20 @@ def test_the_commit_check_compares_the_offsets_reconcile_computed(
     run_reconcile(spark, cfg, AuditRun(run_id="rec-1", now=at(1000), since=None, until=at(1000)))
 
     summary = spark.read.format("delta").load(cfg.paths.table("partition_summary"))
-    out = q.commits_vs_checkpoints(summary)
+    stored = check_io.read_for_check(spark, cfg.paths.table("partition_summary"), max_rows=1000)
+    on_spark = frames.commits_vs_checkpoints(summary, "rec-1")
+    on_driver = frames.commits_vs_checkpoints(stored, "rec-1")
 
-    assert rows_of(out, "group_id", "partition", "committed_offset", "completed_offset") == {
-        (GROUP, 0, 20, 20),
-        (GROUP, 1, 9, 8),
-    }
+    offsets = ("group_id", "partition", "committed_offset", "completed_offset")
+    assert (
+        sorted(ordered_rows(on_spark, *offsets))
+        == sorted(ordered_rows(on_driver, *offsets))
+        == [
+            (GROUP, 0, 20, 20),
+            (GROUP, 1, 9, 8),
+        ]
+    )
+    assert ordered_rows(frames.commits_vs_checkpoints(stored, "another-run"), *offsets) == []
     # The check's offsets are the findings': the partition it sees ahead is the one reconcile
     # reported COMMITTED_AHEAD, and the dashboard's commit lag there is the same difference.
     ahead = (
@@ -235,15 +295,15 @@ def test_clean_tables_pass_every_suite_and_the_report_shows_them(spark: SparkSes
         (s.name, None, True) for s in result.suites
     ]
     assert result.failed() == []
-    stored = spark.read.format("delta").load(q.results_table_path(cfg))
+    stored = spark.read.format("delta").load(results_path(cfg))
     assert stored.count() == len(result.outcomes) > 30
     assert rows_of(stored, "run_id", "success") == {("check-clean", True)}
     assert result.data_docs is not None
     assert Path(result.data_docs.removeprefix("file://")).is_file()
 
-    q.write_results(spark, q.results_table_path(cfg), result)  # the same run id again: replaced
+    check_io.write_results(spark, results_path(cfg), result)  # the same run id again: replaced
 
-    assert spark.read.format("delta").load(q.results_table_path(cfg)).count() == len(result.outcomes)
+    assert spark.read.format("delta").load(results_path(cfg)).count() == len(result.outcomes)
 
     # The dashboard reads the same tables; restarts come from forensics, seeded here.
     restart = dict(
@@ -347,7 +407,7 @@ def test_seeded_violations_fail_the_expectation_that_guards_them(spark: SparkSes
     assert missing.observed["partial_unexpected_list"] == [f"{JOB}/run-1/1"]
     gaps = next(e for e in result.failed() if e.suite == "findings.confirmed_gaps")
     assert gaps.observed["observed_value"] == 1
-    stored = spark.read.format("delta").load(q.results_table_path(cfg)).where("not success")
+    stored = spark.read.format("delta").load(results_path(cfg)).where("not success")
     assert stored.count() == len(failed)
     assert all(json.loads(r.observed) for r in stored.collect())
 
@@ -377,7 +437,7 @@ def test_driver_and_spark_validation_give_the_same_outcomes(spark: SparkSession,
     on_driver = q.run_checks(spark, cfg, "check-driver", now=at(200), options=small)
     on_spark = q.run_checks(spark, cfg, "check-spark", now=at(200), options=large)
 
-    def outcomes(summary: q.CheckSummary) -> list[tuple[Any, ...]]:
+    def outcomes(summary: CheckSummary) -> list[tuple[Any, ...]]:
         return [
             (e.suite, e.label, e.severity, e.success, json.dumps(e.observed, sort_keys=True))
             for e in summary.outcomes
@@ -394,14 +454,14 @@ def test_only_tables_within_the_driver_limit_are_read_on_the_driver(
     path = str(tmp_path / "small")
     spark.createDataFrame([(None, None), (2, True)], "n long, b boolean").write.format("delta").save(path)
 
-    read = q.read_for_check(spark, path, max_rows=2)
+    read = check_io.read_for_check(spark, path, max_rows=2)
 
     assert isinstance(read, pa.Table)
-    local = q.as_pandas(read)
+    local = frames.as_pandas(read)
     assert local["n"].isna().tolist() == [True, False]
     assert local["n"].iloc[1] == 2
     assert str(local["n"].dtype) == "Int64"  # not float64: a null keeps integers integral
     assert local["b"].isna().tolist() == [True, False]
-    assert isinstance(q.read_for_check(spark, path, max_rows=1), DataFrame)
-    assert isinstance(q.read_for_check(spark, path, max_rows=0), DataFrame)
-    assert q.read_for_check(spark, str(tmp_path / "none"), max_rows=2) is None
+    assert isinstance(check_io.read_for_check(spark, path, max_rows=1), DataFrame)
+    assert isinstance(check_io.read_for_check(spark, path, max_rows=0), DataFrame)
+    assert check_io.read_for_check(spark, str(tmp_path / "none"), max_rows=2) is None

@@ -57,14 +57,7 @@ HOMONYMS: dict[tuple[str, str], str] = {
 
 # Leaks in modules another branch of the same change rewrites, by (file, word): that branch.
 # Narrow on purpose: the same word in any other file still fails.
-PENDING: dict[tuple[str, str], str] = {
-    # The quality frames become one SQL text taking GAP and CONFIRMED as parameters.
-    ("app/quality/checks.py", "GAP"): "quality",
-    ("app/quality/checks.py", "confirmed"): "quality",
-    ("app/quality/checks.py", "reason, error, attempt"): "quality",
-    # The latest reconcile run's lookup moves to reconcile.outputs: compare with COMMAND_RECONCILE there.
-    ("app/quality/checks.py", "reconcile"): "quality",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 class Leak(NamedTuple):
