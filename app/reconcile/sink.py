@@ -17,8 +17,8 @@ per-file min/max statistics skip every file outside them:
    says: when the partitions hold few rows (a gap or a replayed batch usually leaves a few
    partitions with few rows), on the driver over the rows read once, since a Spark query costs
    about a second of planning and code generation in a fresh JVM whatever its size; otherwise on
-   Spark's executors, one bucket per call (``examined_by_spark``). Either way only the range's
-   rows count.
+   Spark's executors, each task over whole buckets (``examined_by_spark``). Either way only the
+   range's rows count.
 
 The ledger window and the group's commits are small: they are read once into Arrow (by delta-rs
 on local storage) and analysed on the driver (``app.reconcile.ledger_audit``): findings, the ranges above,
@@ -68,7 +68,7 @@ from app.reconcile.sink_offsets import (
     range_fingerprint,
     sink_fingerprints,
 )
-from app.routes import DRIVER, EXAMINE_DRIVER_MAX_ROWS, examine_route
+from app.routes import DRIVER, EXAMINE_DRIVER_MAX_ROWS, examine_route, examine_tasks
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ def _examine_ranges(
             started = time.monotonic()
             rows = sum(rows_in_range[(t, p)] for t, p, _, _ in rest)
             route = examine_route(rows, driver_max_rows)
-            examined = _examine_per_bucket(sink, rest, by_tp, route)
+            examined = _examine_per_bucket(sink, rest, by_tp, route, rows)
             log.info(
                 "sink of %s: %d partition(s), %d row(s), examined per bucket %s in %.1fs",
                 job,
@@ -308,11 +308,16 @@ def _examine_per_bucket(
     rest: Sequence[tuple[str, int, int | None, int]],
     by_tp: Mapping[tuple[str, int], PartitionRange],
     route: str,
+    rows: int,
 ) -> dict[tuple[str, int], _Examined]:
-    """The rows of ``rest`` examined per bucket by ``examine_buckets`` on the engine ``route`` names:
-    read once onto the driver and examined there, or grouped by bucket on Spark's executors."""
-    rows = sink.where(rest)
-    examined = examine_buckets(rows.toArrow()) if route == DRIVER else examined_by_spark(rows).toArrow()
+    """The ``rows`` rows of ``rest`` examined per bucket by ``examine_buckets`` on the engine ``route``
+    names: read once onto the driver and examined there, or by bucket on Spark's executors."""
+    read = sink.where(rest)
+    if route == DRIVER:
+        examined = examine_buckets(read.toArrow())
+    else:
+        tasks = examine_tasks(rows, read.sparkSession.sparkContext.defaultParallelism)
+        examined = examined_by_spark(read, tasks).toArrow()
     out = {}
     for tp, found in partitions_examined(examined).items():
         ps = PartitionSink.of(found.buckets)

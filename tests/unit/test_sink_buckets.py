@@ -1,6 +1,6 @@
 """The per-bucket examination rule over Arrow rows, without a JVM: what it says of one group, and
-that running it over every group at once (the driver) equals running it once per group (Spark's
-executors, tests/spark/test_reconcile.py runs that route)."""
+that running it over every group at once (the driver) equals running it over fewer whole groups at
+a time (a Spark task; tests/spark/test_reconcile.py runs that route)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from app.reconcile.sink_buckets import (
     writers_json,
 )
 from app.reconcile.sink_offsets import BUCKET_SIZE, BucketStat, bitmap_offsets
+from app.routes import examine_tasks
 
 pytestmark = pytest.mark.unit
 
@@ -138,8 +139,8 @@ def test_joined_runs_join_only_touching_runs_of_the_same_writers() -> None:
 
 
 def test_every_group_at_once_equals_one_group_at_a_time() -> None:
-    """The driver runs the rule over all groups in one call, Spark once per (topic, partition,
-    bucket): both must give the same rows."""
+    """The driver runs the rule over all groups in one call, a Spark task over the whole groups
+    hashed to it: however the groups are split, the rows are the same."""
     rnd = random.Random(3)
     writers: list[tuple[int | None, str | None]] = [(1, "run-1"), (7, "run-2"), (None, None), (3, None)]
     rows: list[Row] = []
@@ -161,3 +162,10 @@ def test_every_group_at_once_equals_one_group_at_a_time() -> None:
     assert at_once.num_rows == len(groups) == 12
     assert keyed(at_once) == keyed(one_by_one)
     assert partitions_examined(at_once) == partitions_examined(one_by_one)
+
+
+def test_spark_tasks_hold_no_more_rows_than_the_driver_route_and_use_every_core() -> None:
+    assert examine_tasks(2_500_000, parallelism=2, max_rows=1_000_000) == 3
+    assert examine_tasks(2_000_000, parallelism=2, max_rows=1_000_000) == 2
+    assert examine_tasks(10, parallelism=4, max_rows=1_000_000) == 4
+    assert examine_tasks(10, parallelism=0, max_rows=0) == 10
