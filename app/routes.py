@@ -63,3 +63,10 @@ def examine_route(rows: int, max_rows: int = EXAMINE_DRIVER_MAX_ROWS) -> str:
     """Where the per-bucket examination of the partitions left to examine runs: read once onto the
     driver when they hold at most ``max_rows`` rows in their ranges, else by Spark."""
     return DRIVER if rows <= max_rows else SPARK
+
+
+def examine_tasks(rows: int, parallelism: int, max_rows: int = EXAMINE_DRIVER_MAX_ROWS) -> int:
+    """How many Spark tasks share the examination of ``rows`` rows: enough that no task's Python
+    worker holds more rows than the driver route would (each holds its rows at once), and at
+    least ``parallelism`` (the executors' cores) so that every core takes part."""
+    return max(1, parallelism, -(-rows // max(1, max_rows)))

@@ -10,16 +10,15 @@ per-file min/max statistics skip every file outside them:
    the offsets the range must hold, computed on the driver (``expected_fingerprint``, each offset once
    however many partitions share it), it proves most partitions complete at about the cost
    of a bare count;
-2. the partitions that fail it, read again alone and examined per 32768-offset bucket (count,
-   distinct, min, max), which locates the missing ranges and the duplicate runs. When they hold
-   few rows (``app.routes.examine_route``; a gap or a replayed batch usually leaves a few
-   partitions with few rows), the rows are read once onto the driver and numpy does it
-   (``app.reconcile.sink_arrow``): a Spark query costs about a second of planning and code
-   generation in a fresh JVM whatever its size. Otherwise Spark does: a hash aggregate per 64-offset
-   word (rows and a presence word, ``sink_words``), rolled up per bucket (``sink_bucket_stats``),
-   which hands back in the same read the presence words of the buckets that are not complete;
-   then the buckets that hold more rows than distinct offsets are read again for their duplicate
-   offsets (``duplicate_runs``). Either way only the range's rows count.
+2. the partitions that fail it, read again alone and examined per 32768-offset bucket (rows,
+   distinct, min, max, the presence words of a bucket lacking offsets, its duplicate runs), which
+   locates the missing ranges and the duplicate runs. That examination is one rule over Arrow
+   rows (``app.reconcile.sink_buckets.examine_buckets``), run where ``app.routes.examine_route``
+   says: when the partitions hold few rows (a gap or a replayed batch usually leaves a few
+   partitions with few rows), on the driver over the rows read once, since a Spark query costs
+   about a second of planning and code generation in a fresh JVM whatever its size; otherwise on
+   Spark's executors, each task over whole buckets (``examined_by_spark``). Either way only the
+   range's rows count.
 
 The ledger window and the group's commits are small: they are read once into Arrow (by delta-rs,
 on every storage) and analysed on the driver (``app.reconcile.ledger_audit``): findings, the ranges above,
@@ -39,7 +38,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial, reduce
+from functools import reduce
 from typing import Any, Final
 
 from pyspark import inheritable_thread_target
@@ -53,17 +52,13 @@ from app.errors import (
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile.findings import Finding
-from app.reconcile.sink_arrow import partition_details
+from app.reconcile.sink_buckets import examine_buckets, examined_by_spark, partitions_examined
 from app.reconcile.sink_offsets import (
     BUCKET_SIZE,
     SINK_COLUMNS,
-    BucketStat,
     PartitionRange,
     PartitionSink,
-    bucket_bitmap,
     buckets_to_inspect,
-    duplicate_buckets,
-    duplicate_runs,
     effective_lo,
     elementary_segments,
     expected_fingerprint,
@@ -71,11 +66,9 @@ from app.reconcile.sink_offsets import (
     missing_ranges,
     proven_complete,
     range_fingerprint,
-    sink_bucket_stats,
     sink_fingerprints,
-    sink_words,
 )
-from app.routes import DRIVER, EXAMINE_DRIVER_MAX_ROWS, examine_route
+from app.routes import DRIVER, EXAMINE_DRIVER_MAX_ROWS, examine_route, examine_tasks
 
 log = logging.getLogger(__name__)
 
@@ -269,14 +262,14 @@ def _examine_ranges(
         if rest:
             started = time.monotonic()
             rows = sum(rows_in_range[(t, p)] for t, p, _, _ in rest)
-            on_driver = examine_route(rows, driver_max_rows) == DRIVER
-            examined = (_examine_on_driver if on_driver else _examine_in_spark)(sink, rest, by_tp)
+            route = examine_route(rows, driver_max_rows)
+            examined = _examine_per_bucket(sink, rest, by_tp, route, rows)
             log.info(
                 "sink of %s: %d partition(s), %d row(s), examined per bucket %s in %.1fs",
                 job,
                 len(rest),
                 rows,
-                "on the driver" if on_driver else "by Spark",
+                "on the driver" if route == DRIVER else "by Spark",
                 time.monotonic() - started,
             )
 
@@ -299,7 +292,7 @@ class _Examined:
 
     sink: PartitionSink = field(default_factory=PartitionSink)
     missing: list[tuple[int, int]] = field(default_factory=list)
-    duplicates: list[dict[str, Any]] = field(default_factory=list)
+    duplicates: list[Mapping[str, Any]] = field(default_factory=list)
 
 
 def _missing(rng: PartitionRange, ps: PartitionSink, bitmap: Callable[[int], bytes]) -> list[tuple[int, int]]:
@@ -310,55 +303,25 @@ def _missing(rng: PartitionRange, ps: PartitionSink, bitmap: Callable[[int], byt
     return missing_ranges(lo, rng.hi, ps, {b: bitmap(b) for b in buckets_to_inspect(lo, rng.hi, ps)})
 
 
-def _examine_on_driver(
+def _examine_per_bucket(
     sink: SinkReader,
     rest: Sequence[tuple[str, int, int | None, int]],
     by_tp: Mapping[tuple[str, int], PartitionRange],
+    route: str,
+    rows: int,
 ) -> dict[tuple[str, int], _Examined]:
-    """The rows of ``rest`` read once onto the driver and examined there (``app.reconcile.sink_arrow``)."""
-    details = partition_details(sink.where(rest).toArrow())
+    """The ``rows`` rows of ``rest`` examined per bucket by ``examine_buckets`` on the engine ``route``
+    names: read once onto the driver and examined there, or by bucket on Spark's executors."""
+    read = sink.where(rest)
+    if route == DRIVER:
+        examined = examine_buckets(read.toArrow())
+    else:
+        tasks = examine_tasks(rows, read.sparkSession.sparkContext.defaultParallelism)
+        examined = examined_by_spark(read, tasks).toArrow()
     out = {}
-    for tp, detail in details.items():
-        ps = PartitionSink.of(detail.buckets)
-        out[tp] = _Examined(ps, _missing(by_tp[tp], ps, detail.bitmap), detail.duplicate_runs)
-    return out
-
-
-def _words_bitmap(
-    words: Mapping[tuple[str, int, int], list[tuple[int, int]]], tp: tuple[str, int], bucket: int
-) -> bytes:
-    return bucket_bitmap(bucket, words[(*tp, bucket)])
-
-
-def _examine_in_spark(
-    sink: SinkReader,
-    rest: Sequence[tuple[str, int, int | None, int]],
-    by_tp: Mapping[tuple[str, int], PartitionRange],
-) -> dict[tuple[str, int], _Examined]:
-    """The rows of ``rest`` aggregated by Spark per bucket; the words of incomplete buckets come back
-    in the same read, and the buckets holding duplicates are read again for their runs."""
-    topics = sorted({t for t, _, _, _ in rest})
-    per_tp: dict[tuple[str, int], list[BucketStat]] = defaultdict(list)
-    words: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
-    for row in sink_bucket_stats(sink_words(sink.where(rest), topics)).collect():
-        tp = (row["topic"], row["partition"])
-        per_tp[tp].append(
-            BucketStat(row["bucket"], row["rows"], row["distinct"], row["min_offset"], row["max_offset"])
-        )
-        if row["words"] is not None:
-            words[(*tp, row["bucket"])] = [(w["word"], w["bits"]) for w in row["words"]]
-    out = {}
-    dup_ranges: list[tuple[str, int, int | None, int | None]] = []
-    for tp, stats in per_tp.items():
-        rng, ps = by_tp[tp], PartitionSink.of(stats)
-        out[tp] = _Examined(ps, _missing(rng, ps, partial(_words_bitmap, words, tp)))
-        for b in duplicate_buckets(ps):
-            # Only the range's part of the bucket: the statistics that named it counted no other.
-            start = b * BUCKET_SIZE if rng.lo is None else max(rng.lo, b * BUCKET_SIZE)
-            dup_ranges.append((tp[0], tp[1], start, min(rng.hi, (b + 1) * BUCKET_SIZE)))
-    if dup_ranges:
-        for run in duplicate_runs(sink.where(dup_ranges)).collect():
-            out[(run["topic"], run["partition"])].duplicates.append(run.asDict())
+    for tp, found in partitions_examined(examined).items():
+        ps = PartitionSink.of(found.buckets)
+        out[tp] = _Examined(ps, _missing(by_tp[tp], ps, found.bitmap), list(found.duplicates))
     return out
 
 

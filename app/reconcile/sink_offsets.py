@@ -1,6 +1,6 @@
 """Which offsets the sink holds, computed at the cost of about one scan: per-partition fingerprints
-(XOR of Spark's xxhash64 of every offset), 64-offset presence words rolled up into 32768-offset
-buckets, and the driver-side arithmetic that turns them into missing ranges and duplicate runs."""
+(XOR of Spark's xxhash64 of every offset), and the driver-side arithmetic that turns the
+per-bucket statistics and presence words of ``app.reconcile.sink_buckets`` into missing ranges."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from functools import reduce
 from typing import Final
 
 import numpy as np
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from app.contracts.tables import require_columns
@@ -52,8 +52,11 @@ def sink_fingerprints(sink: DataFrame, topics: Sequence[str]) -> DataFrame:
     included, leaves its hash out of the XOR, an odd number of times puts it in; with hi - lo rows
     the two agree only if every offset is held once, or if the hashes of the offsets held an even
     number of times XOR to exactly the same 64 bits: chance 2^-64.) Fixed-width aggregates over
-    a handful of groups, so it costs about what a bare count does. One topic at a time, for the
-    reasons ``sink_words`` gives.
+    a handful of groups, so it costs about what a bare count does: Spark hash-aggregates inside
+    each task before anything is shuffled. Each topic is aggregated on its own and named
+    afterwards: a string in the grouping key takes the hash map off its fixed-width fast path,
+    which nearly doubles the cost, and a filter on one topic lets Delta skip the other topics'
+    files (the Kafka source writes one file per topic-partition and batch).
     """
     require_columns(sink, ["topic", "partition", "offset"], "sink")
     if not topics:
@@ -168,68 +171,6 @@ def proven_complete(
     )
 
 
-def sink_words(sink: DataFrame, topics: Sequence[str]) -> DataFrame:
-    """rows, a 64-bit presence word, and the lowest and highest offset per (topic, partition,
-    word = offset // 64).
-
-    Only fixed-width aggregates (count, bit_or, min, max), so Spark hash-aggregates inside each task
-    and a clustered sink shrinks 64-fold before anything is shuffled. (Spark's own bitmap aggregate
-    keeps a binary buffer, which forces a sort of every row: several times the cost of the scan.)
-    Each topic is aggregated on its own and named afterwards: a string in the grouping key takes the
-    hash map off its fixed-width fast path, which nearly doubles the cost, and a filter on one
-    topic lets Delta skip the other topics' files (the Kafka source writes one file per
-    topic-partition and batch). Rows of topics not in ``topics`` are left out.
-    """
-    require_columns(sink, ["topic", "partition", "offset"], "sink")
-    if not topics:
-        raise ValueError("sink_words needs the topics to aggregate")
-    offset = F.col("offset")
-    word = F.shiftright(offset, WORD_SHIFT).cast("long").alias("word")
-    # shiftleft with a per-row shift: PySpark's F.shiftleft only takes a constant.
-    bit = F.call_function("shiftleft", F.lit(1).cast("long"), offset.bitwiseAND(WORD_BITS - 1).cast("int"))
-    per_topic = [
-        sink.filter(F.col("topic") == F.lit(topic))
-        .groupBy("partition", word)
-        .agg(
-            F.count("*").alias("rows"),
-            F.bit_or(bit).alias("bits"),
-            F.min(offset).alias("min_offset"),
-            F.max(offset).alias("max_offset"),
-        )
-        .select(F.lit(topic).alias("topic"), "partition", "word", "rows", "bits", "min_offset", "max_offset")
-        for topic in dict.fromkeys(topics)
-    ]
-    return reduce(DataFrame.unionByName, per_topic)
-
-
-def sink_bucket_stats(words: DataFrame) -> DataFrame:
-    """count, distinct, min and max per (topic, partition, 32768-offset bucket), from ``sink_words``,
-    and ``words``: the (word, bits) of every bucket that lacks some of its offsets, else null.
-
-    Exact: a word's distinct offsets are its set bits, its extra copies are rows minus those.
-    Completeness of a bucket is then arithmetic; the words of the few incomplete buckets locate
-    the missing offsets (``bucket_bitmap``). They come back with the statistics, so locating a gap
-    costs no second read of the sink: a bucket holding fewer distinct offsets than it has is a
-    superset of those ``buckets_to_inspect`` names for any [lo, hi) (a range only narrows a
-    bucket), and its words are at most BUCKET_SIZE / 64 per bucket.
-    """
-    require_columns(
-        words, ["topic", "partition", "word", "rows", "bits", "min_offset", "max_offset"], "sink words"
-    )
-    word, bits = F.col("word"), F.col("bits")
-    distinct = F.sum(F.bit_count(bits)).cast("long")
-    bucket_words = F.collect_list(F.struct(word.alias("word"), bits.alias("bits")))
-    return words.groupBy(
-        "topic", "partition", F.shiftright(word, BUCKET_SHIFT - WORD_SHIFT).cast("long").alias("bucket")
-    ).agg(
-        F.sum("rows").cast("long").alias("rows"),
-        distinct.alias("distinct"),
-        F.min("min_offset").alias("min_offset"),
-        F.max("max_offset").alias("max_offset"),
-        F.when(distinct < BUCKET_SIZE, bucket_words).alias("words"),
-    )
-
-
 def bucket_bitmap(bucket: int, words: Iterable[tuple[int, int]]) -> bytes:
     """The presence bitmap of one bucket (the layout ``bitmap_offsets`` reads) from its (word, bits)."""
     out = bytearray(BUCKET_SIZE // 8)
@@ -318,10 +259,6 @@ def buckets_to_inspect(lo: int, hi: int, sink: PartitionSink) -> list[int]:
     return out
 
 
-def duplicate_buckets(sink: PartitionSink) -> list[int]:
-    return sorted(b.bucket for b in sink.buckets.values() if b.rows > b.distinct)
-
-
 def bitmap_offsets(bucket: int, bitmap: bytes) -> list[int]:
     """The offsets a bucket bitmap marks present (bit i of byte i // 8, least significant first)."""
     out = []
@@ -376,33 +313,3 @@ def missing_ranges(
                 add(pos, end)
         cursor = b + 1
     return ranges
-
-
-def duplicate_runs(sink: DataFrame) -> DataFrame:
-    """Offsets present more than once, folded into runs of consecutive offsets with the same writers.
-
-    Returns topic, partition, offset_start, offset_end (exclusive), offsets, extra_copies, writers
-    (JSON: the (run, checkpoint) of every copy). Meant for a sink already narrowed to the buckets
-    that hold duplicates.
-    """
-    writers = F.array_sort(
-        F.collect_list(
-            F.struct(F.col("writer_run_id").alias("run"), F.col("writer_checkpoint_id").alias("cp"))
-        )
-    )
-    dups = (
-        sink.groupBy("topic", "partition", "offset")
-        .agg(F.count("*").alias("_copies"), writers.alias("_writers"))
-        .filter(F.col("_copies") > 1)
-        .withColumn("_signature", F.to_json(F.col("_writers")))
-    )
-    by_offset = Window.partitionBy("topic", "partition", "_signature").orderBy("offset")
-    islands = dups.withColumn("_island", F.col("offset") - F.row_number().over(by_offset))
-    return islands.groupBy("topic", "partition", "_signature", "_island").agg(
-        F.min("offset").alias("offset_start"),
-        (F.max("offset") + 1).alias("offset_end"),
-        F.count("*").alias("offsets"),
-        F.sum(F.col("_copies") - 1).alias("extra_copies"),
-        F.max("_copies").alias("max_copies"),
-        F.first("_signature").alias("writers"),
-    )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -34,6 +35,12 @@ from app.reconcile.sink import (
     _rows_to_ranges,
     examine_sink,
 )
+from app.reconcile.sink_buckets import (
+    EXAMINED_SCHEMA,
+    examine_buckets,
+    examined_by_spark,
+    partitions_examined,
+)
 from app.reconcile.sink_offsets import (
     BUCKET_SIZE,
     PartitionRange,
@@ -43,9 +50,7 @@ from app.reconcile.sink_offsets import (
     expected_fingerprint,
     proven_complete,
     range_fingerprint,
-    sink_bucket_stats,
     sink_fingerprints,
-    sink_words,
     xxhash64_longs,
 )
 from app.routes import EXAMINE_DRIVER_MAX_ROWS
@@ -233,50 +238,73 @@ def test_the_driver_and_spark_examinations_give_the_same_gaps_duplicates_and_sta
     assert {"run": "r\u00e9-run", "cp": 2} in writers
 
 
-def test_bucket_stats_equal_a_direct_count_and_carry_the_words_of_incomplete_buckets_only(
+def test_the_bucket_examination_gives_the_same_rows_on_both_engines_and_they_equal_a_direct_count(
     spark: SparkSession,
 ) -> None:
+    """``examine_buckets`` is the one rule; the driver runs it over every group at once, Spark's
+    executors over the whole groups hashed to each task. Both give the same rows, and those are what a
+    direct count of the rows says: statistics, the words of incomplete buckets only, duplicate runs
+    (cut at bucket edges, writers in the evidence order)."""
     rng = random.Random(7)
     # word edges (63, 64), bucket edges (32767, 32768) and random offsets, some of them repeated
-    offsets = [
-        0,
-        63,
-        64,
-        127,
-        32767,
-        32768,
-        65535,
-        *[rng.randrange(0, 3 * BUCKET_SIZE) for _ in range(500)],
-    ]
+    offsets = [0, 63, 64, 127, 32767, 32768, 65535, *[rng.randrange(0, 3 * BUCKET_SIZE) for _ in range(500)]]
     offsets += rng.sample(offsets, 60)
     rows = [(t, p, o) for t in ("t", "u") for p in (0, 1) for o in offsets if p == 0 or o % 3]
     # One complete bucket (3), and one complete but for a duplicate (4 of partition 1).
     rows += [("t", 0, o) for o in range(3 * BUCKET_SIZE, 4 * BUCKET_SIZE)]
     rows += [("t", 1, o) for o in [*range(4 * BUCKET_SIZE, 5 * BUCKET_SIZE), 4 * BUCKET_SIZE + 9]]
-    sink = spark.createDataFrame([*rows, ("not-asked-for", 0, 1)], "topic string, partition int, offset long")
-    stats = sink_bucket_stats(sink_words(sink, ["u", "t"])).collect()
-    got = {
-        (r["topic"], r["partition"], r["bucket"]): (
-            r["rows"],
-            r["distinct"],
-            r["min_offset"],
-            r["max_offset"],
-        )
-        for r in stats
-    }
+    # Partition 2 holds a run twice across the edge of buckets 0 and 1, its second copy by another writer.
+    edge = [("u", 2, o) for o in range(BUCKET_SIZE - 3, BUCKET_SIZE + 2)]
+    rows += edge
+    writers = {len(rows) + i: ("run-2", 7) for i in range(len(edge))}
+    rows += edge
+    sink = spark.createDataFrame(
+        [(t, p, o, *writers.get(i, ("run-1", 1))[::-1]) for i, (t, p, o) in enumerate(rows)],
+        "topic string, partition int, offset long, writer_checkpoint_id long, writer_run_id string",
+    )
+
+    on_driver = examine_buckets(sink.toArrow())
+    by_spark = examined_by_spark(sink, 3).toArrow()
+
+    def keyed(table: pa.Table) -> dict[tuple[str, int, int], dict[str, Any]]:
+        return {(r["topic"], r["partition"], r["bucket"]): r for r in table.to_pylist()}
+
+    assert on_driver.schema == by_spark.schema == EXAMINED_SCHEMA
+    assert keyed(on_driver) == keyed(by_spark)
+    got = keyed(on_driver)
     want: dict[tuple[str, int, int], list[int]] = {}
     for t, p, o in rows:
         want.setdefault((t, p, o // BUCKET_SIZE), []).append(o)
-    assert got == {k: (len(v), len(set(v)), min(v), max(v)) for k, v in want.items()}
+    assert {k: (r["rows"], r["distinct"], r["min_offset"], r["max_offset"]) for k, r in got.items()} == {
+        k: (len(v), len(set(v)), min(v), max(v)) for k, v in want.items()
+    }
     incomplete = {k for k, v in want.items() if len(set(v)) < BUCKET_SIZE}
     assert {("t", 0, 3), ("t", 1, 4)}.isdisjoint(incomplete)
-    for r in stats:
-        key = (r["topic"], r["partition"], r["bucket"])
+    for key, r in got.items():
         if key not in incomplete:
             assert r["words"] is None
             continue
-        bitmap = bucket_bitmap(r["bucket"], [(w["word"], w["bits"]) for w in r["words"]])
-        assert bitmap_offsets(r["bucket"], bitmap) == sorted(set(want[key]))
+        bitmap = bucket_bitmap(key[2], [(w["word"], w["bits"]) for w in r["words"]])
+        assert bitmap_offsets(key[2], bitmap) == sorted(set(want[key]))
+    for key, r in got.items():
+        held = [o for o in want[key] if want[key].count(o) > 1]
+        assert sum(d["extra_copies"] for d in r["duplicates"]) == len(held) - len(set(held))
+    edge_runs = [
+        (k[2], d["offset_start"], d["offset_end"], d["writers"])
+        for k, r in got.items()
+        for d in r["duplicates"]
+        if k[:2] == ("u", 2)
+    ]
+    pair = '[{"run":"run-1","cp":1},{"run":"run-2","cp":7}]'
+    assert sorted(edge_runs) == [
+        (0, BUCKET_SIZE - 3, BUCKET_SIZE, pair),
+        (1, BUCKET_SIZE, BUCKET_SIZE + 2, pair),
+    ]
+    # The driver joins the two pieces again: one run, as the partition holds it.
+    joined = partitions_examined(on_driver)[("u", 2)].duplicates
+    assert [(d["offset_start"], d["offset_end"], d["offsets"], d["extra_copies"]) for d in joined] == [
+        (BUCKET_SIZE - 3, BUCKET_SIZE + 2, 5, 5)
+    ]
 
 
 def test_the_driver_side_xxhash64_is_sparks(spark: SparkSession) -> None:

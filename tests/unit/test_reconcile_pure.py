@@ -18,7 +18,6 @@ from app.reconcile.sink_offsets import (
     bitmap_offsets,
     bucket_bitmap,
     buckets_to_inspect,
-    duplicate_buckets,
     effective_lo,
     elementary_segments,
     expected_fingerprint,
@@ -91,7 +90,6 @@ def test_duplicates_hide_gaps_from_a_bare_count_but_not_from_distinct() -> None:
     sink = PartitionSink.of([BucketStat(0, 10, 9, 0, 9)])  # one offset twice, one missing
     assert sink.rows == 10
     assert not is_complete(0, 10, sink)
-    assert duplicate_buckets(sink) == [0]
 
 
 def test_unknown_start_falls_back_to_the_first_sink_offset() -> None:
