@@ -50,6 +50,8 @@ def plan_ingest(
     groups: Sequence[str],
     clock: Clock = wall_clock_ms,
 ) -> IngestPlan:
+    """This run's plan: a seq above every committed one, the offsets topic's partitions that hold
+    `groups` (all when none), and for each the range from its stored position to the log's end."""
     seq = next_seq(spark, cfg, clock)
     admin = admin_client(cfg.kafka, bootstrap)
     timeout = cfg.kafka.request_timeout_s
