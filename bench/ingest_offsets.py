@@ -36,10 +36,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from app.config import AppConfig, IngestConfig, KafkaConfig, PathsConfig, SparkConfig, load_config
 from app.demo.local_kafka import LocalKafka
+from app.offsets_topic.bounds import log_bounds
 from app.offsets_topic.decoder import partition_for_group
-from app.offsets_topic.driver_io import log_bounds
-from app.offsets_topic.ingest import PartitionRange
-from app.offsets_topic.ingest_io import ingest_offsets, read_offsets_topic
+from app.offsets_topic.ranges import PartitionRange
+from app.offsets_topic.run import ingest_offsets
+from app.offsets_topic.spark_route import read_offsets_topic
 from app.routes import SPARK, decode_route
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session

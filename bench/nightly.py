@@ -48,7 +48,7 @@ from app.contracts.offsets import EventSource, LedgerEvent
 from app.contracts.tables import LEDGER_SCHEMA, SINK_SCHEMA
 from app.demo.local_kafka import LocalKafka
 from app.offsets_topic.decoder import partition_for_group
-from app.offsets_topic.ingest import PartitionRange
+from app.offsets_topic.ranges import PartitionRange
 from app.runtime import jvm
 
 TOPIC, GROUP, JOB, RUN = "orders", "bench-nightly-orders", "bench-nightly-job", "bench-nightly-run"
@@ -262,7 +262,7 @@ def floor(work: Path, bootstrap: str, ranges: Sequence[PartitionRange]) -> Timed
 
 def floor_main(work: Path, bootstrap: str, spans: list[list[int]]) -> int:
     """Inside the floor process: the nightly's session, then each table and the new records once."""
-    from app.offsets_topic.ingest_io import read_offsets_topic
+    from app.offsets_topic.spark_route import read_offsets_topic
     from app.runtime.session import spark_session
     from app.storage.tables import read_delta
 

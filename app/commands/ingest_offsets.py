@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.kafka.clients import check_reachable
-    from app.offsets_topic.ingest_io import ingest_offsets
+    from app.offsets_topic.run import ingest_offsets
     from app.runtime.session import kafka_bootstrap, spark_session
 
     groups = args.groups if args.groups is not None else list(cfg.ingest.groups)

@@ -242,7 +242,7 @@ class Nightly:
     # --- steps -----------------------------------------------------------------------------------
     def _ingest(self) -> dict[str, Any]:
         from app.kafka.clients import check_reachable
-        from app.offsets_topic.ingest_io import ingest_offsets
+        from app.offsets_topic.run import ingest_offsets
 
         bootstrap = self.bootstrap()
         check_reachable(self.cfg.kafka, bootstrap)

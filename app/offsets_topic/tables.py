@@ -1,5 +1,5 @@
 """The tables `ingest-offsets` writes: names, schemas, the record kinds each holds, and the id of
-their idempotent appends. Shared by the Spark path (`ingest_io`) and the driver path (`driver_io`)."""
+their idempotent appends. Shared by both routes (`spark_route`, `driver_route`) and the run's bookkeeping."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from app.contracts.tables import (
     GROUP_EVENTS_SCHEMA,
     INGEST_POSITIONS_SCHEMA,
 )
-from app.offsets_topic.ingest import (
+from app.offsets_topic.decoded import (
     KIND_COMMIT,
     KIND_ERROR,
     KIND_GROUP_METADATA,

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from app.contracts import vocabulary as vocab
 from app.kafka.clients import plain_conf, retry_kafka
 from app.kafka.commit import watermarks
-from app.offsets_topic.ingest_io import ingest_offsets
+from app.offsets_topic.run import ingest_offsets
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.stream.job import StreamJob

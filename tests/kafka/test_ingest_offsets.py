@@ -29,10 +29,11 @@ from app.cli import main
 from app.config import AppConfig, IngestConfig, KafkaConfig, PathsConfig
 from app.demo.local_kafka import free_port
 from app.kafka.clients import plain_conf, retry_kafka
+from app.offsets_topic.decoded import DECODED_SCHEMA, TIMESTAMP_MAX_MS, TIMESTAMP_MIN_MS
 from app.offsets_topic.decoder import partition_for_group
-from app.offsets_topic.ingest import DECODED_SCHEMA, TIMESTAMP_MAX_MS, TIMESTAMP_MIN_MS, to_decode_errors
-from app.offsets_topic.ingest_io import IngestResult, ingest_offsets, plan_ingest, write_decoded
-from app.offsets_topic.jvm_decode import decode
+from app.offsets_topic.plan import IngestResult
+from app.offsets_topic.run import ingest_offsets, plan_ingest, write_decoded
+from app.offsets_topic.spark_route import decode_on_executors, table_frame
 from app.offsets_topic.tables import DECODE_ERRORS, GROUP_COMMITS, GROUP_EVENTS, INGEST_POSITIONS
 from app.runtime import jvm
 from app.storage import delta_rows
@@ -434,9 +435,9 @@ def test_undecodable_record_is_quarantined_with_bytes_and_reason(spark: SparkSes
         [(2, 41, None, bytes([0, 1, 0]), b"\x00\x03")],
         "partition int not null, offset long not null, timestamp timestamp, key binary, value binary",
     )
-    decoded = decode(kafka_like)
+    decoded = decode_on_executors(kafka_like)
     assert decoded.schema == DECODED_SCHEMA
-    (row,) = to_decode_errors(decoded, "run-x").collect()
+    (row,) = table_frame(decoded, DECODE_ERRORS, "run-x").collect()
     assert (row.log_partition, row.log_offset) == (2, 41)
     assert (bytes(row.raw_key), bytes(row.raw_value)) == (b"\x00\x01\x00", b"\x00\x03")
     assert row.reason.startswith("truncated offset commit key")
@@ -488,7 +489,7 @@ def test_snapshot_mode_records_current_offsets_and_says_history_is_missing(
     spark: SparkSession, scenario: Scenario, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg = ingest_config(scenario.cfg, tmp_path, scenario.bootstrap, [scenario.offset_only, scenario.classic])
-    with caplog.at_level(logging.WARNING, logger="app.offsets_topic.ingest_io"):
+    with caplog.at_level(logging.WARNING, logger="app.offsets_topic.snapshot"):
         ingest_offsets(
             spark,
             cfg,

@@ -37,11 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("app", "checks", "jobs")
 
 # Cycles known to be removed by a change in progress, by their modules: the branch that removes them.
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    # ingest_io and driver_io were split to stay under a line count; the "ingest" branch splits
-    # offsets_topic by responsibility instead, which removes this cycle.
-    frozenset({"app.offsets_topic.ingest_io", "app.offsets_topic.driver_io"}): "ingest",
-}
+KNOWN_CYCLES: dict[frozenset[str], str] = {}
 
 
 def module_files() -> dict[str, Path]:

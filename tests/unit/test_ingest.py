@@ -1,5 +1,5 @@
-"""Spec for the pure parts of app.offsets_topic.ingest: partition selection, range planning,
-positions, the Arrow batch decoder and the progress counts. No JVM: the decoder is exercised on
+"""Spec for the pure parts of `ingest-offsets` (app.offsets_topic): partition selection, range planning,
+positions, the record decoder and the progress counts. No JVM: the decoder is exercised on
 pyarrow batches directly."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 
 from app.errors import OffsetAuditError
-from app.offsets_topic import driver_decode
-from app.offsets_topic.decoder import partition_for_group
-from app.offsets_topic.ingest import (
+from app.offsets_topic.decoded import (
+    ARROW_DECODED_SCHEMA,
+    DECODED_FIELDS,
     DECODED_SCHEMA,
     KIND_COMMIT,
     KIND_ERROR,
@@ -27,20 +27,32 @@ from app.offsets_topic.ingest import (
     KIND_TOMBSTONE,
     TIMESTAMP_MAX_MS,
     TIMESTAMP_MIN_MS,
+)
+from app.offsets_topic.decoder import partition_for_group
+from app.offsets_topic.progress import (
     PartitionProgress,
-    PartitionRange,
-    decode_row,
-    fast_commit_row,
-    kafka_read_options,
-    make_batch_decoder,
-    merge_positions,
-    plan_ranges,
-    positions_rows,
-    select_partitions,
+    progress_rows,
     summarize_progress,
     times_out_of_range_warning,
     total_progress,
 )
+from app.offsets_topic.ranges import (
+    PartitionRange,
+    kafka_read_options,
+    merge_positions,
+    plan_ranges,
+    positions_rows,
+    select_partitions,
+)
+from app.offsets_topic.row_decoder import (
+    decode_kafka_batches,
+    decode_row,
+    epoch_ms_times,
+    fast_commit_row,
+    group_prefix_filter,
+    make_record_decoder,
+)
+from app.offsets_topic.table_rows import to_group_commits
 from tests.unit.kafka_bytes import (
     Member,
     group_metadata_key,
@@ -50,6 +62,7 @@ from tests.unit.kafka_bytes import (
     offset_commit_value,
     string,
 )
+from tests.unit.offsets_records import AUDITED, RECORDS
 
 pytestmark = pytest.mark.unit
 
@@ -142,7 +155,8 @@ def test_position_rows_cover_only_the_given_partitions() -> None:
 
 
 def kafka_batch(records: Sequence[tuple[bytes | None, bytes | None]], partition: int = 3) -> pa.RecordBatch:
-    """A batch shaped like the Kafka source's columns, as mapInArrow hands it to the decoder."""
+    """A batch shaped like the Kafka source's columns, as mapInArrow hands it to the decoder on the
+    executors."""
     n = len(records)
     return pa.RecordBatch.from_pydict(
         {
@@ -160,7 +174,7 @@ def kafka_batch(records: Sequence[tuple[bytes | None, bytes | None]], partition:
 def decode_rows(
     records: Sequence[tuple[bytes | None, bytes | None]], groups: tuple[str, ...] = ()
 ) -> list[dict[str, Any]]:
-    (out,) = list(make_batch_decoder(groups)([kafka_batch(records)]))
+    (out,) = list(decode_kafka_batches(groups)([kafka_batch(records)]))
     assert out.schema.names == DECODED_SCHEMA.fieldNames()
     rows: list[dict[str, Any]] = out.to_pylist()
     return rows
@@ -241,6 +255,30 @@ def test_decoder_handles_an_empty_batch() -> None:
     assert decode_rows([]) == []
 
 
+@pytest.mark.parametrize("groups", [(), AUDITED], ids=["all-groups", "audited-groups"])
+def test_record_decoder_gives_the_complete_decoders_row_for_every_kind_of_record(
+    groups: tuple[str, ...],
+) -> None:
+    """The memoised fast path of `make_record_decoder` changes no row: each equals `decode_row`'s, the
+    per-record decoder whose fallback is the authoritative `decode_record`; also on a second call, when
+    the commit keys are already parsed."""
+    keys, values = [k for k, _ in RECORDS], [v for _, v in RECORDS]
+    decode = make_record_decoder(groups)
+    audited = group_prefix_filter(groups)
+    expected = [decode_row(k, v, audited) for k, v in RECORDS]
+    for _ in range(2):
+        decoded = decode(
+            pa.array([3] * len(RECORDS), pa.int32()), pa.array(range(len(RECORDS)), pa.int64()),
+            epoch_ms_times([0] * len(RECORDS)), keys, values,
+        )  # fmt: skip
+        assert decoded.schema == ARROW_DECODED_SCHEMA
+        got = [tuple(r[f] for f in DECODED_FIELDS) for r in decoded.to_pylist()]
+        assert got == expected
+    kinds = {row[0] for row in expected}
+    assert kinds >= {KIND_COMMIT, KIND_TOMBSTONE, KIND_GROUP_METADATA, KIND_SKIPPED, KIND_ERROR}
+    assert (KIND_OTHER_GROUP in kinds) == bool(groups)
+
+
 # --- progress ------------------------------------------------------------------------------------
 
 
@@ -292,7 +330,7 @@ def test_the_time_range_is_the_one_every_table_reader_holds() -> None:
 
 
 def test_driver_tables_keep_a_commit_with_an_odd_time_and_null_that_time() -> None:
-    """The driver path's Arrow transform (its Spark twin is held equal in the spark tier): a time beyond
+    """The group_commits rule (both routes run it; the spark tier holds their rows equal): a time beyond
     the range is null in its row, a time at either end is kept, and the record is counted once."""
     key = offset_commit_key("g", "t", 0)
     values = [
@@ -301,8 +339,14 @@ def test_driver_tables_keep_a_commit_with_an_odd_time_and_null_that_time() -> No
         offset_commit_value(3, 12, "", -(2**63)),
         offset_commit_value(3, 13, "", 1_700_000_000_000),
     ]
-    decoded = driver_decode.make_record_decoder()([0] * 4, [0, 1, 2, 3], [0] * 4, [key] * 4, values)
-    rows = driver_decode.to_group_commits(decoded, "r").to_pylist()
+    decoded = make_record_decoder()(
+        pa.array([0] * 4, pa.int32()),
+        pa.array(range(4), pa.int64()),
+        epoch_ms_times([0] * 4),
+        [key] * 4,
+        values,
+    )
+    rows = to_group_commits(decoded, "r").to_pylist()
     got = [(r["committed_offset"], r["commit_time"], r["expire_time"]) for r in rows]
     assert got == [
         (10, None, at(TIMESTAMP_MAX_MS)),
@@ -310,7 +354,7 @@ def test_driver_tables_keep_a_commit_with_an_odd_time_and_null_that_time() -> No
         (12, None, None),
         (13, at(1_700_000_000_000), None),
     ]
-    assert driver_decode.progress_rows(decoded) == [(0, KIND_COMMIT, 1, 4, 3)]
+    assert progress_rows(decoded) == [(0, KIND_COMMIT, 1, 4, 3)]
 
 
 def test_times_out_of_range_warn_with_counts_per_partition() -> None:
@@ -328,7 +372,7 @@ def test_times_out_of_range_warn_with_counts_per_partition() -> None:
 def slow_row(key: bytes, value: bytes | None) -> tuple[Any, ...]:
     """decode_row without the fast path: what the authoritative decode_record yields."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("app.offsets_topic.ingest.fast_commit_row", lambda *_: None)
+        mp.setattr("app.offsets_topic.row_decoder.fast_commit_row", lambda *_: None)
         return decode_row(key, value, None)
 
 

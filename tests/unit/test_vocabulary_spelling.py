@@ -52,7 +52,7 @@ HOMONYMS: dict[tuple[str, str], str] = {
         "a SKIPPED_COMMIT's evidence key and its SQL column, named after the detail it carries"
     ),
     ("app/reconcile/ledger_audit.py", "exact"): "a claim's match kind in the SQL of `matched`",
-    ("app/offsets_topic/ingest_io.py", "snapshot"): "the ingest mode (config.INGEST_MODES)",
+    ("app/offsets_topic/run.py", "snapshot"): "the ingest mode (config.INGEST_MODES)",
 }
 
 # Leaks in modules another branch of the same change rewrites, by (file, word): that branch.

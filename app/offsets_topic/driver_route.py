@@ -1,30 +1,28 @@
-"""Kafka I/O of `ingest-offsets` on the driver: the log's bounds from the Admin API, and the driver path
-(one confluent-kafka consumer, the decoder in this process, delta-rs appends), which `app.routes.decode_route`
-picks when Spark runs local. The Spark path and the run's bookkeeping are in `ingest_io`.
+"""The driver route of `ingest-offsets`, which `app.routes.decode_route` picks when Spark runs local:
+the plan's ranges read by one confluent-kafka consumer in this process, decoded there by the record
+decoder (app/offsets_topic/row_decoder.py), turned into table rows by the table rules
+(app/offsets_topic/table_rows.py), which Spark's route runs too, and appended by delta-rs.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import gc
 import itertools
 import logging
 import time
-import typing
-from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterator, Sequence
 
 import pyarrow as pa
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
 from app.errors import KafkaUnavailableError
-from app.kafka.clients import CONSUME_WAIT_S, is_retriable, range_reader_conf, retry_kafka
-from app.offsets_topic import driver_decode
-from app.offsets_topic.ingest import PartitionProgress, PartitionRange, ProgressRow, summarize_progress
+from app.kafka.clients import CONSUME_WAIT_S, is_retriable, range_reader_conf
+from app.offsets_topic.plan import IngestPlan
+from app.offsets_topic.progress import PartitionProgress, ProgressRow, progress_rows, summarize_progress
+from app.offsets_topic.ranges import PartitionRange
+from app.offsets_topic.row_decoder import cyclic_gc_paused, epoch_ms_times, make_record_decoder
+from app.offsets_topic.table_rows import TABLE_RULES
 from app.offsets_topic.tables import (
     DATA_TABLES,
     DECODE_ERRORS,
@@ -36,54 +34,7 @@ from app.offsets_topic.tables import (
 )
 from app.storage import delta_rows
 
-if TYPE_CHECKING:  # a type only: ingest_io calls into this module
-    from app.offsets_topic.ingest_io import IngestPlan
-
 log = logging.getLogger(__name__)
-
-# --- the log's bounds ----------------------------------------------------------------------------
-
-
-def offsets_topic_partition_count(admin: AdminClient, bootstrap: str, topic: str, timeout_s: float) -> int:
-    """Partitions of the offsets topic as the cluster reports them; 0 if it does not exist yet."""
-    md = retry_kafka(
-        lambda left: admin.list_topics(topic=topic, timeout=left),
-        f"metadata request to {bootstrap}",
-        timeout_s,
-    )
-    info = md.topics.get(topic)
-    if info is None or info.error is not None:
-        # The broker creates __consumer_offsets on the first group request; no topic means no commits yet.
-        return 0
-    return len(info.partitions)
-
-
-def log_bounds(
-    admin: AdminClient, bootstrap: str, topic: str, partitions: Sequence[int], timeout_s: float
-) -> tuple[dict[int, int], dict[int, int]]:
-    """(log start, last stable offset) per partition. The LSO bounds a read_committed read."""
-
-    def ask(spec: OffsetSpec, left: float) -> dict[int, int]:
-        request = {TopicPartition(topic, p): spec for p in partitions}
-        futures = admin.list_offsets(
-            request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=left
-        )
-        return {tp.partition: f.result(left).offset for tp, f in futures.items()}
-
-    # confluent-kafka's OffsetSpec factories carry no annotations; the casts only name what they return.
-    earliest = typing.cast(Callable[[], OffsetSpec], OffsetSpec.earliest)()
-    latest = typing.cast(Callable[[], OffsetSpec], OffsetSpec.latest)()
-    deadline = time.monotonic() + timeout_s  # one budget for both requests
-    start = retry_kafka(functools.partial(ask, earliest), f"list_offsets(earliest) at {bootstrap}", timeout_s)
-    end = retry_kafka(
-        functools.partial(ask, latest),
-        f"list_offsets(latest, read_committed) at {bootstrap}",
-        max(deadline - time.monotonic(), 0.001),
-    )
-    return start, end
-
-
-# --- the driver path ----------------------------------------------------------------------------
 
 _CONSUME_BATCH = 20_000  # records per consume() call: large enough that per-call costs vanish
 _PROGRESS_EVERY_S = 30.0  # a long read says how far it is, as Spark's progress bar would
@@ -185,23 +136,6 @@ def consume_ranges(
         consumer.close()
 
 
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for a bulk decode, and back on after (if it was on).
-
-    The decode allocates millions of small tuples, none of them in a reference cycle (reference counting
-    frees them all), and the collector's passes over them took ~40% of a 3M-record read (measured,
-    bench.ingest_offsets). Nothing is leaked: cyclic garbage made meanwhile is collected once it is back.
-    """
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
-
-
 def write_decoded_on_driver(
     spark: SparkSession,
     cfg: AppConfig,
@@ -209,33 +143,35 @@ def write_decoded_on_driver(
     plan: IngestPlan,
     tables: Collection[str] = DATA_TABLES,
 ) -> tuple[list[PartitionProgress], dict[str, int]]:
-    """`write_decoded` without Spark: the plan's ranges read by one consumer and decoded in this process,
-    each table appended by delta-rs in one commit under the same idempotent transaction id (app id
-    INGEST_TXN_APP_ID, version = seq) and run marker as the Spark path's appends, so a pending run is
-    finished the same way whichever path wrote its first tables.
+    """The driver route of `run.write_decoded`: the plan's ranges read by one consumer and decoded in
+    this process, each table appended by delta-rs in one commit under the same idempotent transaction
+    id (app id INGEST_TXN_APP_ID, version = seq) and run marker as the Spark route's appends, so a
+    pending run is finished the same way whichever route wrote its first tables.
 
     group_commits, nearly every record, streams to its Parquet writer as the records are decoded: the
     driver never holds the run in memory. group_events and decode_errors (few rows) are kept and
-    appended after it. A table with no rows of this run gets no commit, as on the Spark path.
+    appended after it. A table with no rows of this run gets no commit, as on the Spark route.
     """
-    decode = driver_decode.make_record_decoder(plan.groups)
+    decode = make_record_decoder(plan.groups)
     counts: list[ProgressRow] = []
     kept: dict[str, list[pa.RecordBatch]] = {GROUP_EVENTS: [], DECODE_ERRORS: []}
     failure: list[BaseException] = []
 
     def commits() -> Iterator[pa.RecordBatch]:
         try:
-            for raw in consume_ranges(cfg, bootstrap, plan.topic, plan.to_read):
-                decoded = decode(*raw)
-                counts.extend(driver_decode.progress_rows(decoded))
-                for name, transform in (
-                    (GROUP_EVENTS, driver_decode.to_group_events),
-                    (DECODE_ERRORS, driver_decode.to_decode_errors),
-                ):
-                    rows = transform(decoded, plan.run_id)
+            for parts, offsets, times, keys, values in consume_ranges(
+                cfg, bootstrap, plan.topic, plan.to_read
+            ):
+                decoded = decode(
+                    pa.array(parts, pa.int32()), pa.array(offsets, pa.int64()), epoch_ms_times(times),
+                    keys, values,
+                )  # fmt: skip
+                counts.extend(progress_rows(decoded))
+                for name in (GROUP_EVENTS, DECODE_ERRORS):
+                    rows = TABLE_RULES[name](decoded, plan.run_id)
                     if rows.num_rows:
                         kept[name].append(rows)
-                rows = driver_decode.to_group_commits(decoded, plan.run_id)
+                rows = TABLE_RULES[GROUP_COMMITS](decoded, plan.run_id)
                 if rows.num_rows:
                     yield rows
         except BaseException as exc:
