@@ -165,48 +165,42 @@ def step_from_json(value: JsonValue) -> RemedyStep:
 # --- what executing the steps did -----------------------------------------------------------------
 
 
+@dataclass(frozen=True, kw_only=True)
+class SinkCommitted:
+    """A step that commits to the sink: the sink's table versions around its commit (equal when the
+    step found nothing to write). Keyword-only, so a subclass's own count comes first."""
+
+    version_before: int
+    version_after: int
+
+    @property
+    def changed(self) -> bool:
+        return self.version_after != self.version_before
+
+    def versions_json(self) -> JsonObject:
+        return {"version_before": self.version_before, "version_after": self.version_after}
+
+
 @dataclass(frozen=True)
-class Replayed:
-    """A replay: records appended to the sink, its table versions around the commit."""
+class Replayed(SinkCommitted):
+    """A replay: records appended to the sink."""
 
     action: ClassVar[str] = REMEDY_REPLAY
     records_appended: int
-    version_before: int
-    version_after: int
-
-    @property
-    def changed(self) -> bool:
-        return self.version_after != self.version_before
 
     def to_json(self) -> JsonObject:
-        return {
-            "action": self.action,
-            "records_appended": self.records_appended,
-            "version_before": self.version_before,
-            "version_after": self.version_after,
-        }
+        return {"action": self.action, "records_appended": self.records_appended, **self.versions_json()}
 
 
 @dataclass(frozen=True)
-class DuplicatesDeleted:
-    """A deletion of extra copies: how many, and the sink's table versions around the commit."""
+class DuplicatesDeleted(SinkCommitted):
+    """A deletion of extra copies: how many."""
 
     action: ClassVar[str] = REMEDY_DELETE_DUPLICATES
     copies_deleted: int
-    version_before: int
-    version_after: int
-
-    @property
-    def changed(self) -> bool:
-        return self.version_after != self.version_before
 
     def to_json(self) -> JsonObject:
-        return {
-            "action": self.action,
-            "copies_deleted": self.copies_deleted,
-            "version_before": self.version_before,
-            "version_after": self.version_after,
-        }
+        return {"action": self.action, "copies_deleted": self.copies_deleted, **self.versions_json()}
 
 
 @dataclass(frozen=True)
@@ -234,15 +228,17 @@ class OffsetsReset:
 StepResult: TypeAlias = Replayed | DuplicatesDeleted | OffsetsReset
 
 
+def _versions(o: Mapping[str, JsonValue]) -> dict[str, int]:
+    return {"version_before": _int(o, "version_before"), "version_after": _int(o, "version_after")}
+
+
 def result_from_json(value: JsonValue) -> StepResult:
     o = _object(value, "repair action")
     action = o.get("action")
     if action == REMEDY_REPLAY:
-        return Replayed(_int(o, "records_appended"), _int(o, "version_before"), _int(o, "version_after"))
+        return Replayed(_int(o, "records_appended"), **_versions(o))
     if action == REMEDY_DELETE_DUPLICATES:
-        return DuplicatesDeleted(
-            _int(o, "copies_deleted"), _int(o, "version_before"), _int(o, "version_after")
-        )
+        return DuplicatesDeleted(_int(o, "copies_deleted"), **_versions(o))
     if action == REMEDY_RESET_OFFSETS:
         offsets = tuple(PartitionOffset.from_json(v) for v in _list(o, "offsets"))
         return OffsetsReset(_text(o, "group_id"), offsets, _int(o, "offsets_changed"))

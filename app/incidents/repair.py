@@ -45,6 +45,7 @@ from app.incidents.remedy import (
     Replayed,
     ReplayStep,
     ResetOffsetsStep,
+    SinkCommitted,
     StepResult,
 )
 from app.kafka.clients import spark_kafka_options
@@ -260,7 +261,7 @@ def execute(
             done = reset_offsets(cfg, bootstrap(), _group_of(step, incident), step.offsets)
         actions.append(done)
         log.info("repair %s: %s", incident.incident_id, done)
-    changed = [a.version_before for a in actions if not isinstance(a, OffsetsReset) and a.changed]
+    changed = [a.version_before for a in actions if isinstance(a, SinkCommitted) and a.changed]
     # The version before the first change undoes them all (Delta time travel).
     undo = [f"RESTORE TABLE delta.`{sink_path}` TO VERSION AS OF {min(changed)}"] if changed else []
     return RepairOutcome(tuple(actions), tuple(undo))

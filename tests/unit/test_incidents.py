@@ -525,7 +525,7 @@ def test_an_incident_and_its_executed_plan_are_their_row_read_back() -> None:
 
     missing = next(i for i in incidents_of(restart_from_latest()) if i.kind == vocab.INCIDENT_RESTART)
     undo = ("RESTORE TABLE delta.`/sink` TO VERSION AS OF 3",)
-    repaired = after_repair(missing, RepairOutcome((Replayed(30, 3, 4),), undo))
+    repaired = after_repair(missing, RepairOutcome((Replayed(30, version_before=3, version_after=4),), undo))
     assert repaired.status == vocab.INCIDENT_RESOLVED
     assert StoredIncident.from_row(repaired.to_row()) == repaired
     assert json.loads(repaired.to_row()["remedy"])["executed"] == {
@@ -533,7 +533,8 @@ def test_an_incident_and_its_executed_plan_are_their_row_read_back() -> None:
         "undo": list(undo),
     }
     # A repeat that changed nothing leaves the resolved incident as it was.
-    assert after_repair(repaired, RepairOutcome((Replayed(0, 4, 4),))) is repaired
+    unchanged = RepairOutcome((Replayed(0, version_before=4, version_after=4),))
+    assert after_repair(repaired, unchanged) is repaired
 
 
 def test_a_stored_plan_with_an_unknown_action_names_it() -> None:
