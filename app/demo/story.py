@@ -37,6 +37,7 @@ from app.errors import InfrastructureError, KafkaUnavailableError
 from app.kafka.clients import kafka_error, plain_conf, retry_kafka
 from app.nightly.run import Nightly, NightlyResult
 from app.runtime import jvm
+from app.storage.tables import tables_from_config
 from app.stream.commit_outcome import CommitFn, CommitResult
 from app.stream.job import StopWhen, StreamJob, StreamResult
 from app.stream.startup import batch_ids
@@ -249,7 +250,7 @@ class Demo:
         """Until the ledger holds ``run_id``'s RUN_STARTED (its start offsets are fixed by then)."""
         from app.storage.delta_rows import dataset as table_dataset
 
-        ledger = self.cfg.paths.table(self.cfg.stream.ledger_table)
+        ledger = tables_from_config(self.cfg).ledger
         deadline = time.monotonic() + timeout_s
         while True:
             dataset = table_dataset(self.spark, ledger)
@@ -435,7 +436,7 @@ class Demo:
         self.outcome.incidents.append("restart from latest")
 
     def second_writer(self) -> None:
-        sink_path = self.cfg.paths.table(self.cfg.stream.sink_table)
+        sink_path = tables_from_config(self.cfg).sink_for(JOB)
         start = self.scale.per_trigger  # well inside data the job wrote
         rows = (
             self.spark.read.format("delta")
@@ -493,7 +494,7 @@ class Demo:
         return out
 
     def compare(self) -> None:
-        findings_path = self.cfg.paths.table("findings")
+        findings_path = tables_from_config(self.cfg).findings
         expected = self.expected()
         rows = [r.asDict() for r in self.spark.read.format("delta").load(findings_path).collect()]
         # Expected information (the crash's unclean stop) must be found too; anything else below

@@ -168,7 +168,7 @@ class Nightly:
             log.info("[%d/%d] %s done in %.1fs", number, len(STEPS), name, outcome.seconds)
         if result.failed_step is None:
             # Only a night whose every step finished moves the audit window (CONTRACTS.md section 5).
-            runs = tables_from_config(self.cfg).runs
+            runs = tables_from_config(self.cfg).audit_runs
             confirm_runs(self.spark, runs, self.run_id)
         self._collect(result)
         self._alert(result)
@@ -212,7 +212,7 @@ class Nightly:
     def _last_success(self) -> datetime | None:
         from app.storage import delta_rows
 
-        runs = tables_from_config(self.cfg).runs
+        runs = tables_from_config(self.cfg).audit_runs
         rows = delta_rows.read_columns(self.spark, runs, ["command", "status", "finished_at"]) or []
         times = [
             instant(r["finished_at"])
@@ -321,7 +321,7 @@ class Nightly:
         night's window starts where the last successful one ended."""
         from app.storage import delta_rows
 
-        runs = tables_from_config(self.cfg).runs
+        runs = tables_from_config(self.cfg).audit_runs
         rows = delta_rows.read_columns(self.spark, runs, ["run_id", "command", "window_start"]) or []
         starts = [
             instant(r["window_start"])

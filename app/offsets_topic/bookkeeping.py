@@ -27,6 +27,7 @@ from app.offsets_topic.plan import Clock, IngestPlan
 from app.offsets_topic.ranges import merge_positions, positions_rows
 from app.offsets_topic.tables import DATA_TABLES, INGEST_POSITIONS
 from app.storage import delta_rows
+from app.storage.tables import tables_from_config
 
 _HISTORY_DEPTH = 25  # recent commits searched for the last run's marker; ingest writes one per run
 
@@ -64,7 +65,10 @@ def last_seq(markers: Sequence[dict[str, Any]]) -> int:
 
 def next_seq(spark: SparkSession, cfg: AppConfig, clock: Clock) -> int:
     """A seq above every one committed: the clock, or one more than the last seq if the clock lags."""
-    seen = max(last_seq(run_markers(spark, cfg.paths.table(t))) for t in (*DATA_TABLES, INGEST_POSITIONS))
+    seen = max(
+        last_seq(run_markers(spark, tables_from_config(cfg).named(t)))
+        for t in (*DATA_TABLES, INGEST_POSITIONS)
+    )
     return max(clock(), seen + 1)
 
 
@@ -79,10 +83,10 @@ def store_positions(spark: SparkSession, cfg: AppConfig, plan: IngestPlan, clock
     ]
     # A few rows on the driver: delta-rs commits them without a Spark job. The marker is the
     # commit's userMetadata, read back by `run_markers` like the data tables' markers.
+    positions_table = tables_from_config(cfg).named(INGEST_POSITIONS)
     delta_rows.merge_rows(
-        spark, cfg.paths.table(INGEST_POSITIONS), INGEST_POSITIONS_SCHEMA, rows, "log_partition",
-        user_metadata=plan.marker(),
-    )  # fmt: skip
+        spark, positions_table, INGEST_POSITIONS_SCHEMA, rows, "log_partition", user_metadata=plan.marker()
+    )
     return positions
 
 

@@ -22,6 +22,7 @@ from app.kafka.clients import admin_client, is_retriable, raise_partition_errors
 from app.offsets_topic.plan import Clock, IngestResult
 from app.offsets_topic.spark_route import ensure_table
 from app.offsets_topic.tables import GROUP_COMMITS
+from app.storage.tables import tables_from_config
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def snapshot_offsets(
         "metadata string, log_time_ms long"
     )
     df = spark.createDataFrame([(*o, now_ms) for o in offsets], schema)
-    path = cfg.paths.table(GROUP_COMMITS)
+    path = tables_from_config(cfg).named(GROUP_COMMITS)
     ensure_table(spark, path, GROUP_COMMITS_SCHEMA)
     snapshot_to_group_commits(df, rid).write.format("delta").mode("append").save(path)
     log.info("ingest %s: %d committed offsets of %d groups recorded", rid, len(offsets), len(chosen))

@@ -47,6 +47,7 @@ from app.offsets_topic.tables import (
     TABLE_KINDS,
     TABLE_SCHEMAS,
 )
+from app.storage.tables import tables_from_config
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ def _append_decoded(
     inserted = {}
     marker = plan.marker()
     for name in DATA_TABLES:
-        path, schema, wanted = cfg.paths.table(name), TABLE_SCHEMAS[name], TABLE_KINDS[name]
+        path, schema, wanted = tables_from_config(cfg).named(name), TABLE_SCHEMAS[name], TABLE_KINDS[name]
         if name not in tables or kinds.isdisjoint(wanted):
             # decode_errors and, for offset-only committers, group_events are usually empty: no
             # commit for them. The table is still created for its readers.

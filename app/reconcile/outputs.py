@@ -124,7 +124,7 @@ class AuditScope:
 def resolve_scope(spark: SparkSession, cfg: AppConfig, run: AuditRun, command: str) -> AuditScope:
     tables = tables_from_config(cfg, run.sink_override)
     jobs = sorted(set(run.jobs) or set(cfg.reconcile.jobs))
-    since = run.since if run.since is not None else last_window_end(spark, tables.runs, command, jobs)
+    since = run.since if run.since is not None else last_window_end(spark, tables.audit_runs, command, jobs)
     return AuditScope(tables, jobs, rc.AuditWindow(until=run.until or run.now, since=since))
 
 
@@ -174,7 +174,7 @@ def record_run(
     )
     delta_rows.merge_rows(
         spark,
-        scope.tables.runs,
+        scope.tables.audit_runs,
         AUDIT_RUNS_SCHEMA,
         [dict(zip(AUDIT_RUNS_SCHEMA.fieldNames(), row, strict=True))],
         ("run_id", "command"),
@@ -206,7 +206,7 @@ def drop_orphan_summaries(spark: SparkSession, tables: Tables) -> None:
     summary = delta_rows.read_columns(spark, tables.partition_summary, ["reconcile_run_id"])
     if not summary:
         return
-    runs = delta_rows.read_columns(spark, tables.runs, ["run_id", "command"]) or []
+    runs = delta_rows.read_columns(spark, tables.audit_runs, ["run_id", "command"]) or []
     done = {r["run_id"] for r in runs if r["command"] == COMMAND_RECONCILE}
     orphans = {r["reconcile_run_id"] for r in summary} - done
     if orphans:

@@ -232,7 +232,7 @@ def gather(
     tables: ReportTables | None = None,
 ) -> rp.ReportData:
     t = tables or read_tables(storage, cfg)
-    reconcile_run = latest_reconcile_run(storage, tables_from_config(cfg).runs)
+    reconcile_run = latest_reconcile_run(storage, tables_from_config(cfg).audit_runs)
     notes = [
         f"table {name} does not exist yet: its section is empty"
         for name, df in (

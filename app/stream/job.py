@@ -51,6 +51,7 @@ from app.kafka.commit import (
     watermarks,
 )
 from app.storage.files import list_names, modification_time_ms, read_text
+from app.storage.tables import tables_from_config
 from app.stream.batch_gate import BatchGate
 from app.stream.commit_outcome import CommitFn
 from app.stream.committer import OffsetCommitter
@@ -215,8 +216,9 @@ class StreamJob:
         self.run_id = run_id or f"run-{utc_now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
         self._events = EventSource(self.scfg.job_name, self.run_id, ENGINE, self.scfg.group_id)
         self.clock = clock
-        self.sink_path = cfg.paths.table(self.scfg.sink_table)
-        self.ledger_path = cfg.paths.table(self.scfg.ledger_table)
+        tables = tables_from_config(cfg)
+        self.sink_path = tables.sink_for(self.scfg.job_name)
+        self.ledger_path = tables.ledger
         self.checkpoint_dir = self.scfg.checkpoint_dir or cfg.paths.under("checkpoints", self.scfg.job_name)
         self._lock = threading.Lock()
         self._committer: OffsetCommitter | None = None
