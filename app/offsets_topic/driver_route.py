@@ -32,7 +32,7 @@ from app.offsets_topic.tables import (
     TABLE_KINDS,
     TABLE_SCHEMAS,
 )
-from app.storage import delta_rows
+from app.storage import facade
 from app.storage.tables import tables_from_config
 
 log = logging.getLogger(__name__)
@@ -189,9 +189,9 @@ def write_decoded_on_driver(
             batches = to_write[name]
             try:
                 if name in tables and (first is not None if name == GROUP_COMMITS else batches):
-                    delta_rows.append_once(spark, path, schema, batches, INGEST_TXN_APP_ID, plan.seq, marker)
+                    facade.append_once(spark, path, schema, batches, INGEST_TXN_APP_ID, plan.seq, marker)
                 else:
-                    delta_rows.ensure_table(spark, path, schema)  # created for its readers, as today
+                    facade.ensure(spark, path, schema)  # created for its readers, as today
             except Exception:
                 if failure:
                     raise failure[0] from None
