@@ -38,6 +38,7 @@ from app.offsets_topic.snapshot import snapshot_offsets
 from app.offsets_topic.spark_route import write_decoded_on_spark
 from app.offsets_topic.tables import DATA_TABLES, DECODE_ERRORS, GROUP_COMMITS, GROUP_EVENTS, INGEST_POSITIONS
 from app.routes import DRIVER, decode_route
+from app.storage import facade
 from app.storage.tables import tables_from_config
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,8 @@ def write_decoded(
     if not plan.to_read:
         return [], {GROUP_COMMITS: 0, GROUP_EVENTS: 0, DECODE_ERRORS: 0}
     master = spark.sparkContext.master or ""
-    route = decode_route(cfg.ingest.decode_on, master)
+    # The decoded tables are written by the engine of the decode route: the facade's rule for them.
+    route = facade.engine_for(GROUP_COMMITS, decode_route(cfg.ingest.decode_on, master))
     log.info("ingest %s: reading and decoding on the %s (ingest.decode_on=%s, master %s)",
              plan.run_id, "driver" if route == DRIVER else "executors", cfg.ingest.decode_on,
              master)  # fmt: skip
