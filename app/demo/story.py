@@ -439,8 +439,7 @@ class Demo:
         sink_path = tables_from_config(self.cfg).sink_for(JOB)
         start = self.scale.per_trigger  # well inside data the job wrote
         rows = (
-            self.spark.read.format("delta")
-            .load(sink_path)
+            facade.load(self.spark, sink_path)
             .where(
                 (F.col("kafka_partition") == 1)
                 & F.col("kafka_offset").between(start, start + self.scale.duplicated_rows - 1)
@@ -496,7 +495,7 @@ class Demo:
     def compare(self) -> None:
         findings_path = tables_from_config(self.cfg).findings
         expected = self.expected()
-        rows = [r.asDict() for r in self.spark.read.format("delta").load(findings_path).collect()]
+        rows = [r.asDict() for r in facade.load(self.spark, findings_path).collect()]
         # Expected information (the crash's unclean stop) must be found too; anything else below
         # warn is not the demo's business.
         shown = [r for r in rows if r["severity"] in WARN_OR_ABOVE or any(e.matches(r) for e in expected)]

@@ -115,7 +115,7 @@ def replay(
     ranges: Sequence[OffsetRange],
 ) -> Replayed:
     """Append the ranges' records the sink lacks, in one idempotent Delta commit."""
-    sink = spark.read.format("delta").load(sink_path)
+    sink = facade.load(spark, sink_path)
     present = sink.where(_in_ranges(ranges)).select("kafka_topic", "kafka_partition", "kafka_offset")
     records = read_ranges(spark, cfg, bootstrap, ranges).select(
         F.col("topic").alias("kafka_topic"),
@@ -147,7 +147,7 @@ def delete_duplicates(
     spark: SparkSession, sink_path: str, ranges: Sequence[OffsetRange]
 ) -> DuplicatesDeleted:
     """Keep one copy per offset in ``ranges``, the first writer's, in one Delta commit."""
-    sink = spark.read.format("delta").load(sink_path)
+    sink = facade.load(spark, sink_path)
     inside = sink.where(_in_ranges(ranges)).select(
         "*", F.col("_metadata.file_modification_time").alias("_written")
     )

@@ -139,7 +139,7 @@ def read_for_check(
     wanted = read or Read()
     counted = route_by or wanted
     rows = on_driver(counted.count, {"stored": dataset}, counted.params).column("n")[0].as_py()
-    stored = dataset if check_route(rows, max_rows) == DRIVER else spark.read.format("delta").load(path)
+    stored = dataset if check_route(rows, max_rows) == DRIVER else facade.load(spark, path)
     return run(wanted.select, {"stored": stored}, wanted.params)
 
 

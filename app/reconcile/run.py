@@ -55,7 +55,7 @@ from app.reconcile.sink import (
 )
 from app.reconcile.sink_offsets import PartitionRange, PartitionSink
 from app.storage import facade
-from app.storage.tables import Tables, read_delta
+from app.storage.tables import Tables
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ def _sink_and_restart_findings(
     cols = sink_columns(p.cfg)
     sink_started = time.monotonic()
     for job in sorted(set(by_job) | {r["job_name"] for r in restart_rows}):
-        df = read_delta(spark, tables.sink_for(job))
+        df = facade.scan(spark, tables.sink_for(job))
         if df is None:
             # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
             raise ConfigError(

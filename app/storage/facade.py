@@ -134,6 +134,11 @@ def scan(spark: SparkSession, path: str) -> DataFrame | None:
     return read_delta(spark, path)
 
 
+def load(spark: SparkSession, path: str) -> DataFrame:
+    """The table at ``path`` as a Spark DataFrame, where the caller knows that it exists."""
+    return spark.read.format("delta").load(path)
+
+
 def dataset(storage: backend.StorageSettings, path: str) -> pa.dataset.Dataset | None:
     """The table's current files as an Arrow dataset (delta-rs), or None when there is none."""
     return delta_rows.dataset(storage, path)

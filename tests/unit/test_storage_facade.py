@@ -93,6 +93,29 @@ def test_no_module_outside_storage_writes_delta_through_spark() -> None:
     assert offenders == []
 
 
+def delta_reads(tree: ast.AST) -> list[int]:
+    """Lines of `<session>.read.format("delta")` (or readStream)."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and any(isinstance(a, ast.Constant) and a.value == "delta" for a in node.args)
+        and isinstance(node.func.value, ast.Attribute)
+        and node.func.value.attr in ("read", "readStream")
+    ]
+
+
+def test_no_module_outside_storage_reads_delta_through_spark_but_by_the_facade() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sources()
+        for line in delta_reads(ast.parse(path.read_text()))
+    ]
+    assert offenders == []
+
+
 def test_the_engine_of_every_table_is_decided_by_its_role() -> None:
     assert {t: engine_for(t) for t in TABLE_NAMES} == {
         t: SPARK if t == "sink" else DRIVER for t in TABLE_NAMES
