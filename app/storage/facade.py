@@ -1,13 +1,14 @@
 """The one door to the Delta tables: which engine writes a table (`engine_for`, by the table's role)
 and the operations every module uses, whichever engine runs them: locate (`storage.tables`),
-`ensure`, `append_once`, `append`, `merge`, `delete`, `replace_where`, `scan`, `rows`, `version`.
+`ensure`, `append_once`, `append`, `merge`, `delete`, `replace_where`, `scan` and `load` (Spark),
+`rows`, `dataset` and `read_columns` (Arrow on the driver), `commit_metadata`, `version`.
 
 Two engines write the same Delta protocol. Spark writes a DataFrame where the rows scale with the
 data (the sink, the decoded `__consumer_offsets` of the Spark route); delta-rs (through
 `delta_rows`) writes Arrow rows from the driver, in milliseconds and without a task slot, where
 they are few (the ledger, positions and every audit table). An operation takes its rows in the
 form of the engine `engine_for` names, and checks that it got that form: a module never picks a
-Delta writer of its own. Only this package imports `deltalake` or calls Spark's Delta writer
+Delta writer of its own. Only this package imports `deltalake` or calls Spark's Delta reader or writer
 (`tests/unit/test_storage_facade.py`).
 """
 
