@@ -132,14 +132,53 @@ class PathsConfig:
     def under(self, *parts: str) -> str:
         return "/".join([self.data_dir.rstrip("/"), *parts])
 
-    def table(self, name: str) -> str:
-        """A bare name lives under <data_dir>/tables; anything with a slash is a path or URI already."""
-        return name if "/" in name else self.under("tables", name)
-
     @property
     def kafka_dir(self) -> Path:
         """Storage of the embedded broker: always a local directory."""
         return Path(self.data_dir) / "kafka"
+
+
+@dataclass(frozen=True)
+class TablesConfig:
+    """Where each table lives: one key per table, read by every command that reads or writes it
+    (`storage.tables` resolves them). "" is <data_dir>/tables/<name>; a bare name lives under
+    <data_dir>/tables; anything with a slash is a path or URI as it stands."""
+
+    sink: str = ""
+    ledger: str = ""
+    group_commits: str = ""
+    group_events: str = ""
+    decode_errors: str = ""
+    ingest_positions: str = ""
+    findings: str = ""
+    partition_summary: str = ""
+    restarts: str = ""
+    incidents: str = ""
+    audit_runs: str = ""  # one row per successful reconcile run: the default start of the next window
+    validation_results: str = ""
+    sink_by_job: dict[str, str] = field(default_factory=dict)  # job name -> its sink, wins over sink
+
+    def __post_init__(self) -> None:
+        for job, value in self.sink_by_job.items():
+            if not value.strip():
+                raise ConfigError(f"tables.sink_by_job.{job}", "must name a table")
+
+
+# Keys that named a table before `tables:` held them all: each now fails at load, naming its successor.
+RETIRED_TABLE_KEYS: dict[str, str] = {
+    "stream.sink_table": "tables.sink (tables.sink_by_job.<job> for one job)",
+    "stream.ledger_table": "tables.ledger",
+    "reconcile.sink_table": "tables.sink",
+    "reconcile.sink_tables": "tables.sink_by_job",
+    "reconcile.ledger_table": "tables.ledger",
+    "reconcile.group_commits_table": "tables.group_commits",
+    "reconcile.findings_table": "tables.findings",
+    "reconcile.partition_summary_table": "tables.partition_summary",
+    "reconcile.restarts_table": "tables.restarts",
+    "reconcile.incidents_table": "tables.incidents",
+    "reconcile.runs_table": "tables.audit_runs",
+    "checks.results_table": "tables.validation_results",
+}
 
 
 @dataclass(frozen=True)
@@ -149,8 +188,6 @@ class StreamConfig:
     job_name: str = "orders-audit"
     topics: list[str] = field(default_factory=lambda: ["orders"])
     group_id: str = "offset-audit-orders"  # the group the job commits to; it never joins it
-    sink_table: str = "sink"  # a name under <data_dir>/tables, or a full path/URI
-    ledger_table: str = "ledger"
     checkpoint_dir: str = ""  # default: <data_dir>/checkpoints/<job_name>
     # Where to start when the checkpoint holds no state (restored state always wins, as in Flink).
     startup_mode: str = RESTORE_GROUP  # one of STARTUP_MODES
@@ -243,19 +280,10 @@ class IngestConfig:
 class ReconcileConfig:
     """What `reconcile` and `forensics` audit and how strictly (CONTRACTS.md sections 4 and 5).
 
-    Table paths left empty resolve under ``paths.data_dir`` (``tables/<name>``). The sink's column
-    names are configurable because any Delta table that carries source coordinates can be audited.
+    The tables they read and write are `tables.*`. The sink's column names are configurable because
+    any Delta table that carries source coordinates can be audited.
     """
 
-    ledger_table: str = ""
-    group_commits_table: str = ""
-    findings_table: str = ""
-    partition_summary_table: str = ""
-    restarts_table: str = ""
-    incidents_table: str = ""
-    runs_table: str = ""  # one row per successful reconcile run: the default start of the next window
-    sink_table: str = ""
-    sink_tables: dict[str, str] = field(default_factory=dict)  # job name -> sink path, wins over sink_table
     sink_topic_column: str = "kafka_topic"
     sink_partition_column: str = "kafka_partition"
     sink_offset_column: str = "kafka_offset"
@@ -303,7 +331,6 @@ class ChecksConfig:
     max_commit_lag_seconds: int | None = 900
     # A local directory: Great Expectations writes Data Docs through the local filesystem only.
     data_docs_dir: str = ""  # default <data_dir>/data_docs
-    results_table: str = ""  # default <data_dir>/tables/validation_results
 
     def __post_init__(self) -> None:
         if self.max_confirmed_gaps < 0:
@@ -356,6 +383,7 @@ class AppConfig:
     spark: SparkConfig = field(default_factory=SparkConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     local_kafka: LocalKafkaConfig = field(default_factory=LocalKafkaConfig)
+    tables: TablesConfig = field(default_factory=TablesConfig)
     reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
@@ -398,6 +426,7 @@ def load_config(
         merged = deep_merge(merged, parse_override(item))
     substituted = substitute_env(merged, os.environ if environ is None else environ, "")
     substituted["env"] = env
+    reject_retired_keys(substituted)
     cfg: AppConfig = build_dataclass(AppConfig, substituted, "")
     return cfg
 
@@ -416,6 +445,16 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def reject_retired_keys(data: Mapping[str, Any]) -> None:
+    """A retired table key fails with the key to use instead (not as an unknown key, which would
+    leave the reader to guess where the setting went)."""
+    for old, new in RETIRED_TABLE_KEYS.items():
+        section, key = old.split(".")
+        held = data.get(section)
+        if isinstance(held, Mapping) and key in held:
+            raise ConfigError(old, f"retired: set {new} instead")
+
+
 # Property maps whose keys are passed through as they are, dots included.
 _PASS_THROUGH_MAPS = {
     ("kafka", "client"),
@@ -423,6 +462,7 @@ _PASS_THROUGH_MAPS = {
     ("kafka", "librdkafka"),
     ("spark", "conf"),
     ("storage", "options"),
+    ("tables", "sink_by_job"),
 }
 
 

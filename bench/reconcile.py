@@ -58,18 +58,13 @@ from app.reconcile.run import ReconcileResult, run_reconcile
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session
 from app.storage import files
+from app.storage.tables import tables_from_config
 from tests.cluster import servers, submit
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 TOPIC, GROUP, JOB, RUN = "orders", "bench-group", "bench-job", "bench-run"
-# The reconcile's output tables: setting of ReconcileConfig -> table name.
-OUTPUT_TABLES = {
-    "findings_table": "findings",
-    "partition_summary_table": "partition_summary",
-    "restarts_table": "restarts",
-    "incidents_table": "incidents",
-    "runs_table": "audit_runs",
-}
+# The reconcile's output tables (keys of TablesConfig).
+OUTPUT_TABLES = ("findings", "partition_summary", "restarts", "incidents", "audit_runs")
 S3_BUCKET = "offset-audit-bench"
 # --cluster: a master and WORKERS workers, one core each, and one executor of EXECUTOR_MEMORY on
 # each (the machine has memory to spare but two cores).
@@ -213,26 +208,27 @@ def with_outputs_of_pair(cfg: AppConfig, pair: int) -> AppConfig:
     """Output tables of the pair's own: a table deleted and created again under the same path
     would make Spark's cached Delta log of it warn and reload, inside the measured time."""
 
-    def own(setting: str) -> str:
-        return cfg.paths.table(f"{OUTPUT_TABLES[setting]}-{pair}")
+    def own(name: str) -> str:
+        return f"{name}-{pair}"  # a bare name: under <data_dir>/tables
 
     # Named one by one: a **dict of settings would hide a misspelt one from the type checker.
-    reconcile = dataclasses.replace(
-        cfg.reconcile,
-        findings_table=own("findings_table"),
-        partition_summary_table=own("partition_summary_table"),
-        restarts_table=own("restarts_table"),
-        incidents_table=own("incidents_table"),
-        runs_table=own("runs_table"),
+    tables = dataclasses.replace(
+        cfg.tables,
+        findings=own("findings"),
+        partition_summary=own("partition_summary"),
+        restarts=own("restarts"),
+        incidents=own("incidents"),
+        audit_runs=own("audit_runs"),
     )
-    return dataclasses.replace(cfg, reconcile=reconcile)
+    return dataclasses.replace(cfg, tables=tables)
 
 
 def reconcile_twice(spark: SparkSession, cfg: AppConfig) -> dict[str, Any]:
     """One reconcile into fresh output tables and its re-run, each against the bare scan."""
-    for setting in OUTPUT_TABLES:
-        files.delete_path(spark, getattr(cfg.reconcile, setting))  # left by an earlier bench run
-    sink = cfg.paths.table("sink")
+    tables = tables_from_config(cfg)
+    for name in OUTPUT_TABLES:
+        files.delete_path(spark, tables.named(name))  # left by an earlier bench run
+    sink = tables.sink
     base = baseline(spark, sink)
     now = datetime.now(UTC)
     started = time.monotonic()
@@ -244,9 +240,9 @@ def reconcile_twice(spark: SparkSession, cfg: AppConfig) -> dict[str, Any]:
     # dropped so the window is not resumed from it) and into the tables the first run created:
     # the steady state of a long-lived session, with JVM warm-up and table creation paid already.
     # It also shows the re-run is idempotent: the findings table keeps the same rows.
-    findings_table = cfg.reconcile.findings_table
+    findings_table = tables.findings
     findings_before = spark.read.format("delta").load(findings_table).count()
-    files.delete_path(spark, cfg.reconcile.runs_table)
+    files.delete_path(spark, tables.audit_runs)
     started = time.monotonic()
     again: ReconcileResult = run_reconcile(
         spark, cfg, AuditRun(run_id="bench-again", now=now, since=None, until=now), confirmer=None
@@ -349,7 +345,7 @@ def run(
     spark = build_spark_session(
         cfg.spark, jars, str(args.dir / "warehouse"), storage_options=cfg.storage.options
     )
-    sink = cfg.paths.table("sink")
+    sink = tables_from_config(cfg).sink
     if args.regenerate:
         files.delete_path(spark, root)
     if not files.table_exists(spark, sink):
@@ -366,7 +362,7 @@ def run(
         else cfg.spark.master,
         "sink_rows": spark.read.format("delta").load(sink).count(),
         "partitions": args.partitions,
-        "ledger_rows": spark.read.format("delta").load(cfg.paths.table("ledger")).count(),
+        "ledger_rows": spark.read.format("delta").load(tables_from_config(cfg).ledger).count(),
         # The first pair is the cold one (a nightly spark-submit); later ones run in a warm JVM.
         "ratio": spread([r["ratio"] for r in runs]),
         "rerun_ratio": spread([r["rerun_ratio"] for r in runs]),

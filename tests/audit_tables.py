@@ -115,5 +115,5 @@ def write_audit_tables(data_dir: Path) -> AuditTables:
         "finished_at": at(3601),
         "status": vocab.RUN_SUCCEEDED,
     }
-    delta_rows.append_rows(None, tables.runs, AUDIT_RUNS_SCHEMA, [run])
+    delta_rows.append_rows(None, tables.audit_runs, AUDIT_RUNS_SCHEMA, [run])
     return AuditTables(data_dir, JOB, restart.incident_id, at(100))

@@ -50,7 +50,9 @@ def add_window_arguments(parser: argparse.ArgumentParser) -> None:
         help="ledger window start (default: end of the last successful run, else all history)",
     )
     parser.add_argument("--until", type=parse_time, default=None, help="ledger window end (default: now)")
-    parser.add_argument("--sink", default=None, help="sink table path (overrides reconcile.sink_table[s])")
+    parser.add_argument(
+        "--sink", default=None, help="sink table path (overrides tables.sink and tables.sink_by_job)"
+    )
     add_fail_on(parser, "a finding at or above this severity is found")
     parser.add_argument("--run-id", default=None, help=argparse.SUPPRESS)  # tests pin it
 

@@ -7,6 +7,7 @@ change in exactly one place (plus the code that needs the new column).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Final
 
 from pyspark.sql import DataFrame
@@ -163,3 +164,20 @@ AUDIT_RUNS_SCHEMA: Final = schema(
     status STRING NOT NULL
     """
 )
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """How a table is laid out beyond its columns: set when it is created, by either engine."""
+
+    partition_by: tuple[str, ...] = ()
+    append_only: bool = False  # delta.appendOnly: the table refuses updates and deletes
+
+
+# The ledger is an append-only journal, read by day: partitioned by event_date.
+LEDGER_LAYOUT: Final = TableLayout(partition_by=("event_date",), append_only=True)
+
+
+def layout_of(schema: StructType) -> TableLayout:
+    """The layout of the table whose contract is ``schema``: the ledger's, or none beyond the columns."""
+    return LEDGER_LAYOUT if schema == LEDGER_SCHEMA else TableLayout()

@@ -31,12 +31,15 @@ from pyspark.sql import functions as F
 from app.config import AppConfig, load_config
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import TopicPartitionKey
+from app.contracts.tables import SINK_SCHEMA
 from app.contracts.vocabulary import EVENT_RUN_STARTED
 from app.demo.local_kafka import LocalKafka
 from app.errors import InfrastructureError, KafkaUnavailableError
 from app.kafka.clients import kafka_error, plain_conf, retry_kafka
 from app.nightly.run import Nightly, NightlyResult
 from app.runtime import jvm
+from app.storage import facade
+from app.storage.tables import tables_from_config
 from app.stream.commit_outcome import CommitFn, CommitResult
 from app.stream.job import StopWhen, StreamJob, StreamResult
 from app.stream.startup import batch_ids
@@ -247,12 +250,10 @@ class Demo:
 
     def wait_started(self, run_id: str, thread: _JobThread, timeout_s: float = 300) -> None:
         """Until the ledger holds ``run_id``'s RUN_STARTED (its start offsets are fixed by then)."""
-        from app.storage.delta_rows import dataset as table_dataset
-
-        ledger = self.cfg.paths.table(self.cfg.stream.ledger_table)
+        ledger = tables_from_config(self.cfg).ledger
         deadline = time.monotonic() + timeout_s
         while True:
-            dataset = table_dataset(self.spark, ledger)
+            dataset = facade.dataset(self.spark, ledger)
             if dataset is not None:
                 started = dataset.to_table(
                     columns=["run_id"],
@@ -435,18 +436,17 @@ class Demo:
         self.outcome.incidents.append("restart from latest")
 
     def second_writer(self) -> None:
-        sink_path = self.cfg.paths.table(self.cfg.stream.sink_table)
+        sink_path = tables_from_config(self.cfg).sink_for(JOB)
         start = self.scale.per_trigger  # well inside data the job wrote
         rows = (
-            self.spark.read.format("delta")
-            .load(sink_path)
+            facade.load(self.spark, sink_path)
             .where(
                 (F.col("kafka_partition") == 1)
                 & F.col("kafka_offset").between(start, start + self.scale.duplicated_rows - 1)
             )
             .withColumn("_run_id", F.lit("second-writer"))
         )
-        rows.write.format("delta").mode("append").save(sink_path)
+        facade.append(self.spark, sink_path, SINK_SCHEMA, rows)
         self.duplicated = (start, start + self.scale.duplicated_rows)
         self.say(f"  appended offsets [{start}, {start + self.scale.duplicated_rows}) of partition 1 again")
         self.outcome.incidents.append("second writer")
@@ -493,9 +493,9 @@ class Demo:
         return out
 
     def compare(self) -> None:
-        findings_path = self.cfg.paths.table("findings")
+        findings_path = tables_from_config(self.cfg).findings
         expected = self.expected()
-        rows = [r.asDict() for r in self.spark.read.format("delta").load(findings_path).collect()]
+        rows = [r.asDict() for r in facade.load(self.spark, findings_path).collect()]
         # Expected information (the crash's unclean stop) must be found too; anything else below
         # warn is not the demo's business.
         shown = [r for r in rows if r["severity"] in WARN_OR_ABOVE or any(e.matches(r) for e in expected)]

@@ -27,7 +27,6 @@ from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import Final
 
-from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -49,6 +48,7 @@ from app.incidents.remedy import (
     StepResult,
 )
 from app.kafka.clients import spark_kafka_options
+from app.storage import facade
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def replay(
     ranges: Sequence[OffsetRange],
 ) -> Replayed:
     """Append the ranges' records the sink lacks, in one idempotent Delta commit."""
-    sink = spark.read.format("delta").load(sink_path)
+    sink = facade.load(spark, sink_path)
     present = sink.where(_in_ranges(ranges)).select("kafka_topic", "kafka_partition", "kafka_offset")
     records = read_ranges(spark, cfg, bootstrap, ranges).select(
         F.col("topic").alias("kafka_topic"),
@@ -134,13 +134,8 @@ def replay(
         count = rows.count()
         before = _version(spark, sink_path)
         if count:
-            (
-                rows.write.format("delta")
-                .mode("append")
-                .option("txnAppId", f"offset-audit/repair/{incident_id}/replay")
-                .option("txnVersion", 0)
-                .save(sink_path)
-            )
+            app_id = f"offset-audit/repair/{incident_id}/replay"
+            facade.append_once(spark, sink_path, SINK_SCHEMA, rows, app_id, 0)
     finally:
         rows.unpersist()
     after = _version(spark, sink_path)
@@ -153,7 +148,7 @@ def delete_duplicates(
     spark: SparkSession, sink_path: str, ranges: Sequence[OffsetRange]
 ) -> DuplicatesDeleted:
     """Keep one copy per offset in ``ranges``, the first writer's, in one Delta commit."""
-    sink = spark.read.format("delta").load(sink_path)
+    sink = facade.load(spark, sink_path)
     inside = sink.where(_in_ranges(ranges)).select(
         "*", F.col("_metadata.file_modification_time").alias("_written")
     )
@@ -166,12 +161,7 @@ def delete_duplicates(
         before = _version(spark, sink_path)
         if extra:
             kept = ranked.where(F.col("_copy") == 1).select(*sink.columns)
-            (
-                kept.write.format("delta")
-                .mode("overwrite")
-                .option("replaceWhere", _predicate(ranges))
-                .save(sink_path)
-            )
+            facade.replace_where(spark, sink_path, SINK_SCHEMA, kept, _predicate(ranges))
     finally:
         ranked.unpersist()
     return DuplicatesDeleted(
@@ -229,7 +219,7 @@ def reset_offsets(
 
 
 def _version(spark: SparkSession, path: str) -> int:
-    return int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])  # type: ignore[index]
+    return facade.version(spark, path)
 
 
 def execute(
@@ -242,9 +232,10 @@ def execute(
     """Run the plan of ``incident``. Sink steps need the reference sink (else UsageError)."""
     steps = incident.remedy.steps
     if any(isinstance(s, (ReplayStep, DeleteDuplicatesStep)) for s in steps):
-        if not DeltaTable.isDeltaTable(spark, sink_path):
+        stored = facade.scan(spark, sink_path)
+        if stored is None:
             raise UsageError(f"no Delta table at {sink_path}, the sink of job {incident.job_name}")
-        columns = spark.read.format("delta").load(sink_path).columns
+        columns = stored.columns
         if not is_reference_sink(columns):
             raise UsageError(
                 f"the sink at {sink_path} is not the reference job's raw-record sink (it lacks "

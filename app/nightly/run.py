@@ -168,7 +168,7 @@ class Nightly:
             log.info("[%d/%d] %s done in %.1fs", number, len(STEPS), name, outcome.seconds)
         if result.failed_step is None:
             # Only a night whose every step finished moves the audit window (CONTRACTS.md section 5).
-            runs = tables_from_config(self.cfg).runs
+            runs = tables_from_config(self.cfg).audit_runs
             confirm_runs(self.spark, runs, self.run_id)
         self._collect(result)
         self._alert(result)
@@ -210,10 +210,10 @@ class Nightly:
             log.error("alerts failed: %s", describe_error(exc))
 
     def _last_success(self) -> datetime | None:
-        from app.storage import delta_rows
+        from app.storage import facade
 
-        runs = tables_from_config(self.cfg).runs
-        rows = delta_rows.read_columns(self.spark, runs, ["command", "status", "finished_at"]) or []
+        runs = tables_from_config(self.cfg).audit_runs
+        rows = facade.read_columns(self.spark, runs, ["command", "status", "finished_at"]) or []
         times = [
             instant(r["finished_at"])
             for r in rows
@@ -222,7 +222,7 @@ class Nightly:
         return max(times, default=None)
 
     def _partitions(self) -> list[dict[str, Any]]:
-        from app.storage import delta_rows
+        from app.storage import facade
 
         path = tables_from_config(self.cfg).partition_summary
         cols = [
@@ -235,7 +235,7 @@ class Nightly:
         ]
         return [
             r
-            for r in delta_rows.read_columns(self.spark, path, cols) or []
+            for r in facade.read_columns(self.spark, path, cols) or []
             if r["reconcile_run_id"] == self.run_id
         ]
 
@@ -319,10 +319,10 @@ class Nightly:
         check validates the ledger and group commits from there: the rows since the last night
         that succeeded, since a failed night leaves its reconcile run pending and the next
         night's window starts where the last successful one ended."""
-        from app.storage import delta_rows
+        from app.storage import facade
 
-        runs = tables_from_config(self.cfg).runs
-        rows = delta_rows.read_columns(self.spark, runs, ["run_id", "command", "window_start"]) or []
+        runs = tables_from_config(self.cfg).audit_runs
+        rows = facade.read_columns(self.spark, runs, ["run_id", "command", "window_start"]) or []
         starts = [
             instant(r["window_start"])
             for r in rows

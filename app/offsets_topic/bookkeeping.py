@@ -26,13 +26,14 @@ from app.contracts.tables import INGEST_POSITIONS_SCHEMA
 from app.offsets_topic.plan import Clock, IngestPlan
 from app.offsets_topic.ranges import merge_positions, positions_rows
 from app.offsets_topic.tables import DATA_TABLES, INGEST_POSITIONS
-from app.storage import delta_rows
+from app.storage import facade
+from app.storage.tables import tables_from_config
 
 _HISTORY_DEPTH = 25  # recent commits searched for the last run's marker; ingest writes one per run
 
 
 def read_positions(spark: SparkSession, path: str) -> dict[int, int]:
-    rows = delta_rows.read_columns(spark, path, ["log_partition", "next_offset"]) or []
+    rows = facade.read_columns(spark, path, ["log_partition", "next_offset"]) or []
     return {int(r["log_partition"]): int(r["next_offset"]) for r in rows}
 
 
@@ -42,7 +43,7 @@ def commit_user_metadata(spark: SparkSession, path: str) -> list[tuple[int, str 
     Every run of `ingest-offsets` reads these several times, also when it has nothing to read:
     delta-rs reads them from the log in milliseconds, where Spark runs a job each time.
     """
-    return delta_rows.commit_metadata(spark, path, _HISTORY_DEPTH)
+    return facade.commit_metadata(spark, path, _HISTORY_DEPTH)
 
 
 def run_markers(spark: SparkSession, path: str) -> list[dict[str, Any]]:
@@ -64,7 +65,10 @@ def last_seq(markers: Sequence[dict[str, Any]]) -> int:
 
 def next_seq(spark: SparkSession, cfg: AppConfig, clock: Clock) -> int:
     """A seq above every one committed: the clock, or one more than the last seq if the clock lags."""
-    seen = max(last_seq(run_markers(spark, cfg.paths.table(t))) for t in (*DATA_TABLES, INGEST_POSITIONS))
+    seen = max(
+        last_seq(run_markers(spark, tables_from_config(cfg).named(t)))
+        for t in (*DATA_TABLES, INGEST_POSITIONS)
+    )
     return max(clock(), seen + 1)
 
 
@@ -79,10 +83,10 @@ def store_positions(spark: SparkSession, cfg: AppConfig, plan: IngestPlan, clock
     ]
     # A few rows on the driver: delta-rs commits them without a Spark job. The marker is the
     # commit's userMetadata, read back by `run_markers` like the data tables' markers.
-    delta_rows.merge_rows(
-        spark, cfg.paths.table(INGEST_POSITIONS), INGEST_POSITIONS_SCHEMA, rows, "log_partition",
-        user_metadata=plan.marker(),
-    )  # fmt: skip
+    positions_table = tables_from_config(cfg).named(INGEST_POSITIONS)
+    facade.merge(
+        spark, positions_table, INGEST_POSITIONS_SCHEMA, rows, "log_partition", user_metadata=plan.marker()
+    )
     return positions
 
 

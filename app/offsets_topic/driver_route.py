@@ -32,7 +32,8 @@ from app.offsets_topic.tables import (
     TABLE_KINDS,
     TABLE_SCHEMAS,
 )
-from app.storage import delta_rows
+from app.storage import facade
+from app.storage.tables import tables_from_config
 
 log = logging.getLogger(__name__)
 
@@ -184,13 +185,13 @@ def write_decoded_on_driver(
         first = next(stream, None)  # the read's first commits, or the whole read when it has none
         to_write = {GROUP_COMMITS: [] if first is None else itertools.chain([first], stream), **kept}
         for name in DATA_TABLES:  # group_commits first: the others are complete only once it is read
-            path, schema = cfg.paths.table(name), TABLE_SCHEMAS[name]
+            path, schema = tables_from_config(cfg).named(name), TABLE_SCHEMAS[name]
             batches = to_write[name]
             try:
                 if name in tables and (first is not None if name == GROUP_COMMITS else batches):
-                    delta_rows.append_once(spark, path, schema, batches, INGEST_TXN_APP_ID, plan.seq, marker)
+                    facade.append_once(spark, path, schema, batches, INGEST_TXN_APP_ID, plan.seq, marker)
                 else:
-                    delta_rows.ensure_table(spark, path, schema)  # created for its readers, as today
+                    facade.ensure(spark, path, schema)  # created for its readers, as today
             except Exception:
                 if failure:
                     raise failure[0] from None

@@ -38,6 +38,8 @@ from app.offsets_topic.snapshot import snapshot_offsets
 from app.offsets_topic.spark_route import write_decoded_on_spark
 from app.offsets_topic.tables import DATA_TABLES, DECODE_ERRORS, GROUP_COMMITS, GROUP_EVENTS, INGEST_POSITIONS
 from app.routes import DRIVER, decode_route
+from app.storage import facade
+from app.storage.tables import tables_from_config
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ def plan_ingest(
     timeout = cfg.kafka.request_timeout_s
     topic = cfg.ingest.offsets_topic
     count = offsets_topic_partition_count(admin, bootstrap, topic, timeout)
-    stored = read_positions(spark, cfg.paths.table(INGEST_POSITIONS))
+    stored = read_positions(spark, tables_from_config(cfg).named(INGEST_POSITIONS))
     if count == 0:
         log.warning("%s does not exist yet (no group has committed): nothing to ingest", topic)
         return IngestPlan(run_id, topic, 0, tuple(groups), stored, (), seq)
@@ -79,7 +81,8 @@ def write_decoded(
     if not plan.to_read:
         return [], {GROUP_COMMITS: 0, GROUP_EVENTS: 0, DECODE_ERRORS: 0}
     master = spark.sparkContext.master or ""
-    route = decode_route(cfg.ingest.decode_on, master)
+    # The decoded tables are written by the engine of the decode route: the facade's rule for them.
+    route = facade.engine_for(GROUP_COMMITS, decode_route(cfg.ingest.decode_on, master))
     log.info("ingest %s: reading and decoding on the %s (ingest.decode_on=%s, master %s)",
              plan.run_id, "driver" if route == DRIVER else "executors", cfg.ingest.decode_on,
              master)  # fmt: skip
@@ -139,12 +142,14 @@ def finish_pending_run(spark: SparkSession, cfg: AppConfig, bootstrap: str, cloc
     plan comes from its marker: the tables that lack its seq get its rows (the same fixed ranges read
     again), then its positions are stored, so the run ends exactly as it would have.
     """
-    markers = {name: run_markers(spark, cfg.paths.table(name)) for name in DATA_TABLES}
-    done = last_seq(run_markers(spark, cfg.paths.table(INGEST_POSITIONS)))
+    markers = {name: run_markers(spark, tables_from_config(cfg).named(name)) for name in DATA_TABLES}
+    done = last_seq(run_markers(spark, tables_from_config(cfg).named(INGEST_POSITIONS)))
     newest = max((m for ms in markers.values() for m in ms), key=lambda m: int(m["ingest_seq"]), default=None)
     if newest is None or int(newest["ingest_seq"]) <= done:
         return []
-    plan = IngestPlan.from_marker(newest, read_positions(spark, cfg.paths.table(INGEST_POSITIONS)))
+    plan = IngestPlan.from_marker(
+        newest, read_positions(spark, tables_from_config(cfg).named(INGEST_POSITIONS))
+    )
     missing = [n for n in DATA_TABLES if plan.seq not in {int(m["ingest_seq"]) for m in markers[n]}]
     parts: list[PartitionProgress] = []
     if missing:

@@ -20,8 +20,9 @@ from app.config import AppConfig
 from app.contracts.tables import GROUP_COMMITS_SCHEMA, conform, require_columns
 from app.kafka.clients import admin_client, is_retriable, raise_partition_errors, retry_kafka
 from app.offsets_topic.plan import Clock, IngestResult
-from app.offsets_topic.spark_route import ensure_table
 from app.offsets_topic.tables import GROUP_COMMITS
+from app.storage import facade
+from app.storage.tables import tables_from_config
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +116,8 @@ def snapshot_offsets(
         "metadata string, log_time_ms long"
     )
     df = spark.createDataFrame([(*o, now_ms) for o in offsets], schema)
-    path = cfg.paths.table(GROUP_COMMITS)
-    ensure_table(spark, path, GROUP_COMMITS_SCHEMA)
-    snapshot_to_group_commits(df, rid).write.format("delta").mode("append").save(path)
+    path = tables_from_config(cfg).named(GROUP_COMMITS)
+    facade.append(spark, path, GROUP_COMMITS_SCHEMA, snapshot_to_group_commits(df, rid))
     log.info("ingest %s: %d committed offsets of %d groups recorded", rid, len(offsets), len(chosen))
     result = IngestResult(rid, "snapshot", tuple(chosen))
     result.total = {"read": len(offsets), "decoded": len(offsets), "quarantined": 0}

@@ -19,11 +19,9 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 import pyarrow as pa
-from delta.tables import DeltaTable
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from app.config import AppConfig
 from app.contracts.tables import require_columns
@@ -47,6 +45,8 @@ from app.offsets_topic.tables import (
     TABLE_KINDS,
     TABLE_SCHEMAS,
 )
+from app.storage import facade
+from app.storage.tables import tables_from_config
 
 log = logging.getLogger(__name__)
 
@@ -128,26 +128,6 @@ def read_offsets_topic(
     return reader.load()
 
 
-def ensure_table(spark: SparkSession, path: str, schema: StructType) -> DeltaTable:
-    table: DeltaTable = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
-    return table
-
-
-def append_run(
-    spark: SparkSession, path: str, schema: StructType, rows: DataFrame, seq: int, marker: str
-) -> None:
-    """Append a run's rows under (INGEST_TXN_APP_ID, seq): Delta skips it if `seq` is already committed."""
-    ensure_table(spark, path, schema)
-    (
-        rows.write.format("delta")
-        .mode("append")
-        .option("txnAppId", INGEST_TXN_APP_ID)
-        .option("txnVersion", str(seq))
-        .option("userMetadata", marker)
-        .save(path)
-    )
-
-
 def _append_decoded(
     spark: SparkSession,
     cfg: AppConfig,
@@ -161,14 +141,16 @@ def _append_decoded(
     inserted = {}
     marker = plan.marker()
     for name in DATA_TABLES:
-        path, schema, wanted = cfg.paths.table(name), TABLE_SCHEMAS[name], TABLE_KINDS[name]
+        path, schema, wanted = tables_from_config(cfg).named(name), TABLE_SCHEMAS[name], TABLE_KINDS[name]
         if name not in tables or kinds.isdisjoint(wanted):
             # decode_errors and, for offset-only committers, group_events are usually empty: no
             # commit for them. The table is still created for its readers.
-            ensure_table(spark, path, schema)
+            facade.ensure(spark, path, schema)
             inserted[name] = 0
             continue
-        append_run(spark, path, schema, table_frame(decoded, name, plan.run_id), plan.seq, marker)
+        # Under (INGEST_TXN_APP_ID, seq): Delta skips the append if `seq` is already committed.
+        rows = table_frame(decoded, name, plan.run_id)
+        facade.append_once(spark, path, schema, rows, INGEST_TXN_APP_ID, plan.seq, marker)
         inserted[name] = sum(n for _, kind, _, n, _ in counts if kind in wanted)
     return inserted
 

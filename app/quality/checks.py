@@ -54,7 +54,7 @@ def run_checks(
     opts = options or CheckOptions()
     tables = tables_from_config(cfg)
     evaluated_at = now or datetime.now(UTC)
-    reconcile_run = opts.reconcile_run_id or latest_reconcile_run(spark, tables.runs)
+    reconcile_run = opts.reconcile_run_id or latest_reconcile_run(spark, tables.audit_runs)
     inputs = read_inputs(spark, cfg, opts.since, opts.driver_max_rows)
     suites, docs = validate_suites(
         all_suites(thresholds(cfg.checks)),

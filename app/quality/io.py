@@ -30,7 +30,7 @@ from app.quality.engines import Relation, column_list, on_driver, run
 from app.quality.frames import CHECKPOINT_EVENT_COLUMNS, CheckInputs
 from app.quality.outcomes import CheckSummary
 from app.routes import DRIVER, check_route
-from app.storage import delta_rows
+from app.storage import facade
 from app.storage.tables import tables_from_config
 
 # Outcomes of `check`, one row per expectation and run. Bookkeeping of this command, not a
@@ -133,13 +133,13 @@ def read_for_check(
     says they are few, else a Spark DataFrame; None when there is no table yet. ``route_by`` counts
     other rows of the table for that choice: the rows a derived frame is made of can be many more
     than the frame's."""
-    dataset = delta_rows.dataset(spark, path)
+    dataset = facade.dataset(spark, path)
     if dataset is None:
         return None
     wanted = read or Read()
     counted = route_by or wanted
     rows = on_driver(counted.count, {"stored": dataset}, counted.params).column("n")[0].as_py()
-    stored = dataset if check_route(rows, max_rows) == DRIVER else spark.read.format("delta").load(path)
+    stored = dataset if check_route(rows, max_rows) == DRIVER else facade.load(spark, path)
     return run(wanted.select, {"stored": stored}, wanted.params)
 
 
@@ -201,6 +201,6 @@ def write_results(spark: SparkSession, path: str, summary: CheckSummary) -> None
     delta-rs commits them from the driver (no Spark job for a few dozen rows)."""
     names = VALIDATION_RESULTS_SCHEMA.fieldNames()
     rows = [dict(zip(names, r, strict=True)) for r in result_rows(summary)]
-    delta_rows.replace_rows(
+    facade.replace_where(
         spark, path, VALIDATION_RESULTS_SCHEMA, rows, f"run_id = '{check_run_id(summary.run_id)}'"
     )

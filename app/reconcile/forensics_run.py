@@ -19,9 +19,9 @@ from app.reconcile import forensics as fx
 from app.reconcile.outputs import AuditRun, merge_restarts, read_incidents, record_run, resolve_scope
 from app.reconcile.run import match_rules, open_ledger_audit
 from app.reconcile.sink import SinkReader, observed_in_restart_ranges, sink_columns
-from app.storage import delta_rows
+from app.storage import facade
 from app.storage.backend import StorageSettings
-from app.storage.tables import read_delta, tables_from_config
+from app.storage.tables import tables_from_config
 
 
 @dataclass
@@ -51,7 +51,7 @@ def run_forensics(spark: SparkSession, cfg: AppConfig, run: AuditRun) -> Forensi
     cols = sink_columns(cfg)
     observed: dict[tuple[str, str, str, int], dict[str, Any]] = {}
     for job in sorted({row["job_name"] for row in restart_rows}):
-        df = read_delta(spark, tables.sink_for(job))
+        df = facade.scan(spark, tables.sink_for(job))
         if df is not None:
             job_restarts = [r for r in restart_rows if r["job_name"] == job]
             observed.update(observed_in_restart_ranges(spark, SinkReader(df, cols), job_restarts))
@@ -136,7 +136,7 @@ def _rows(
 ) -> list[dict[str, Any]]:
     """The rows of a table matching ``where``, sorted by ``order``, the first ``limit`` of them
     (none when the table does not exist or ``limit`` is 0)."""
-    table = None if limit == 0 else delta_rows.rows_where(storage, path, where, prune)
+    table = None if limit == 0 else facade.rows(storage, path, where, prune)
     if table is None:
         return []
     rows: list[dict[str, Any]] = table.to_pylist()

@@ -12,7 +12,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from app.contracts.tables import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA
 from app.reconcile import findings as rc
-from app.storage import delta_rows
+from app.storage import facade
 
 
 def read_ledger_rows(
@@ -23,7 +23,7 @@ def read_ledger_rows(
     delta-rs reads it, on every storage (about half a second for 800K rows, where a first Spark
     read plus conversion took 13 s).
     """
-    dataset = delta_rows.dataset(spark, path)
+    dataset = facade.dataset(spark, path)
     if dataset is None:
         return to_arrow_schema(LEDGER_SCHEMA).empty_table()
     keep = pc.scalar(True)
@@ -38,7 +38,7 @@ def read_group_commit_rows(
     spark: SparkSession, path: str, window: rc.AuditWindow, groups: Sequence[str], lookback_days: int
 ) -> pa.Table:
     """The groups' commits (with the look-back) as one Arrow table, read as read_ledger_rows."""
-    dataset = delta_rows.dataset(spark, path)
+    dataset = facade.dataset(spark, path)
     if dataset is None or not groups:
         return to_arrow_schema(GROUP_COMMITS_SCHEMA).empty_table()
     rows = dataset.to_table(filter=pc.field("group_id").isin(list(groups)))

@@ -27,7 +27,7 @@ from app.contracts.vocabulary import (
 from app.incidents.incident import StoredIncident, incident_order
 from app.incidents.remedy import RepairOutcome
 from app.reconcile import findings as rc
-from app.storage import delta_rows
+from app.storage import facade
 from app.storage.backend import StorageSettings
 from app.storage.tables import Tables, tables_from_config
 
@@ -40,17 +40,17 @@ RESTARTS_KEY: Final = ("job_name", "run_id", "topic", "partition")
 def merge_findings(spark: SparkSession, path: str, findings: Sequence[rc.StoredFinding]) -> None:
     """Upsert by finding_id: a re-run updates what it sees again and keeps the first detected_at."""
     rows = [f.to_row() for f in findings]
-    delta_rows.merge_rows(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
+    facade.merge(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
 
 
 def merge_incidents(storage: StorageSettings, path: str, incidents: Sequence[StoredIncident]) -> None:
     """Upsert by incident_id: a re-run over the same findings updates, never adds."""
     rows = [i.to_row() for i in incidents]
-    delta_rows.merge_rows(storage, path, INCIDENTS_SCHEMA, rows, "incident_id")
+    facade.merge(storage, path, INCIDENTS_SCHEMA, rows, "incident_id")
 
 
 def resolved_incidents(spark: SparkSession, tables: Tables) -> set[str]:
-    rows = delta_rows.read_columns(spark, tables.incidents, ["incident_id", "status"]) or []
+    rows = facade.read_columns(spark, tables.incidents, ["incident_id", "status"]) or []
     return {r["incident_id"] for r in rows if r["status"] == INCIDENT_RESOLVED}
 
 
@@ -81,7 +81,7 @@ def read_incidents(
 ) -> list[StoredIncident]:
     """Stored incidents, most severe first; only ``jobs`` (all when empty), only with evidence at or
     after ``since``. Read on the driver through delta-rs: ``storage`` needs no session."""
-    rows = delta_rows.read_columns(storage, tables_from_config(cfg).incidents, INCIDENTS_SCHEMA.fieldNames())
+    rows = facade.read_columns(storage, tables_from_config(cfg).incidents, INCIDENTS_SCHEMA.fieldNames())
     out = []
     for row in rows or []:
         incident = StoredIncident.from_row({k: instant(v) for k, v in row.items()})
@@ -96,7 +96,7 @@ def read_incidents(
 
 def merge_restarts(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
     """Upsert restarts by (job, run, topic, partition): a re-run replaces what it classified before."""
-    delta_rows.merge_rows(spark, path, RESTARTS_SCHEMA, rows, RESTARTS_KEY)
+    facade.merge(spark, path, RESTARTS_SCHEMA, rows, RESTARTS_KEY)
 
 
 @dataclass(frozen=True)
@@ -124,13 +124,13 @@ class AuditScope:
 def resolve_scope(spark: SparkSession, cfg: AppConfig, run: AuditRun, command: str) -> AuditScope:
     tables = tables_from_config(cfg, run.sink_override)
     jobs = sorted(set(run.jobs) or set(cfg.reconcile.jobs))
-    since = run.since if run.since is not None else last_window_end(spark, tables.runs, command, jobs)
+    since = run.since if run.since is not None else last_window_end(spark, tables.audit_runs, command, jobs)
     return AuditScope(tables, jobs, rc.AuditWindow(until=run.until or run.now, since=since))
 
 
 def last_window_end(spark: SparkSession, path: str, command: str, jobs: Sequence[str]) -> datetime | None:
     """Where the previous successful run of ``command`` over the same jobs stopped."""
-    runs = delta_rows.read_columns(spark, path, ["command", "status", "jobs", "window_end"]) or []
+    runs = facade.read_columns(spark, path, ["command", "status", "jobs", "window_end"]) or []
     ends = [
         instant(r["window_end"])
         for r in runs
@@ -143,7 +143,7 @@ def latest_reconcile_run(storage: StorageSettings, path: str) -> str | None:
     """The newest successful reconcile run in audit_runs at ``path``, or None before the first;
     read on the driver (no Spark job for a few run records). Its findings and partition summaries
     are the latest state the check validates and the dashboard shows."""
-    runs = delta_rows.read_columns(storage, path, ["run_id", "command", "status", "finished_at"]) or []
+    runs = facade.read_columns(storage, path, ["run_id", "command", "status", "finished_at"]) or []
     done = [r for r in runs if r["command"] == COMMAND_RECONCILE and r["status"] == RUN_SUCCEEDED]
     latest = max(done, key=lambda r: (instant(r["finished_at"]), r["run_id"]), default=None)
     return None if latest is None else str(latest["run_id"])
@@ -172,9 +172,9 @@ def record_run(
         finished_at,
         status,
     )
-    delta_rows.merge_rows(
+    facade.merge(
         spark,
-        scope.tables.runs,
+        scope.tables.audit_runs,
         AUDIT_RUNS_SCHEMA,
         [dict(zip(AUDIT_RUNS_SCHEMA.fieldNames(), row, strict=True))],
         ("run_id", "command"),
@@ -185,11 +185,11 @@ def confirm_runs(spark: SparkSession, path: str, run_id: str) -> int:
     """Mark the ``pending`` runs recorded under ``run_id`` succeeded (a nightly whose every step
     finished); returns how many."""
     names = AUDIT_RUNS_SCHEMA.fieldNames()
-    rows = delta_rows.read_columns(spark, path, names) or []
+    rows = facade.read_columns(spark, path, names) or []
     pending = [
         {**r, "status": RUN_SUCCEEDED} for r in rows if r["run_id"] == run_id and r["status"] == RUN_PENDING
     ]
-    delta_rows.merge_rows(spark, path, AUDIT_RUNS_SCHEMA, pending, ("run_id", "command"))
+    facade.merge(spark, path, AUDIT_RUNS_SCHEMA, pending, ("run_id", "command"))
     return len(pending)
 
 
@@ -203,12 +203,12 @@ def record_failed_run(spark: SparkSession, scope: AuditScope, run: AuditRun, com
 
 def drop_orphan_summaries(spark: SparkSession, tables: Tables) -> None:
     """Remove partition_summary rows of reconcile runs that never finished (killed midway)."""
-    summary = delta_rows.read_columns(spark, tables.partition_summary, ["reconcile_run_id"])
+    summary = facade.read_columns(spark, tables.partition_summary, ["reconcile_run_id"])
     if not summary:
         return
-    runs = delta_rows.read_columns(spark, tables.runs, ["run_id", "command"]) or []
+    runs = facade.read_columns(spark, tables.audit_runs, ["run_id", "command"]) or []
     done = {r["run_id"] for r in runs if r["command"] == COMMAND_RECONCILE}
     orphans = {r["reconcile_run_id"] for r in summary} - done
     if orphans:
         log.info("removing the partition summaries of %d unfinished run(s)", len(orphans))
-        delta_rows.delete_where_in(spark, tables.partition_summary, "reconcile_run_id", orphans)
+        facade.delete(spark, tables.partition_summary, "reconcile_run_id", orphans)

@@ -54,8 +54,8 @@ from app.reconcile.sink import (
     sink_columns,
 )
 from app.reconcile.sink_offsets import PartitionRange, PartitionSink
-from app.storage import delta_rows
-from app.storage.tables import Tables, read_delta
+from app.storage import facade
+from app.storage.tables import Tables
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def match_rules(r: ReconcileConfig) -> rc.MatchRules:
 def last_ingest_time(spark: SparkSession, path: str) -> datetime | None:
     """When ingest-offsets last stored its positions: group_commits holds every commit made
     before then, which is what lets a stopped job's last checkpoints be judged."""
-    rows = delta_rows.read_columns(spark, path, ["updated_at"]) or []
+    rows = facade.read_columns(spark, path, ["updated_at"]) or []
     times = [instant(r["updated_at"]) for r in rows if r["updated_at"] is not None]
     return max(times, default=None)
 
@@ -219,7 +219,7 @@ def _sink_and_restart_findings(
     cols = sink_columns(p.cfg)
     sink_started = time.monotonic()
     for job in sorted(set(by_job) | {r["job_name"] for r in restart_rows}):
-        df = read_delta(spark, tables.sink_for(job))
+        df = facade.scan(spark, tables.sink_for(job))
         if df is None:
             # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
             raise ConfigError(
@@ -305,7 +305,7 @@ def _write_summary(
         )
     # One append is one Delta commit: a run killed before it leaves nothing half-written.
     names = PARTITION_SUMMARY_SCHEMA.fieldNames()
-    delta_rows.append_rows(
+    facade.append(
         spark,
         tables.partition_summary,
         PARTITION_SUMMARY_SCHEMA,

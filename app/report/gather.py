@@ -29,7 +29,7 @@ from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, SEVERITIES
 from app.incidents.incident import StoredIncident, incident_order
 from app.reconcile.outputs import latest_reconcile_run
 from app.report import render as rp
-from app.storage import delta_rows
+from app.storage import facade
 from app.storage.backend import StorageSettings
 from app.storage.tables import data_docs_dir, tables_from_config
 
@@ -58,7 +58,7 @@ def _read(
     columns: Sequence[str] | None = None,
     where: pc.Expression | None = None,
 ) -> pa.Table | None:
-    dataset = delta_rows.dataset(storage, path)
+    dataset = facade.dataset(storage, path)
     if dataset is None:
         return None
     table: pa.Table = dataset.to_table(columns=None if columns is None else list(columns), filter=where)
@@ -232,7 +232,7 @@ def gather(
     tables: ReportTables | None = None,
 ) -> rp.ReportData:
     t = tables or read_tables(storage, cfg)
-    reconcile_run = latest_reconcile_run(storage, tables_from_config(cfg).runs)
+    reconcile_run = latest_reconcile_run(storage, tables_from_config(cfg).audit_runs)
     notes = [
         f"table {name} does not exist yet: its section is empty"
         for name, df in (

@@ -1,5 +1,5 @@
-"""Which library reads and writes a Delta table: decided here, by the table's role, the same on
-every storage.
+"""How delta-rs reaches a table, and the split by table role between the two Delta libraries that
+`facade.engine_for` applies, the same on every storage.
 
 Spark does whatever scales with the data: the sink scan and any write of it, the decoded
 `__consumer_offsets` records of ingest-offsets on a cluster (with a local master the driver appends
@@ -11,8 +11,8 @@ group commits the reconciliation analyses on the driver in Arrow, and the small 
 (findings, incidents, restarts and ingest positions MERGEd, partition summaries and run records
 appended), and the reads of the checks' small tables and of the dashboard. That split holds on
 local files and on object storage alike; this module is the only one that opens a table with
-delta-rs (``delta_rows`` and the ledger's micro-batch append go through
-`open_table` and `location`).
+delta-rs (``delta_rows`` and ``facade`` go through `open_table` and `location`), and no module
+outside this package writes a Delta table but through ``facade``.
 
 delta-rs reaches object storage with the settings Spark uses. For s3a:// it takes the ``fs.s3a.*``
 properties and translates them into its own storage options: from the Hadoop configuration of a

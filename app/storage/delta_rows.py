@@ -24,6 +24,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from app.contracts.instants import instant
+from app.contracts.tables import TableLayout, layout_of
+from app.errors import InfrastructureError
 from app.storage import backend
 
 if TYPE_CHECKING:
@@ -48,7 +50,11 @@ def dataset(storage: backend.StorageSettings, path: str) -> pa.dataset.Dataset |
 
 
 def rows_where(
-    storage: backend.StorageSettings, path: str, where: pc.Expression, prune: pc.Expression | None = None
+    storage: backend.StorageSettings,
+    path: str,
+    where: pc.Expression,
+    prune: pc.Expression | None = None,
+    columns: Sequence[str] | None = None,
 ) -> pa.Table | None:
     """The rows of the table at ``path`` that match ``where``, or None when there is no table.
 
@@ -57,12 +63,18 @@ def rows_where(
     writes (every small audit table is MERGEd), and fails with "no kernel matching input types
     (string, string_view)". ``prune`` is pushed into the scan to skip files and partitions: give it
     conditions on partition, numeric or time columns only (e.g. the ledger's event_date).
+    ``columns`` (every one ``where`` names among them) are read alone when given.
     """
     data = dataset(storage, path)
     if data is None:
         return None
-    parts = [pa.Table.from_batches([b]).filter(where) for b in data.to_batches(filter=prune) if b.num_rows]
-    return pa.concat_tables(parts) if parts else data.schema.empty_table()
+    wanted = None if columns is None else list(columns)
+    batches = data.to_batches(columns=wanted, filter=prune)
+    parts = [pa.Table.from_batches([b]).filter(where) for b in batches if b.num_rows]
+    if parts:
+        return pa.concat_tables(parts)
+    schema = data.schema if wanted is None else pa.schema([data.schema.field(c) for c in wanted])
+    return schema.empty_table()
 
 
 def read_columns(
@@ -93,19 +105,27 @@ def delete_where_in(storage: backend.StorageSettings, path: str, column: str, va
         table.delete(f'"{column}" IN ({quoted})')
 
 
-def _ensure(where: backend.Location, schema: StructType) -> DeltaTable:
-    """The table at ``where``, created empty with ``schema`` unless one exists."""
+def _ensure(where: backend.Location, schema: StructType, layout: TableLayout | None = None) -> DeltaTable:
+    """The table at ``where``, created empty with ``schema`` and its contract's layout unless one exists."""
     from deltalake import DeltaTable
 
+    chosen = layout_of(schema) if layout is None else layout
     with backend.storage_errors(where, "create"):
         return DeltaTable.create(
-            where.uri, to_arrow_schema(schema), mode="ignore", storage_options=dict(where.options)
+            where.uri,
+            to_arrow_schema(schema),
+            mode="ignore",
+            partition_by=list(chosen.partition_by) or None,
+            configuration={"delta.appendOnly": "true"} if chosen.append_only else None,
+            storage_options=dict(where.options),
         )
 
 
-def ensure_table(storage: backend.StorageSettings, path: str, schema: StructType) -> None:
-    """Create an empty table with ``schema`` unless one exists."""
-    _ensure(backend.location(storage, path), schema)
+def ensure_table(
+    storage: backend.StorageSettings, path: str, schema: StructType, layout: TableLayout | None = None
+) -> None:
+    """Create an empty table with ``schema`` (laid out as its contract says) unless one exists."""
+    _ensure(backend.location(storage, path), schema, layout)
 
 
 def append_rows(
@@ -195,17 +215,21 @@ def append_once(
     batches: Iterable[pa.RecordBatch],
     app_id: str,
     version: int,
-    user_metadata: str,
+    user_metadata: str | None = None,
+    create: bool = True,
 ) -> bool:
     """Append ``batches`` in one Delta commit under the idempotent transaction id (``app_id``,
     ``version``), as Spark's ``txnAppId``/``txnVersion`` writer options do: nothing is written, and
     False returned, when the table has committed ``version`` of ``app_id`` or a later one. The
     batches are streamed to the Parquet writer, not collected first. ``user_metadata`` becomes the
-    commit's userMetadata."""
+    commit's userMetadata. Without ``create`` a missing table is an InfrastructureError (lost storage,
+    where the writer created the table before)."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
     where = backend.location(storage, path)
-    table = _ensure(where, schema)
+    table = _ensure(where, schema) if create else backend.open_table(where)
+    if table is None:
+        raise InfrastructureError(f"no Delta table at {path} to append version {version} of {app_id} to")
     done = table.transaction_version(app_id)
     if done is not None and done >= version:
         return False
@@ -216,7 +240,7 @@ def append_once(
             reader,
             mode="append",
             commit_properties=CommitProperties(
-                custom_metadata={"userMetadata": user_metadata},
+                custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata},
                 app_transactions=[Transaction(app_id, version)],
             ),
         )

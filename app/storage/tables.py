@@ -5,54 +5,84 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from app.config import AppConfig
+from app.config import AppConfig, PathsConfig
 from app.errors import (
     InfrastructureError,
 )
 
+# The table names of `tables:` in the config; each is also the default location's last segment.
+TABLE_NAMES: Final = (
+    "sink",
+    "ledger",
+    "group_commits",
+    "group_events",
+    "decode_errors",
+    "ingest_positions",
+    "findings",
+    "partition_summary",
+    "restarts",
+    "incidents",
+    "audit_runs",
+    "validation_results",
+)
+
+
+def resolve(paths: PathsConfig, value: str, name: str) -> str:
+    """The location of table ``name`` configured as ``value``: "" is <data_dir>/tables/<name>, a bare
+    name lives under <data_dir>/tables, anything with a slash is a path or URI as it stands."""
+    chosen = value or name
+    return chosen if "/" in chosen else paths.under("tables", chosen)
+
 
 @dataclass(frozen=True)
 class Tables:
+    """Every table's location, resolved once from `tables:` (the only place a location is computed)."""
+
+    sink: str
     ledger: str
     group_commits: str
+    group_events: str
+    decode_errors: str
+    ingest_positions: str
     findings: str
     partition_summary: str
     restarts: str
     incidents: str
-    runs: str
-    sink: str
-    ingest_positions: str
+    audit_runs: str
     validation_results: str
     sink_by_job: Mapping[str, str] = field(default_factory=dict)
-    sink_key: str = "reconcile.sink_table"
+    sink_key: str = "tables.sink"
 
     def sink_for(self, job: str) -> str:
         return self.sink_by_job.get(job, self.sink)
 
     def sink_key_for(self, job: str) -> str:
         """The setting that names ``job``'s sink, for error messages."""
-        return f"reconcile.sink_tables.{job}" if job in self.sink_by_job else self.sink_key
+        return f"tables.sink_by_job.{job}" if job in self.sink_by_job else self.sink_key
+
+    def named(self, name: str) -> str:
+        """The location of the table called ``name`` (one of TABLE_NAMES)."""
+        if name not in TABLE_NAMES:
+            raise ValueError(f"no table called {name!r}; known: {', '.join(TABLE_NAMES)}")
+        location: str = getattr(self, name)
+        return location
 
 
 def tables_from_config(cfg: AppConfig, sink_override: str | None = None) -> Tables:
-    r, p = cfg.reconcile, cfg.paths
+    """Every location from `tables:`; ``sink_override`` (``--sink``) replaces the sink of every job."""
+    t, p = cfg.tables, cfg.paths
+    located = {name: resolve(p, getattr(t, name), name) for name in TABLE_NAMES}
+    if sink_override:
+        located["sink"] = sink_override
     return Tables(
-        ledger=r.ledger_table or p.table("ledger"),
-        group_commits=r.group_commits_table or p.table("group_commits"),
-        findings=r.findings_table or p.table("findings"),
-        partition_summary=r.partition_summary_table or p.table("partition_summary"),
-        restarts=r.restarts_table or p.table("restarts"),
-        incidents=r.incidents_table or p.table("incidents"),
-        runs=r.runs_table or p.table("audit_runs"),
-        sink=sink_override or r.sink_table or p.table("sink"),
-        ingest_positions=p.table("ingest_positions"),
-        validation_results=cfg.checks.results_table or p.table("validation_results"),
-        sink_by_job={} if sink_override else dict(r.sink_tables),
-        sink_key="--sink" if sink_override else "reconcile.sink_table",
+        **located,
+        sink_by_job={} if sink_override else {job: resolve(p, v, "sink") for job, v in t.sink_by_job.items()},
+        sink_key="--sink" if sink_override else "tables.sink",
     )
 
 

@@ -31,7 +31,6 @@ from types import FrameType
 from typing import Any, Final
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -39,7 +38,8 @@ from app import __version__
 from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
-from app.errors import CheckpointFormatError, InfrastructureError
+from app.contracts.tables import SINK_SCHEMA
+from app.errors import InfrastructureError
 from app.kafka.clients import librdkafka_conf, spark_kafka_options
 from app.kafka.commit import (
     close_within,
@@ -50,23 +50,16 @@ from app.kafka.commit import (
     topic_partitions,
     watermarks,
 )
-from app.storage.files import list_names, modification_time_ms, read_text
+from app.storage import facade
+from app.storage.tables import tables_from_config
 from app.stream.batch_gate import BatchGate
+from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles
 from app.stream.commit_outcome import CommitFn
 from app.stream.committer import OffsetCommitter
-from app.stream.ledger import (
-    append_batch_events,
-    append_new_events,
-    ensure_ledger,
-    ensure_sink,
-    read_job_ledger,
-)
+from app.stream.ledger import LedgerWriter
 from app.stream.startup import (
     ENGINE,
-    LedgerFacts,
     StartupPlan,
-    parse_initial_offsets,
-    parse_offset_log,
     plan_checkpoint_resume,
     plan_fresh_start,
     recovery_events,
@@ -215,9 +208,13 @@ class StreamJob:
         self.run_id = run_id or f"run-{utc_now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
         self._events = EventSource(self.scfg.job_name, self.run_id, ENGINE, self.scfg.group_id)
         self.clock = clock
-        self.sink_path = cfg.paths.table(self.scfg.sink_table)
-        self.ledger_path = cfg.paths.table(self.scfg.ledger_table)
+        tables = tables_from_config(cfg)
+        self.sink_path = tables.sink_for(self.scfg.job_name)
+        self.ledger_path = tables.ledger
         self.checkpoint_dir = self.scfg.checkpoint_dir or cfg.paths.under("checkpoints", self.scfg.job_name)
+        self._checkpoint = CheckpointFiles(spark, self.checkpoint_dir)
+        self._ledger = LedgerWriter(spark, self.ledger_path, self.scfg.job_name, self.run_id)
+        self._batch_writer: LedgerWriter | None = None
         self._lock = threading.Lock()
         self._committer: OffsetCommitter | None = None
         self._query_id: str | None = None
@@ -233,38 +230,33 @@ class StreamJob:
         self._stop_signal: int | None = None  # set by request_stop, logged by _await
         self._ledger_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-writer")
 
-    # --- Spark checkpoint ------------------------------------------------------------------------
-    def _offset_log(self) -> dict[int, dict[TopicPartitionKey, int]]:
-        out = {}
-        for batch in self._log_ids("offsets"):
-            text = read_text(self.spark, f"{self.checkpoint_dir}/offsets/{batch}")
-            if text is not None:
-                out[batch] = parse_offset_log(text)
-        return out
-
-    def _log_ids(self, log_name: str) -> list[int]:
-        return sorted(
-            int(n) for n in list_names(self.spark, f"{self.checkpoint_dir}/{log_name}") if n.isdigit()
-        )
-
-    def _app_id(self, table: str) -> str:
-        # Tied to the checkpoint's query id: deleting the checkpoint restarts batch ids at 0, and a
-        # fresh app id keeps Delta from taking those batches for retries of old ones.
+    def _query_scope(self) -> str:
+        # The checkpoint's query id scopes the batches' Delta transaction ids: deleting the
+        # checkpoint restarts batch ids at 0, and a fresh scope keeps Delta from taking those
+        # batches for retries of old ones.
         if self._query_id is None:
-            meta = read_text(self.spark, f"{self.checkpoint_dir}/metadata")
-            self._query_id = json.loads(meta)["id"] if meta else "no-metadata"
-        return f"offset-audit/{self.scfg.job_name}/{self._query_id}/{table}"
+            self._query_id = self._checkpoint.query_id()
+        return self._query_id
+
+    def _batch_ledger(self) -> LedgerWriter:
+        """The ledger writer of micro-batches, scoped by the query (see `_query_scope`)."""
+        if self._batch_writer is None:
+            self._batch_writer = LedgerWriter(
+                self.spark, self.ledger_path, self.scfg.job_name, self.run_id, scope=self._query_scope()
+            )
+        return self._batch_writer
 
     # --- startup ---------------------------------------------------------------------------------
     def _plan(self, consumer: Any, partitions: list[TopicPartitionKey]) -> StartupPlan:
-        offset_log = self._offset_log()
-        commits = self._log_ids("commits")
-        initial = self._initial_offsets()
+        offset_log = self._checkpoint.offset_log()
+        commits = self._checkpoint.log_ids(COMMITS)
+        initial = self._checkpoint.initial_offsets()
         if any(b in offset_log for b in commits):
             return plan_checkpoint_resume(offset_log, commits)
         if offset_log or initial is not None:
             # Nothing committed yet, but Spark's source already fixed where it starts: that wins.
-            previous = self._previous_run_starts() if set(partitions) - set(initial or {}) else {}
+            missing = set(partitions) - set(initial or {})
+            previous = self._ledger.previous_run_starts() if missing and self.audited else {}
             return plan_checkpoint_resume(offset_log, commits, initial or {}, previous)
         timeout = self.cfg.kafka.request_timeout_s
         marks = watermarks(consumer, partitions, timeout)
@@ -285,89 +277,6 @@ class StreamJob:
             reset=self.scfg.reset_strategy,
         )
 
-    def _initial_offsets(self) -> dict[TopicPartitionKey, int] | None:
-        """Where Spark's Kafka source started in this checkpoint (`sources/0/0`), None if not yet."""
-        text = read_text(self.spark, f"{self.checkpoint_dir}/sources/0/0")
-        if text is None:
-            return None
-        try:
-            return parse_initial_offsets(text)
-        except CheckpointFormatError as exc:
-            # The ledger still knows where the previous run started; see plan_checkpoint_resume.
-            log.warning("ignoring %s/sources/0/0: %s", self.checkpoint_dir, exc)
-            return {}
-
-    def _previous_run_starts(self) -> dict[TopicPartitionKey, int]:
-        """The OFFSETS_RESTORED offsets of the job's last run in the ledger (empty if none)."""
-        ledger = read_job_ledger(self.spark, self.ledger_path, self.scfg.job_name)
-        if ledger is None or not self.audited:
-            return {}
-        last = (
-            ledger.where(F.col("event_type") == vocab.EVENT_RUN_STARTED)
-            .orderBy(F.col("event_time").desc(), F.col("run_id").desc())
-            .select("run_id")
-            .first()
-        )
-        if last is None:
-            return {}
-        rows = ledger.where(
-            (F.col("event_type") == vocab.EVENT_OFFSETS_RESTORED)
-            & (F.col("run_id") == last.run_id)
-            & F.col("offset").isNotNull()
-        ).collect()
-        return {(r.topic, int(r.partition)): int(r.offset) for r in rows}
-
-    def _ledger_facts(self) -> LedgerFacts:
-        ledger = read_job_ledger(self.spark, self.ledger_path, self.scfg.job_name)
-        if ledger is None:
-            return LedgerFacts(frozenset(), frozenset(), {}, None)
-        rows = (
-            ledger.where(
-                F.col("event_type").isin(
-                    vocab.EVENT_CHECKPOINT_SNAPSHOT,
-                    vocab.EVENT_CHECKPOINT_COMPLETED,
-                    vocab.EVENT_COMMIT_REQUESTED,
-                    vocab.EVENT_COMMIT_SUCCEEDED,
-                    vocab.EVENT_COMMIT_FAILED,
-                    vocab.EVENT_COMMIT_SKIPPED,
-                    vocab.EVENT_RUN_STARTED,
-                )
-            )
-            .groupBy(
-                "event_type",
-                "run_id",
-                "checkpoint_id",
-                F.get_json_object("detail", f"$.{vocab.DETAIL_ATTEMPT}").alias("attempt"),
-            )
-            .agg(F.max("event_time").alias("t"))
-            .collect()
-        )
-        snapshots = frozenset(
-            r.checkpoint_id for r in rows if r.event_type == vocab.EVENT_CHECKPOINT_SNAPSHOT
-        )
-        completed = frozenset(
-            r.checkpoint_id for r in rows if r.event_type == vocab.EVENT_CHECKPOINT_COMPLETED
-        )
-        requested = {
-            (r.run_id, int(r.attempt)): r.checkpoint_id
-            for r in rows
-            if r.event_type == vocab.EVENT_COMMIT_REQUESTED and r.attempt is not None
-        }
-        answered = {
-            (r.run_id, int(r.attempt))
-            for r in rows
-            if r.event_type
-            in (vocab.EVENT_COMMIT_SUCCEEDED, vocab.EVENT_COMMIT_FAILED, vocab.EVENT_COMMIT_SKIPPED)
-            and r.attempt is not None
-        }
-        starts = sorted((r.t, r.run_id) for r in rows if r.event_type == vocab.EVENT_RUN_STARTED)
-        return LedgerFacts(
-            snapshot_ids=snapshots,
-            completed_ids=completed,
-            open_commit_attempts={k: v for k, v in requested.items() if k not in answered},
-            last_run_id=starts[-1][1] if starts else None,
-        )
-
     # --- per batch -------------------------------------------------------------------------------
     def _complete_finished_batches(self) -> None:
         """Hand every checkpoint that Spark's commit log marks complete to the committer, in order."""
@@ -378,7 +287,7 @@ class StreamJob:
             pending = committer.pending_checkpoint_ids
             if not pending:
                 return
-            done = set(self._log_ids("commits"))
+            done = set(self._checkpoint.log_ids(COMMITS))
             for checkpoint_id in sorted(pending):
                 if checkpoint_id in done:
                     committer.notify_checkpoint_complete(checkpoint_id)
@@ -423,21 +332,19 @@ class StreamJob:
         committer = self._committer
         assert committer is not None  # set before the query starts
         self._complete_finished_batches()
-        text = read_text(self.spark, f"{self.checkpoint_dir}/offsets/{batch_id}")
-        if text is None:
+        offsets = self._checkpoint.offsets_of(batch_id)
+        if offsets is None:
             raise InfrastructureError(f"Spark's offset log has no entry for batch {batch_id}")
         with self._lock:
-            committer.snapshot(batch_id, parse_offset_log(text))
+            committer.snapshot(batch_id, offsets)
         events = committer.drain()
         # The ledger append runs beside the sink append, so its small Delta commit hides behind the
-        # sink's write instead of adding to the batch time (on local storage it is not even a Spark
-        # job: app.stream.ledger writes it with delta-rs).
+        # sink's write instead of adding to the batch time (it is not even a Spark job: the ledger
+        # writer, app.stream.ledger, commits it with delta-rs).
         # Both finish before the batch returns, and both are idempotent per batch id, so a failure of
         # either fails the batch and its retry completes whichever half is missing.
         t_prepared = time.monotonic()
-        ledger_write = self._ledger_pool.submit(
-            append_batch_events, self.spark, self.ledger_path, events, self._app_id("ledger"), batch_id
-        )
+        ledger_write = self._ledger_pool.submit(self._batch_ledger().write, events, batch_id)
         try:
             self._write_sink(batch_df, batch_id)
             t_sink = time.monotonic()
@@ -458,14 +365,9 @@ class StreamJob:
         )
 
     def _write_sink(self, batch_df: DataFrame, batch_id: int) -> None:
-        (
-            to_sink_rows(batch_df, batch_id, self.run_id)
-            .write.format("delta")
-            .mode("append")
-            .option("txnAppId", self._app_id("sink"))
-            .option("txnVersion", batch_id)
-            .save(self.sink_path)
-        )
+        rows = to_sink_rows(batch_df, batch_id, self.run_id)
+        app_id = f"offset-audit/{self.scfg.job_name}/{self._query_scope()}/sink"
+        facade.append_once(self.spark, self.sink_path, SINK_SCHEMA, rows, app_id, batch_id)
 
     def _batch_done(self, batch_id: int) -> None:
         self._batches += 1
@@ -490,8 +392,8 @@ class StreamJob:
 
     # --- run -------------------------------------------------------------------------------------
     def run(self, stop: StopWhen) -> StreamResult:
-        ensure_ledger(self.spark, self.ledger_path)
-        ensure_sink(self.spark, self.sink_path)
+        self._ledger.ensure()
+        facade.ensure(self.spark, self.sink_path, SINK_SCHEMA)
         kconf = librdkafka_conf(self.cfg.kafka, self.bootstrap)
         meta_consumer = committing_consumer(kconf, self.scfg.group_id)
         commit_consumer, commit_fn = open_commit_client(
@@ -537,17 +439,17 @@ class StreamJob:
         now = self.clock()
         recovered: list[LedgerEvent] = []
         if plan.mode == vocab.RESTORE_CHECKPOINT:
-            facts = self._ledger_facts()
-            offset_log, commits = self._offset_log(), self._log_ids("commits")
+            facts = self._ledger.facts()
+            offset_log, commits = self._checkpoint.offset_log(), self._checkpoint.log_ids(COMMITS)
             written_at = {}
             for log_name, batches, known in (
-                ("offsets", offset_log, facts.snapshot_ids),
-                ("commits", commits, facts.completed_ids),
+                (OFFSETS, offset_log, facts.snapshot_ids),
+                (COMMITS, commits, facts.completed_ids),
             ):
                 for batch in set(batches) - known:
-                    ms = modification_time_ms(self.spark, f"{self.checkpoint_dir}/{log_name}/{batch}")
-                    if ms is not None:
-                        written_at[(log_name, batch)] = datetime.fromtimestamp(ms / 1000, UTC)
+                    when = self._checkpoint.written_at(log_name, batch)
+                    if when is not None:
+                        written_at[(log_name, batch)] = when
             recovered = recovery_events(
                 facts,
                 offset_log,
@@ -576,7 +478,7 @@ class StreamJob:
             started,
             *restored_events(plan, self.scfg.job_name, self.run_id, self.scfg.group_id, now),
         ]
-        append_new_events(self.spark, self.ledger_path, events, self.scfg.job_name)
+        self._ledger.write_new(events)
         if recovered:
             log.warning("recovered %d ledger events the previous run had not flushed", len(recovered))
         starts = ", ".join(f"{t}-{p}@{s.offset}({s.source})" for (t, p), s in sorted(plan.starts.items()))
@@ -684,8 +586,8 @@ class StreamJob:
             return True
         # Between its offset log entry and that status the batch is planned all the same; the logs
         # are read only when the status does not tell.
-        planned = self._log_ids("offsets")
-        return bool(planned) and planned[-1] not in self._log_ids("commits")
+        planned = self._checkpoint.log_ids(OFFSETS)
+        return bool(planned) and planned[-1] not in self._checkpoint.log_ids(COMMITS)
 
     @staticmethod
     def _read_up_to(query: StreamingQuery) -> dict[TopicPartitionKey, int]:
@@ -717,7 +619,7 @@ class StreamJob:
                 "failed_commits": committer.failed_commits,
             },
         )
-        append_new_events(self.spark, self.ledger_path, [*committer.drain(), stopped], self.scfg.job_name)
+        self._ledger.write_new([*committer.drain(), stopped])
         result.successful_commits = committer.successful_commits
         result.failed_commits = committer.failed_commits
         log.info(

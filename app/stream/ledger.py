@@ -1,140 +1,205 @@
-"""Delta I/O of the ledger table: create it with its contract, append events idempotently, read it back.
+"""The ledger writer: every write of a job's ledger events, and what a job asks of its ledger at start.
 
-The ledger is append-only (delta.appendOnly) and partitioned by event_date. Appends from a
-micro-batch carry a Delta transaction identifier (app id + version = batch id), so a retried
-batch never appends its events twice; appends outside micro-batches (run start, recovery, stop)
-go through `append_new_events`, which first drops events whose key is already in the table.
+One component, usable wherever ledger events are produced: the reference job (`stream.job`), or a
+listener in someone else's Spark job that has none of this application's queries. It needs only the
+storage settings, the table's location, the job's name and its run id:
 
-A micro-batch's append is written by delta-rs (the `deltalake` package) rather than by Spark, on
-every storage (`storage.backend` decides it): a Spark append of a few rows is a Spark job plus a
-snapshot reconstruction to look up the transaction version, about a second on a small machine,
-and it waits for a task slot behind the sink's own write. delta-rs writes the same Delta protocol
-(the same `txn` action, which Spark's idempotent writes honour too) in milliseconds, without a
-task slot.
+    writer = LedgerWriter(spark, location, job_name, run_id, scope=query_id)
+    writer.ensure()
+    writer.write(events, batch_id)  # a retry of batch_id writes nothing
+
+The ledger is append-only (delta.appendOnly) and partitioned by event_date (its contract's layout,
+`contracts.tables.LEDGER_LAYOUT`). A micro-batch's events are appended in one Delta commit under
+a Delta transaction id (app id + version = batch id), so a retried batch appends nothing; events
+outside micro-batches (run start, recovery, stop) go through `write_new`, which first drops the
+events whose key the ledger already holds.
+
+Every write and read goes through delta-rs on the driver (`storage.facade` picks it for the
+ledger): a Spark append of a few rows is a Spark job plus a snapshot reconstruction, about a second
+on a small machine, waiting for a task slot behind the sink's write; delta-rs writes the same Delta
+protocol (the same `txn` action, which Spark's idempotent writes honour too) in milliseconds.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
 
-from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
-from app.contracts.offsets import LedgerEvent
-from app.contracts.tables import LEDGER_SCHEMA, SINK_SCHEMA
-from app.errors import InfrastructureError
-from app.storage import backend
-from app.storage.files import table_exists
+from app.contracts import vocabulary as vocab
+from app.contracts.offsets import LedgerEvent, TopicPartitionKey
+from app.contracts.tables import LEDGER_SCHEMA
+from app.storage import backend, facade
+from app.stream.startup import LedgerFacts
 
 log = logging.getLogger(__name__)
 
-
-def ensure_ledger(spark: SparkSession, path: str) -> None:
-    (
-        DeltaTable.createIfNotExists(spark)
-        .location(path)
-        .addColumns(LEDGER_SCHEMA)
-        .partitionedBy("event_date")
-        .property("delta.appendOnly", "true")
-        .execute()
-    )
-
-
-def ensure_sink(spark: SparkSession, path: str) -> None:
-    DeltaTable.createIfNotExists(spark).location(path).addColumns(SINK_SCHEMA).execute()
-
-
-def events_frame(spark: SparkSession, events: Sequence[LedgerEvent]) -> DataFrame:
-    rows = [tuple(e.to_row().values()) for e in events]
-    return spark.createDataFrame(rows, LEDGER_SCHEMA)
+# The columns of a stored row its event key is made of (LedgerEvent.event_key's parts).
+KEY_COLUMNS: Final = ("job_name", "run_id", "checkpoint_id", "event_type", "topic", "partition", "detail")
+# The detail fields of the key, in LedgerEvent.event_key's order.
+KEY_DETAILS: Final = (vocab.DETAIL_REASON, vocab.DETAIL_ERROR, vocab.DETAIL_ATTEMPT)
+# The events the start of a run reads from its job's ledger to recover what the last run left.
+FACT_EVENTS: Final = (
+    vocab.EVENT_CHECKPOINT_SNAPSHOT,
+    vocab.EVENT_CHECKPOINT_COMPLETED,
+    vocab.EVENT_COMMIT_REQUESTED,
+    vocab.EVENT_COMMIT_SUCCEEDED,
+    vocab.EVENT_COMMIT_FAILED,
+    vocab.EVENT_COMMIT_SKIPPED,
+    vocab.EVENT_RUN_STARTED,
+)
+_ANSWERS: Final = (vocab.EVENT_COMMIT_SUCCEEDED, vocab.EVENT_COMMIT_FAILED, vocab.EVENT_COMMIT_SKIPPED)
 
 
-def append_batch_events(
-    spark: SparkSession, path: str, events: Sequence[LedgerEvent], app_id: str, batch_id: int
-) -> None:
-    """One Delta commit for a micro-batch's events; a retry of the same batch id writes nothing."""
-    if not events:
-        return
-    # The delta-rs append carries the same transaction identifier Spark's txnAppId/txnVersion writes.
-    import pyarrow as pa
-    from deltalake import CommitProperties, Transaction, write_deltalake
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
-    where = backend.location(spark, path)
-    table = backend.open_table(where)
-    if table is None:
-        raise InfrastructureError(f"no ledger table at {path} to append batch {batch_id} of {app_id} to")
-    with backend.storage_errors(where, "append to"):
-        done = table.transaction_version(app_id)
-        if done is not None and done >= batch_id:
-            log.info("ledger already holds batch %d of %s: retry writes nothing", batch_id, app_id)
-            return
-        schema = pa.schema(table.schema().to_arrow())
-        rows = pa.Table.from_pylist([e.to_row() for e in events], schema=schema)
-        write_deltalake(
-            table,
-            rows,
-            mode="append",
-            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
-        )
+
+def row_key(row: Mapping[str, Any]) -> str:
+    """The identity of a ledger row (LedgerEvent.event_key's parts, every one as text): computed the
+    same way from an event about to be written (its `to_row`) and from a stored row."""
+    detail = json.loads(row["detail"]) if row.get("detail") else {}
+    parts = [_text(row.get(c)) for c in KEY_COLUMNS[:-1]] + [_text(detail.get(d)) for d in KEY_DETAILS]
+    return json.dumps(parts, separators=(",", ":"))
 
 
 def event_key_column() -> Column:
-    """The same identity as LedgerEvent.event_key, computed from stored rows."""
+    """The identity of LedgerEvent.event_key as a Spark column over stored rows (for Spark readers)."""
     detail = F.col("detail")
-    attempt = F.get_json_object(detail, "$.attempt")
     return F.to_json(
         F.array(
-            F.col("job_name"),
-            F.col("run_id"),
-            F.col("checkpoint_id").cast("string"),
-            F.col("event_type"),
-            F.col("topic"),
-            F.col("partition").cast("string"),
-            F.get_json_object(detail, "$.reason"),
-            F.get_json_object(detail, "$.error"),
-            attempt,
+            *[F.col(c).cast("string") for c in KEY_COLUMNS[:-1]],
+            *[F.get_json_object(detail, f"$.{d}") for d in KEY_DETAILS],
         )
     )
 
 
-def _key_of(event: LedgerEvent) -> str:
-    parts = json.loads(event.event_key)
-    as_text = [None if p is None else str(p) for p in parts]
-    return json.dumps(as_text, separators=(",", ":"))
+def ledger_app_id(job_name: str, scope: str) -> str:
+    """The Delta transaction app id of a job's micro-batch appends within ``scope`` (the streaming
+    query's id: batch ids restart at 0 with a new checkpoint, and so does a new app id)."""
+    return f"offset-audit/{job_name}/{scope}/ledger"
 
 
-def append_new_events(spark: SparkSession, path: str, events: Sequence[LedgerEvent], job_name: str) -> int:
-    """Append the events the ledger does not hold yet (by event key); returns how many were new.
+class LedgerWriter:
+    """Writes one run's ledger events and answers the ledger questions of the job's start."""
 
-    Used for the few writes outside micro-batches, where no batch id can make the write idempotent.
-    """
-    if not events:
-        return 0
-    existing: set[str] = set()
-    if table_exists(spark, path):
-        keys = (
-            spark.read.format("delta")
-            .load(path)
-            .where(F.col("job_name") == job_name)
-            .where(F.col("run_id").isin(sorted({e.run_id for e in events})))
-            .select(event_key_column().alias("k"))
-            .collect()
+    def __init__(
+        self,
+        storage: backend.StorageSettings,
+        location: str,
+        job_name: str,
+        run_id: str,
+        scope: str | None = None,
+    ) -> None:
+        self.storage = storage
+        self.location = location
+        self.job_name = job_name
+        self.run_id = run_id
+        self.scope = scope or run_id
+
+    @property
+    def app_id(self) -> str:
+        return ledger_app_id(self.job_name, self.scope)
+
+    def ensure(self) -> None:
+        """Create the ledger with its contract (schema, event_date partitions, append-only) if missing."""
+        facade.ensure(self.storage, self.location, LEDGER_SCHEMA)
+
+    def write(self, events: Sequence[LedgerEvent], batch_id: int) -> bool:
+        """One Delta commit for a micro-batch's events; a retry of the same batch id writes nothing
+        (False). The ledger must exist (`ensure` at the run's start): a missing one is lost storage."""
+        if not events:
+            return False
+        batch = pa.RecordBatch.from_pylist(
+            [e.to_row() for e in events], schema=to_arrow_schema(LEDGER_SCHEMA)
         )
-        existing = {_normalize_key(r.k) for r in keys}
-    fresh = [e for e in events if _key_of(e) not in existing]
-    if fresh:
-        events_frame(spark, fresh).write.format("delta").mode("append").save(path)
-    return len(fresh)
+        written = facade.append_once(
+            self.storage, self.location, LEDGER_SCHEMA, [batch], self.app_id, batch_id, create=False
+        )
+        if not written:
+            log.info("ledger already holds batch %d of %s: retry writes nothing", batch_id, self.app_id)
+        return written
 
+    def write_new(self, events: Sequence[LedgerEvent]) -> int:
+        """Append the events the ledger does not hold yet (by event key); returns how many were new.
 
-def _normalize_key(stored: str) -> str:
-    return json.dumps(json.loads(stored), separators=(",", ":"))
+        For the few writes outside micro-batches, where no batch id can make the write idempotent."""
+        if not events:
+            return 0
+        runs = sorted({e.run_id for e in events})
+        where = (pc.field("job_name") == self.job_name) & pc.field("run_id").isin(runs)
+        stored = facade.rows(self.storage, self.location, where, columns=KEY_COLUMNS)
+        held = {row_key(r) for r in stored.to_pylist()} if stored is not None else set()
+        fresh = [e for e in events if row_key(e.to_row()) not in held]
+        if fresh:
+            facade.append(self.storage, self.location, LEDGER_SCHEMA, [e.to_row() for e in fresh])
+        return len(fresh)
 
+    # --- what a start asks of the job's earlier runs -------------------------------------------
 
-def read_job_ledger(spark: SparkSession, path: str, job_name: str) -> DataFrame | None:
-    if not table_exists(spark, path):
-        return None
-    return spark.read.format("delta").load(path).where(F.col("job_name") == job_name)
+    def _job_rows(self, event_types: Iterable[str], columns: Sequence[str]) -> pa.Table | None:
+        where = (pc.field("job_name") == self.job_name) & pc.field("event_type").isin(list(event_types))
+        return facade.rows(self.storage, self.location, where, columns=["job_name", *columns])
+
+    def facts(self) -> LedgerFacts:
+        """What the ledger says about the job's checkpoints: recorded snapshots and completions,
+        commit attempts never answered, and the last run."""
+        rows = self._job_rows(FACT_EVENTS, ["event_type", "run_id", "checkpoint_id", "event_time", "detail"])
+        if rows is None:
+            return LedgerFacts(frozenset(), frozenset(), {}, None)
+
+        def checkpoints(event_type: str) -> frozenset[int]:
+            ids = rows.filter(pc.field("event_type") == event_type).column("checkpoint_id")
+            return frozenset(int(i) for i in pc.unique(ids).to_pylist() if i is not None)
+
+        commits = rows.filter(pc.field("event_type").isin([vocab.EVENT_COMMIT_REQUESTED, *_ANSWERS]))
+        distinct = commits.group_by(["event_type", "run_id", "checkpoint_id", "detail"]).aggregate([])
+        requested: dict[tuple[str, int], int] = {}
+        answered: set[tuple[str, int]] = set()
+        for r in distinct.to_pylist():
+            attempt = json.loads(r["detail"] or "{}").get(vocab.DETAIL_ATTEMPT)
+            if attempt is None:
+                continue
+            if r["event_type"] == vocab.EVENT_COMMIT_REQUESTED:
+                requested[(r["run_id"], int(attempt))] = r["checkpoint_id"]
+            else:
+                answered.add((r["run_id"], int(attempt)))
+        return LedgerFacts(
+            snapshot_ids=checkpoints(vocab.EVENT_CHECKPOINT_SNAPSHOT),
+            completed_ids=checkpoints(vocab.EVENT_CHECKPOINT_COMPLETED),
+            open_commit_attempts={k: v for k, v in requested.items() if k not in answered},
+            last_run_id=self._last_run(rows),
+        )
+
+    @staticmethod
+    def _last_run(rows: pa.Table) -> str | None:
+        """The run id of the latest RUN_STARTED (by time, then run id) among ``rows``."""
+        starts = rows.filter(pc.field("event_type") == vocab.EVENT_RUN_STARTED)
+        latest = max(
+            ((r["event_time"], r["run_id"]) for r in starts.select(["event_time", "run_id"]).to_pylist()),
+            default=None,
+        )
+        return None if latest is None else str(latest[1])
+
+    def previous_run_starts(self) -> dict[TopicPartitionKey, int]:
+        """The OFFSETS_RESTORED offsets of the job's last run (empty if none)."""
+        types = (vocab.EVENT_RUN_STARTED, vocab.EVENT_OFFSETS_RESTORED)
+        rows = self._job_rows(types, ["event_type", "run_id", "event_time", "topic", "partition", "offset"])
+        if rows is None:
+            return {}
+        last = self._last_run(rows)
+        if last is None:
+            return {}
+        restored = rows.filter(
+            (pc.field("event_type") == vocab.EVENT_OFFSETS_RESTORED)
+            & (pc.field("run_id") == last)
+            & pc.field("offset").is_valid()
+        )
+        return {(r["topic"], int(r["partition"])): int(r["offset"]) for r in restored.to_pylist()}

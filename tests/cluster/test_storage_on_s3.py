@@ -71,7 +71,7 @@ def scenario(root: str, missing_bucket_root: str, out: str) -> None:
     from app.runtime import jvm
     from app.runtime.spark import build_spark_session
     from app.storage import delta_rows
-    from app.stream.ledger import append_batch_events, ensure_ledger
+    from app.stream.ledger import LedgerWriter
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     cfg = load_config("local", overrides=[f"storage.options.{k}={v}" for k, v in STORAGE_OPTIONS.items()])
@@ -113,7 +113,8 @@ def scenario(root: str, missing_bucket_root: str, out: str) -> None:
     # The ledger as the streaming job keeps it: Spark creates it (append-only, partitioned), the
     # micro-batches append through delta-rs, a retried batch writes nothing.
     ledger = f"{root}/ledger"
-    ensure_ledger(spark, ledger)
+    ledger_writer = LedgerWriter(spark, ledger, "orders-job", "run-1", scope="query-1")
+    ledger_writer.ensure()
     writer = EventSource("orders-job", "run-1", ENGINE_SPARK, "orders-group")
     batches = [
         writer.partition_events(
@@ -122,7 +123,7 @@ def scenario(root: str, missing_bucket_root: str, out: str) -> None:
         for i in range(2)
     ]
     for batch_id in (0, 1, 1, 0):
-        append_batch_events(spark, ledger, batches[batch_id], "app-ledger", batch_id)
+        ledger_writer.write(batches[batch_id], batch_id)
     columns = ["run_id", "checkpoint_id", "event_date", "offset"]
     window = rc.AuditWindow(until=T2 + timedelta(days=1), since=None)
     result["ledger_delta_rs"] = plain(

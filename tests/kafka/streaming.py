@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from app.config import AppConfig, load_config
 from app.kafka.clients import kafka_error, plain_conf, retry_kafka
 from app.kafka.commit import watermarks
+from app.storage.tables import tables_from_config
 from app.stream.job import StopWhen
 
 # Helpers ride out what a broker started moments ago answers (NOT_COORDINATOR, a leader being
@@ -88,7 +89,7 @@ def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> di
 
 
 def read(spark: SparkSession, cfg: AppConfig, table: str) -> DataFrame:
-    return spark.read.format("delta").load(cfg.paths.table(table))
+    return spark.read.format("delta").load(tables_from_config(cfg).named(table))
 
 
 def duplicated_sink_coordinates(sink: DataFrame) -> list[tuple[str, int, int, int]]:

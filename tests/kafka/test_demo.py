@@ -209,7 +209,7 @@ def test_clean_run_reports_nothing_at_warn_or_above(
     result = Nightly(spark, cfg, lambda: bootstrap).run()
 
     assert result.failed_step is None
-    findings = spark.read.format("delta").load(cfg.paths.table("findings"))
+    findings = spark.read.format("delta").load(tables_from_config(cfg).findings)
     loud = findings.where(F.col("severity").isin(*WARN_OR_ABOVE)).collect()
     assert loud == []
     assert result.failed_expectations == {}

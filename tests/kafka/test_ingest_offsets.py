@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.cli import main
-from app.config import AppConfig, IngestConfig, KafkaConfig, PathsConfig
+from app.config import AppConfig, IngestConfig, KafkaConfig, PathsConfig, TablesConfig
 from app.demo.local_kafka import free_port
 from app.kafka.clients import plain_conf, retry_kafka
 from app.offsets_topic.decoded import DECODED_SCHEMA, TIMESTAMP_MAX_MS, TIMESTAMP_MIN_MS
@@ -35,8 +35,11 @@ from app.offsets_topic.plan import IngestResult
 from app.offsets_topic.run import ingest_offsets, plan_ingest, write_decoded
 from app.offsets_topic.spark_route import decode_on_executors, table_frame
 from app.offsets_topic.tables import DECODE_ERRORS, GROUP_COMMITS, GROUP_EVENTS, INGEST_POSITIONS
+from app.reconcile.findings import AuditWindow
+from app.reconcile.inputs import read_group_commit_rows
 from app.runtime import jvm
 from app.storage import delta_rows
+from app.storage.tables import tables_from_config
 from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic
 from tests.unit.kafka_bytes import offset_commit_key, offset_commit_value
 
@@ -199,7 +202,7 @@ def ingest_config(base: AppConfig, data_dir: Path, bootstrap: str, groups: list[
 
 
 def table_rows(spark: SparkSession, cfg: AppConfig, name: str) -> list[dict[str, Any]]:
-    df = spark.read.format("delta").load(cfg.paths.table(name))
+    df = spark.read.format("delta").load(tables_from_config(cfg).named(name))
     if "commit_time" in df.columns:
         df = df.withColumn("commit_ms", F.unix_millis("commit_time"))
     return [r.asDict() for r in df.collect()]
@@ -372,7 +375,7 @@ def test_crash_between_data_and_positions_neither_loses_nor_duplicates(
     write_decoded(spark, cfg, scenario.bootstrap, plan)
     before = table_rows(spark, cfg, GROUP_COMMITS)
     assert before
-    assert not DeltaTable.isDeltaTable(spark, cfg.paths.table(INGEST_POSITIONS))
+    assert not DeltaTable.isDeltaTable(spark, tables_from_config(cfg).named(INGEST_POSITIONS))
     # A new commit lands while the job is down; the retry reads the same range and more.
     commit_offsets(scenario.bootstrap, scenario.offset_only, [TopicPartition(scenario.topic, 1, 12)])
     retry = ingest_offsets(spark, cfg, scenario.bootstrap, cfg.ingest.groups, run_id="retry")
@@ -466,7 +469,7 @@ def test_a_commit_time_beyond_timestamp_range_keeps_its_row_with_a_null_time_and
         base, ingest=dataclasses.replace(base.ingest, offsets_topic=topic, decode_on=decode_on)
     )
     result = ingest_offsets(spark, cfg, bootstrap, [group], run_id="odd")
-    dataset = delta_rows.dataset(spark, cfg.paths.table(GROUP_COMMITS))
+    dataset = delta_rows.dataset(spark, tables_from_config(cfg).named(GROUP_COMMITS))
     assert dataset is not None
     rows = sorted(dataset.to_table().to_pylist(), key=lambda r: r["partition"])
 
@@ -520,3 +523,19 @@ def test_cli_unreachable_broker_exits_3(tmp_path: Path, capsys: pytest.CaptureFi
     ])  # fmt: skip
     assert code == 3
     assert "did not answer" in capsys.readouterr().err
+
+
+def test_reconcile_reads_group_commits_where_ingest_writes_them_when_the_table_is_configured(
+    spark: SparkSession, scenario: Scenario, tmp_path: Path
+) -> None:
+    """One key per table: `tables.group_commits` moves the table for ingest-offsets and reconcile alike."""
+    elsewhere = tmp_path / "elsewhere" / "commits"
+    base = ingest_config(scenario.cfg, tmp_path, scenario.bootstrap, scenario.groups)
+    cfg = dataclasses.replace(base, tables=TablesConfig(group_commits=str(elsewhere)))
+    ingest_offsets(spark, cfg, scenario.bootstrap, cfg.ingest.groups, run_id="moved")
+    assert not (tmp_path / "tables" / GROUP_COMMITS).exists()
+    read = read_group_commit_rows(
+        spark, tables_from_config(cfg).group_commits, AuditWindow(until=datetime.now(UTC)), scenario.groups, 7
+    )
+    written = DeltaTable.forPath(spark, str(elsewhere)).toDF().count()
+    assert read.num_rows == written > 0

@@ -21,6 +21,7 @@ from app import cli
 from app.config import AppConfig, KafkaConfig
 from app.kafka.clients import plain_conf, spark_kafka_options
 from app.kafka.gaps import kafka_gap_confirmer
+from app.storage.tables import tables_from_config
 from app.stream.startup import to_sink_rows
 from tests.kafka.streaming import create_topic, group_offsets
 from tests.spark.tables import GROUP, at, checkpoint, commits_df, ev, gc, ledger_df
@@ -73,7 +74,7 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
         .load()
     )
     written = to_sink_rows(source, 1, "run-1")
-    sink_path = cfg.paths.table("sink")
+    sink_path = tables_from_config(cfg).sink
     written.where(~F.col("kafka_offset").between(10, 19)).write.format("delta").save(sink_path)
     second = written.where(F.col("kafka_offset").between(30, 34)).withColumn(
         "_run_id", F.lit("second-writer")
@@ -166,9 +167,7 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     read(spark, cfg, "sink").select("kafka_topic", "kafka_partition", "kafka_offset").write.format(
         "delta"
     ).save(narrow)
-    code = cli.main(
-        ["repair", "--incident", gap_id, "--execute", *common, "--set", f"reconcile.sink_table={narrow}"]
-    )
+    code = cli.main(["repair", "--incident", gap_id, "--execute", *common, "--set", f"tables.sink={narrow}"])
     assert code == 2
     assert "only the plan can be produced" in capsys.readouterr().err
     assert spark.read.format("delta").load(narrow).count() == RECORDS + 5
@@ -176,7 +175,9 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
 
 def versions(cfg: AppConfig) -> tuple[int, int]:
     """The Delta versions of the incidents table and of the sink."""
-    incidents, sink = (DeltaTable(cfg.paths.table(name)).version() for name in ("incidents", "sink"))
+    incidents, sink = (
+        DeltaTable(tables_from_config(cfg).named(name)).version() for name in ("incidents", "sink")
+    )
     return incidents, sink
 
 

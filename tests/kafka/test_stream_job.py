@@ -25,6 +25,7 @@ from app.errors import InfrastructureError
 from app.reconcile.forensics_run import run_forensics
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
+from app.storage.tables import tables_from_config
 from app.stream.job import StreamJob
 from app.stream.ledger import event_key_column
 from app.stream.startup import parse_initial_offsets
@@ -83,7 +84,7 @@ def test_job_writes_sink_once_ledger_per_checkpoint_and_commits_last_checkpoint(
     assert last_offsets == {0: 300, 1: 300, 2: 300}
     assert group_offsets(bootstrap, group, topic, PARTITIONS) == last_offsets
     assert result.failed_commits == 0
-    assert ledger_duplicates(spark, cfg.paths.table("ledger")) == 0
+    assert ledger_duplicates(spark, tables_from_config(cfg).ledger) == 0
 
 
 def test_hard_kill_and_restart_neither_duplicates_nor_loses(
@@ -128,7 +129,7 @@ def test_hard_kill_and_restart_neither_duplicates_nor_loses(
     sink = read(spark, cfg, "sink")
     assert duplicated_sink_coordinates(sink) == []
     assert sink.count() == 6000
-    assert ledger_duplicates(spark, cfg.paths.table("ledger")) == 0
+    assert ledger_duplicates(spark, tables_from_config(cfg).ledger) == 0
 
     ledger = read(spark, cfg, "ledger")
     restored = ledger.where(

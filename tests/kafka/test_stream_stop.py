@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from app.storage.tables import tables_from_config
 from app.stream.job import StopWhen, StreamJob
 from tests.kafka.processes import cli, wait_for
 from tests.kafka.streaming import (
@@ -100,7 +101,7 @@ def test_sigterm_while_a_batch_is_at_work_finishes_it_and_exits_0(
         "stream.startup_mode=earliest",
     ]
     cfg = job_config(tmp_path, bootstrap, topic, group, JOB, *settings[4:])
-    ledger_path, checkpoint = Path(cfg.paths.table("ledger")), tmp_path / "checkpoints" / JOB
+    ledger_path, checkpoint = Path(tables_from_config(cfg).ledger), tmp_path / "checkpoints" / JOB
 
     argv = cli("stream", tmp_path, *settings, args=("--idle-seconds", "300", "--run-id", "run-stopped"))
     code, batch, output = sigterm_while_a_batch_is_at_work(

@@ -17,6 +17,7 @@ from app.errors import ConfigError, KafkaUnavailableError
 from app.kafka.gaps import kafka_gap_confirmer
 from app.reconcile.outputs import AuditRun, confirm_runs, last_window_end
 from app.reconcile.run import run_reconcile
+from app.storage.tables import tables_from_config
 from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
@@ -41,7 +42,11 @@ def a_job_with_a_gap(spark: SparkSession, cfg: AppConfig, *, sink: bool = True) 
 
 
 def tables_written(cfg: AppConfig) -> set[str]:
-    return {p.name for p in Path(cfg.paths.table("x")).parent.iterdir()} - {"ledger", "group_commits", "sink"}
+    return {p.name for p in Path(tables_from_config(cfg).ledger).parent.iterdir()} - {
+        "ledger",
+        "group_commits",
+        "sink",
+    }
 
 
 def test_a_missing_sink_table_exits_2_naming_path_and_key_and_writes_nothing(
@@ -52,7 +57,7 @@ def test_a_missing_sink_table_exits_2_naming_path_and_key_and_writes_nothing(
     missing = tmp_path / "no-such-sink"
     with pytest.raises(ConfigError) as raised:
         reconcile(spark, cfg, "rec-missing")
-    assert raised.value.key == "reconcile.sink_table"
+    assert raised.value.key == "tables.sink"
     assert tables_written(cfg) == set()
 
     code = cli.main(
@@ -78,11 +83,11 @@ def test_a_failed_gap_confirmation_writes_no_finding_and_does_not_move_the_windo
     )
     with pytest.raises(KafkaUnavailableError):
         reconcile(spark, cfg, "rec-down", confirmer=unreachable)
-    assert not Path(cfg.paths.table("findings")).exists()
-    assert not Path(cfg.paths.table("partition_summary")).exists()
+    assert not Path(tables_from_config(cfg).findings).exists()
+    assert not Path(tables_from_config(cfg).partition_summary).exists()
     runs = read(spark, cfg, "audit_runs").collect()
     assert [(r.run_id, r.status) for r in runs] == [("rec-down", "failed")]
-    assert last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) is None
+    assert last_window_end(spark, tables_from_config(cfg).audit_runs, "reconcile", []) is None
 
     # The next run (Kafka back) looks at the same window again and confirms the gap.
     def confirmed(gaps: Any) -> list[dict[str, Any]]:
@@ -101,7 +106,7 @@ def test_a_nightly_step_moves_the_window_only_once_its_night_has_finished(
 ) -> None:
     cfg = config_for(app_config, tmp_path)
     a_job_with_a_gap(spark, cfg)
-    runs = cfg.paths.table("audit_runs")
+    runs = tables_from_config(cfg).audit_runs
     run_reconcile(
         spark,
         cfg,
@@ -119,14 +124,14 @@ def test_a_storage_failure_exits_3_not_1(
     cfg = config_for(app_config, tmp_path)
     a_job_with_a_gap(spark, cfg)
     # A ledger whose transaction log is garbage: the storage layer's own exception, not ours.
-    log = Path(cfg.paths.table("ledger")) / "_delta_log"
+    log = Path(tables_from_config(cfg).ledger) / "_delta_log"
     for f in log.glob("*.json"):
         f.write_text("{not json")
     code = cli.main(["reconcile", "--set", f"paths.data_dir={tmp_path}", "--no-confirm"])
     err = capsys.readouterr().err
     assert code == 3
     assert err.startswith("offset-audit: infrastructure error: ")
-    assert not Path(cfg.paths.table("findings")).exists()
+    assert not Path(tables_from_config(cfg).findings).exists()
 
 
 @pytest.mark.kafka
@@ -156,7 +161,7 @@ def test_a_night_that_fails_after_reconcile_exits_3_and_never_moves_the_window(
     save(sink_df(spark, sink_rows(0, range(50))), cfg, "sink")
     # The restarts table's transaction log is garbage: forensics, the step after reconcile, fails
     # with the storage layer's own exception.
-    restarts_log = Path(cfg.paths.table("restarts")) / "_delta_log"
+    restarts_log = Path(tables_from_config(cfg).restarts) / "_delta_log"
     restarts_log.mkdir(parents=True)
     (restarts_log / "00000000000000000000.json").write_text("{not json")
 
@@ -185,4 +190,4 @@ def test_a_night_that_fails_after_reconcile_exits_3_and_never_moves_the_window(
     # Reconcile finished, but its night did not: its run stays pending and the window stays put.
     runs = read(spark, cfg, "audit_runs").collect()
     assert [(r.run_id, r.command, r.status) for r in runs] == [("night-1", "reconcile", RUN_PENDING)]
-    assert last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) is None
+    assert last_window_end(spark, tables_from_config(cfg).audit_runs, "reconcile", []) is None

@@ -18,6 +18,7 @@ from app.reconcile import ledger_audit as la
 from app.reconcile.forensics_run import run_forensics, timeline
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
+from app.storage.tables import tables_from_config
 from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 
 pytestmark = pytest.mark.spark
@@ -42,9 +43,9 @@ def test_restarts_are_classified_counted_and_linked_to_the_sink(
         ev("OFFSETS_RESTORED", 100, run="run-2", offsets={1: 90}, detail={"source": "group"}),
         ev("OFFSETS_RESTORED", 100, run="run-2", offsets={2: 130}, detail={"source": "latest"}),
     )
-    ledger.write.format("delta").partitionBy("event_date").save(cfg.paths.table("ledger"))
+    ledger.write.format("delta").partitionBy("event_date").save(tables_from_config(cfg).ledger)
     commits_df(spark, gc(12, 0, 100), gc(12, 1, 90), gc(12, 2, 100)).write.format("delta").save(
-        cfg.paths.table("group_commits")
+        tables_from_config(cfg).group_commits
     )
     sink_df(
         spark,
@@ -52,7 +53,7 @@ def test_restarts_are_classified_counted_and_linked_to_the_sink(
         sink_rows(1, range(100)),
         sink_rows(1, range(90, 100), run="run-2", cp=1),  # the replay wrote 90..99 again
         sink_rows(2, range(100)),
-    ).write.format("delta").save(cfg.paths.table("sink"))
+    ).write.format("delta").save(tables_from_config(cfg).sink)
 
     result = run_forensics(spark, cfg, AuditRun(run_id="fx-1", now=at(1000), since=None, until=at(1000)))
     got = {
@@ -73,13 +74,13 @@ def test_restarts_are_classified_counted_and_linked_to_the_sink(
         2: ("skip", "latest", 100, 100, 0, 30, 0),
     }
     # Forensics stores restarts only: RESTART_* findings are reconcile's.
-    assert not (Path(cfg.paths.table("findings")) / "_delta_log").exists()
+    assert not (Path(tables_from_config(cfg).findings) / "_delta_log").exists()
     # Re-running upserts: no duplicate rows in restarts.
     run_forensics(spark, cfg, AuditRun(run_id="fx-2", now=at(1000), since=at(0), until=at(1000)))
-    assert spark.read.format("delta").load(cfg.paths.table("restarts")).count() == 3
+    assert spark.read.format("delta").load(tables_from_config(cfg).restarts).count() == 3
 
     run_reconcile(spark, cfg, AuditRun(run_id="rec-1", now=at(1000), since=None, until=at(1000)))
-    findings = spark.read.format("delta").load(cfg.paths.table("findings"))
+    findings = spark.read.format("delta").load(tables_from_config(cfg).findings)
     assert {
         (r.finding_type, r.severity, r.partition, r.offset_start, r.offset_end)
         for r in findings.collect()

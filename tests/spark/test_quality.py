@@ -78,7 +78,7 @@ def frame(spark: SparkSession, rows: list[dict[str, Any]], schema: StructType) -
 
 
 def save(df: DataFrame, cfg: AppConfig, name: str) -> None:
-    df.write.format("delta").mode("overwrite").save(cfg.paths.table(name))
+    df.write.format("delta").mode("overwrite").save(tables_from_config(cfg).named(name))
 
 
 def ordered_rows(out: pa.Table | DataFrame, *cols: str) -> list[tuple[Any, ...]]:
@@ -203,8 +203,8 @@ def test_a_nights_check_validates_the_ledger_and_commits_of_its_window(
     assert commits.observed["element_count"] == 1  # the commit at 4002 s
     # The window is one predicate, read by either engine: the same rows.
     window = check_io.ledger_window(since - check_io.WINDOW_OVERLAP)
-    read_on_driver = check_io.read_for_check(spark, cfg.paths.table("ledger"), 1000, window)
-    read_on_spark = check_io.read_for_check(spark, cfg.paths.table("ledger"), 0, window)
+    read_on_driver = check_io.read_for_check(spark, tables_from_config(cfg).ledger, 1000, window)
+    read_on_spark = check_io.read_for_check(spark, tables_from_config(cfg).ledger, 0, window)
     assert isinstance(read_on_driver, pa.Table)
     assert isinstance(read_on_spark, DataFrame)
     ledger_key = ("run_id", "checkpoint_id", "event_type", "partition")
@@ -240,8 +240,8 @@ def test_the_commit_check_compares_the_offsets_reconcile_computed(
     save(sink_df(spark, sink_rows(0, range(20)), sink_rows(1, range(8))), cfg, "sink")
     run_reconcile(spark, cfg, AuditRun(run_id="rec-1", now=at(1000), since=None, until=at(1000)))
 
-    summary = spark.read.format("delta").load(cfg.paths.table("partition_summary"))
-    stored = check_io.read_for_check(spark, cfg.paths.table("partition_summary"), max_rows=1000)
+    summary = spark.read.format("delta").load(tables_from_config(cfg).partition_summary)
+    stored = check_io.read_for_check(spark, tables_from_config(cfg).partition_summary, max_rows=1000)
     on_spark = frames.commits_vs_checkpoints(summary, "rec-1")
     on_driver = frames.commits_vs_checkpoints(stored, "rec-1")
 
@@ -258,7 +258,9 @@ def test_the_commit_check_compares_the_offsets_reconcile_computed(
     # The check's offsets are the findings': the partition it sees ahead is the one reconcile
     # reported COMMITTED_AHEAD, and the dashboard's commit lag there is the same difference.
     ahead = (
-        spark.read.format("delta").load(cfg.paths.table("findings")).where("finding_type = 'COMMITTED_AHEAD'")
+        spark.read.format("delta")
+        .load(tables_from_config(cfg).findings)
+        .where("finding_type = 'COMMITTED_AHEAD'")
     )
     assert rows_of(ahead, "partition", "offset_start", "offset_end") == {(1, 8, 9)}
     assert rows_of(summary, "partition", "commit_lag_offsets") == {(0, 0), (1, -1)}

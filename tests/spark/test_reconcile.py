@@ -455,11 +455,11 @@ def save(df: DataFrame, cfg: AppConfig, name: str, mode: str = "overwrite") -> N
     writer = df.write.format("delta").mode(mode)
     if name == "ledger":
         writer = writer.partitionBy("event_date")
-    writer.save(cfg.paths.table(name))
+    writer.save(tables_from_config(cfg).named(name))
 
 
 def read(spark: SparkSession, cfg: AppConfig, name: str) -> DataFrame:
-    return spark.read.format("delta").load(cfg.paths.table(name))
+    return spark.read.format("delta").load(tables_from_config(cfg).named(name))
 
 
 def reconcile(
@@ -523,7 +523,7 @@ def test_full_run_merges_findings_idempotently_and_survives_a_killed_run(
 
     # A run killed after writing its partition_summary but before recording success ...
     orphan = read(spark, cfg, "partition_summary").withColumn("reconcile_run_id", F.lit("rec-killed"))
-    orphan.write.format("delta").mode("append").save(cfg.paths.table("partition_summary"))
+    orphan.write.format("delta").mode("append").save(tables_from_config(cfg).partition_summary)
     # ... and the same inputs reconciled again, this time without confirmation.
     second = reconcile(spark, cfg, "rec-2", since=at(-3600))
     after = read(spark, cfg, "findings")
@@ -570,7 +570,7 @@ def test_incremental_window_starts_from_the_previous_checkpoint(
     assert rows_of(gaps, "offset_start", "offset_end") == {(60, 70)}
     assert nightly.partitions == 1
     # Without --since the next run continues where the last successful one stopped.
-    assert last_window_end(spark, cfg.paths.table("audit_runs"), "reconcile", []) == at(2000)
+    assert last_window_end(spark, tables_from_config(cfg).audit_runs, "reconcile", []) == at(2000)
 
 
 def test_the_driver_input_readers_return_the_rows_spark_reads_for_the_window(

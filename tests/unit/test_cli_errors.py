@@ -27,7 +27,7 @@ pytestmark = pytest.mark.unit
         (Py4JNetworkError("gateway gone"), "infrastructure"),
         (PySparkRuntimeError(errorClass="SESSION_NOT_SAME", messageParameters={}), "infrastructure"),
         (PermissionError("no access to s3a://bucket"), "infrastructure"),
-        (ConfigError("reconcile.sink_table", "no table"), "usage"),
+        (ConfigError("tables.sink", "no table"), "usage"),
         (SchemaMismatchError("sink lacks kafka_offset"), "usage"),
         (KeyError("a bug"), "internal"),
     ],

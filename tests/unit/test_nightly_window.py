@@ -36,7 +36,9 @@ def test_the_check_window_is_the_nights_reconcile_window(app_config: AppConfig, 
         run_row("night-2", at(100), at(200), "pending"),  # failed: its window stays open
         run_row("night-3", at(100), at(300), "pending"),  # so the next one starts at 100 again
     ]
-    delta_rows.append_rows(cast(SparkSession, None), tables_from_config(cfg).runs, AUDIT_RUNS_SCHEMA, runs)
+    delta_rows.append_rows(
+        cast(SparkSession, None), tables_from_config(cfg).audit_runs, AUDIT_RUNS_SCHEMA, runs
+    )
 
     def window(run_id: str) -> Any:
         night = Nightly(cast(SparkSession, None), cfg, lambda: "", run_id=run_id, now=at(1000))

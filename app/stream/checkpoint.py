@@ -1,0 +1,74 @@
+"""Spark's checkpoint files of the streaming query, as the job reads them: the offset log, the
+commit log, where the Kafka source started, the query's id and when an entry was written.
+
+Read through Hadoop's file system (`storage.files`), so a checkpoint on object storage reads the
+same; the parsing of each file's text is `stream.startup`'s (pure functions).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+
+from pyspark.sql import SparkSession
+
+from app.contracts.offsets import TopicPartitionKey
+from app.errors import CheckpointFormatError
+from app.storage.files import list_names, modification_time_ms, read_text
+from app.stream.startup import parse_initial_offsets, parse_offset_log
+
+log = logging.getLogger(__name__)
+
+OFFSETS = "offsets"
+COMMITS = "commits"
+
+
+class CheckpointFiles:
+    """The checkpoint directory of one streaming query."""
+
+    def __init__(self, spark: SparkSession, directory: str) -> None:
+        self.spark = spark
+        self.directory = directory
+
+    def log_ids(self, log_name: str) -> list[int]:
+        """The batch ids of the ``log_name`` log (OFFSETS or COMMITS), ascending."""
+        names = list_names(self.spark, f"{self.directory}/{log_name}")
+        return sorted(int(n) for n in names if n.isdigit())
+
+    def offsets_of(self, batch_id: int) -> dict[TopicPartitionKey, int] | None:
+        """The end offsets Spark planned for ``batch_id``, None when the log has no entry for it."""
+        text = read_text(self.spark, f"{self.directory}/{OFFSETS}/{batch_id}")
+        return None if text is None else parse_offset_log(text)
+
+    def offset_log(self) -> dict[int, dict[TopicPartitionKey, int]]:
+        """Every entry of the offset log by batch id."""
+        out = {}
+        for batch in self.log_ids(OFFSETS):
+            offsets = self.offsets_of(batch)
+            if offsets is not None:
+                out[batch] = offsets
+        return out
+
+    def initial_offsets(self) -> dict[TopicPartitionKey, int] | None:
+        """Where Spark's Kafka source started in this checkpoint (`sources/0/0`), None if not yet;
+        empty when the file cannot be read (the ledger still knows where the previous run started,
+        see `startup.plan_checkpoint_resume`)."""
+        text = read_text(self.spark, f"{self.directory}/sources/0/0")
+        if text is None:
+            return None
+        try:
+            return parse_initial_offsets(text)
+        except CheckpointFormatError as exc:
+            log.warning("ignoring %s/sources/0/0: %s", self.directory, exc)
+            return {}
+
+    def query_id(self) -> str:
+        """The streaming query's id from the checkpoint's metadata ('no-metadata' before Spark wrote it)."""
+        meta = read_text(self.spark, f"{self.directory}/metadata")
+        return str(json.loads(meta)["id"]) if meta else "no-metadata"
+
+    def written_at(self, log_name: str, batch_id: int) -> datetime | None:
+        """When Spark wrote ``batch_id``'s entry of the ``log_name`` log, None if it has none."""
+        ms = modification_time_ms(self.spark, f"{self.directory}/{log_name}/{batch_id}")
+        return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
