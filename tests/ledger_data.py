@@ -14,7 +14,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from app.contracts.offsets import EventSource, LedgerEvent
 from app.contracts.tables import FINDINGS_SCHEMA, GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA
 from app.contracts.vocabulary import ENGINE_FLINK_LEGACY, EVENT_COMMIT_SUCCEEDED
-from app.stream.commit_outcome import CommitResult
+from app.kafka.commit_outcome import CommitResult
 from app.stream.committer import OffsetCommitter
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -36,11 +36,11 @@ from app.contracts.vocabulary import EVENT_RUN_STARTED
 from app.demo.local_kafka import LocalKafka
 from app.errors import InfrastructureError, KafkaUnavailableError
 from app.kafka.clients import kafka_error, plain_conf, retry_kafka
+from app.kafka.commit_outcome import CommitFn, CommitResult
 from app.nightly.run import Nightly, NightlyResult
 from app.runtime import jvm
 from app.storage import facade
 from app.storage.tables import tables_from_config
-from app.stream.commit_outcome import CommitFn, CommitResult
 from app.stream.job import StopWhen, StreamJob, StreamResult
 from app.stream.startup import batch_ids
 

@@ -20,7 +20,7 @@ from app.contracts import vocabulary as vocab
 from app.contracts.offsets import TopicPartitionKey
 from app.errors import KafkaUnavailableError
 from app.kafka.clients import is_retriable, raise_partition_errors, retry_kafka
-from app.stream.commit_outcome import CommitError, CommitFn, CommitResult, commit_error_from_kafka
+from app.kafka.commit_outcome import CommitError, CommitFn, CommitResult, commit_error_from_kafka
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from app.contracts.offsets import (
     offset_semantics_for,
 )
 from app.errors import CommitterStateError, ConfigError
-from app.stream.commit_outcome import CommitError, CommitFailedError, CommitFn, CommitResult
+from app.kafka.commit_outcome import CommitError, CommitFailedError, CommitFn, CommitResult
 
 logger = logging.getLogger(__name__)
 

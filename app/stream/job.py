@@ -50,11 +50,11 @@ from app.kafka.commit import (
     topic_partitions,
     watermarks,
 )
+from app.kafka.commit_outcome import CommitFn
 from app.storage import facade
 from app.storage.tables import tables_from_config
 from app.stream.batch_gate import BatchGate
 from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles
-from app.stream.commit_outcome import CommitFn
 from app.stream.committer import OffsetCommitter
 from app.stream.ledger import LedgerWriter
 from app.stream.startup import (

@@ -41,7 +41,7 @@ from app.contracts.vocabulary import (
 )
 from app.errors import CommitterStateError, ConfigError, UnknownEngineError
 from app.kafka.commit import CommitAnswers, make_commit_fn
-from app.stream.commit_outcome import CommitError, CommitFailedError, CommitResult, commit_error_from_kafka
+from app.kafka.commit_outcome import CommitError, CommitFailedError, CommitResult, commit_error_from_kafka
 from app.stream.committer import MAX_NUM_PENDING_CHECKPOINTS, SUPERSEDED_WARNING, OffsetCommitter
 
 pytestmark = pytest.mark.unit

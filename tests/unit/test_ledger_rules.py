@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 
 from app.contracts import vocabulary as vocab
+from app.kafka.commit_outcome import CommitResult
 from app.reconcile import commit_rules, ledger_rules
 from app.reconcile import findings as rc
 from app.reconcile import ledger_audit as la
-from app.stream.commit_outcome import CommitResult
 from app.stream.committer import OffsetCommitter
 from tests.ledger_data import (
     COVERED_SKIPS_STOP,
