@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -97,6 +97,7 @@ class Job:
     bootstrap: str
     data: Path
     checkpoint: int = 0
+    partitions: int = PARTITIONS
 
     def __post_init__(self) -> None:
         self.source = EventSource(JOB, RUN, "spark", GROUP)
@@ -115,7 +116,7 @@ class Job:
         )
         DeltaTable.create(str(sink), to_arrow_schema(SINK_SCHEMA), mode="ignore")
         now = datetime.now(UTC)
-        offsets = {(TOPIC, p): 0 for p in range(PARTITIONS)}
+        offsets = {(TOPIC, p): 0 for p in range(self.partitions)}
         events = [self.source.event("RUN_STARTED", now, None, {"startup": "earliest"})]
         events += self.source.partition_events("OFFSETS_RESTORED", now, None, offsets, {"source": "earliest"})
         self._append(events, [])
@@ -123,6 +124,17 @@ class Job:
     def run(self, checkpoints: int) -> int:
         """`checkpoints` checkpoints: each committed to Kafka for real, then its ledger events and
         sink rows appended. Returns the offset commit records produced."""
+        events: list[LedgerEvent] = []
+        first = self.checkpoint + 1
+        self.commit(checkpoints, lambda cp, at: events.extend(self.checkpoint_events(cp, at)))
+        self._append(events, self.sink_rows(first, first + checkpoints))
+        return checkpoints * self.partitions
+
+    def commit(self, checkpoints: int, each: Callable[[int, datetime], None]) -> None:
+        """The next `checkpoints` checkpoints committed to the group for real (asynchronously, a
+        bounded number in flight); `each(checkpoint, commit time)` runs after each commit request,
+        where the job writes that checkpoint's ledger events. Raises unless every commit was
+        acknowledged without error."""
         committed = 0
         errors: list[KafkaError] = []
 
@@ -140,19 +152,22 @@ class Job:
                 "on_commit": on_commit,
             }
         )
-        events: list[LedgerEvent] = []
         first = self.checkpoint + 1
         try:
+            # Finds the group coordinator before the first commit: commits sent while it is still
+            # being looked up could reach it after later ones (a committed offset going back).
+            consumer.committed([TopicPartition(TOPIC, 0)], timeout=60)
             for cp in range(first, first + checkpoints):
                 end = cp * PER_CHECKPOINT
                 at = datetime.now(UTC)
                 consumer.commit(
-                    offsets=[TopicPartition(TOPIC, p, end) for p in range(PARTITIONS)], asynchronous=True
+                    offsets=[TopicPartition(TOPIC, p, end) for p in range(self.partitions)],
+                    asynchronous=True,
                 )
                 consumer.poll(0)  # serves commit callbacks
                 while cp - first + 1 - committed > MAX_IN_FLIGHT:
                     consumer.poll(0.1)  # a busy broker times out a deep queue of commit requests
-                events += self._checkpoint_events(cp, end, at)
+                each(cp, at)
             deadline = time.monotonic() + 300
             while committed < checkpoints and time.monotonic() < deadline:
                 consumer.poll(0.5)
@@ -160,13 +175,11 @@ class Job:
             consumer.close()
         if committed < checkpoints or errors:
             raise RuntimeError(f"{committed} of {checkpoints} commits acknowledged; errors: {errors[:3]}")
-        sink = self._sink_rows(first, first + checkpoints)
-        self._append(events, sink)
         self.checkpoint = first + checkpoints - 1
-        return checkpoints * PARTITIONS
 
-    def _checkpoint_events(self, cp: int, end: int, commit_at: datetime) -> list[LedgerEvent]:
-        offsets = {(TOPIC, p): end for p in range(PARTITIONS)}
+    def checkpoint_events(self, cp: int, commit_at: datetime) -> list[LedgerEvent]:
+        """Checkpoint `cp`'s ledger events, its group commit requested at `commit_at`."""
+        offsets = {(TOPIC, p): cp * PER_CHECKPOINT for p in range(self.partitions)}
         ms = timedelta(milliseconds=1)
         attempt = {"attempt": cp}
         return [
@@ -176,13 +189,14 @@ class Job:
             *self.source.partition_events("COMMIT_SUCCEEDED", commit_at + ms, cp, offsets, attempt),
         ]
 
-    def _sink_rows(self, first: int, stop: int) -> pa.Table:
+    def sink_rows(self, first: int, stop: int) -> pa.Table:
+        """The sink rows of checkpoints first .. stop - 1."""
         lo, hi = (first - 1) * PER_CHECKPOINT, (stop - 1) * PER_CHECKPOINT
         offsets = pa.array(range(lo, hi), pa.int64())
         checkpoint = pa.array([o // PER_CHECKPOINT + 1 for o in range(lo, hi)], pa.int64())
         now = datetime.now(UTC)
         parts = []
-        for p in range(PARTITIONS):
+        for p in range(self.partitions):
             n = hi - lo
             parts.append(
                 pa.table(
@@ -213,6 +227,28 @@ class Job:
 
 
 # --- processes -----------------------------------------------------------------------------------
+
+
+def private_broker(work: Path, partitions: int) -> tuple[LocalKafka, str]:
+    """A fresh single-node broker of the bench's own under `work` (dies with this process) and
+    the audited topic on it; the caller stops it. Returns the broker and its bootstrap address."""
+    broker = LocalKafka(
+        work / "kafka",
+        jvm.resolve_classpath("kafka"),
+        offsets_partitions=OFFSETS_PARTITIONS,
+        heap="1g",
+        die_with_parent=True,
+    )
+    shutil.rmtree(broker.data_dir, ignore_errors=True)
+    bootstrap = broker.start().bootstrap_servers
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(120)
+    except BaseException:  # no broker left running when the topic cannot be made
+        broker.stop()
+        raise
+    return broker, bootstrap
 
 
 @dataclass(frozen=True)
@@ -349,19 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work / "data", ignore_errors=True)
     for log_name in ("nightly.log", "floor.log"):
         (work / log_name).unlink(missing_ok=True)
-    broker = LocalKafka(
-        work / "kafka",
-        jvm.resolve_classpath("kafka"),
-        offsets_partitions=OFFSETS_PARTITIONS,
-        heap="1g",
-        die_with_parent=True,
-    )
-    shutil.rmtree(broker.data_dir, ignore_errors=True)
-    bootstrap = broker.start().bootstrap_servers
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    broker, bootstrap = private_broker(work, PARTITIONS)
     try:
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(120)
         job = Job(bootstrap, work / "data")
         job.start()
         job.run(SEED_CHECKPOINTS)
