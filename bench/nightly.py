@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -57,6 +57,11 @@ PER_CHECKPOINT = 10  # records per partition and checkpoint
 SEED_CHECKPOINTS = 40  # 1,200 sink rows: the demo's size
 OFFSETS_PARTITIONS = 5  # the embedded broker's default
 MAX_IN_FLIGHT = 200  # commit requests not yet acknowledged
+COORDINATOR_NOT_READY = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
 # Every table `nightly` reads or writes (validation_results included: `report` reads it).
 TABLES = (
     "ledger",
@@ -154,9 +159,7 @@ class Job:
         )
         first = self.checkpoint + 1
         try:
-            # Finds the group coordinator before the first commit: commits sent while it is still
-            # being looked up could reach it after later ones (a committed offset going back).
-            consumer.committed([TopicPartition(TOPIC, 0)], timeout=60)
+            find_coordinator(consumer)
             for cp in range(first, first + checkpoints):
                 end = cp * PER_CHECKPOINT
                 at = datetime.now(UTC)
@@ -224,6 +227,27 @@ class Job:
         write_deltalake(ledger, rows, mode="append")
         if isinstance(sink, pa.Table) and sink.num_rows:
             write_deltalake(str(self.data / "tables" / "sink"), sink, mode="append")
+
+
+def find_coordinator(consumer: Consumer, timeout_s: float = 120) -> None:
+    """Looks up the group coordinator (an offset fetch) before the first commit: commits sent while
+    it is still being looked up could reach it after later ones (a committed offset going back).
+    Retries retriable errors and the coordinator's own (a new broker creates the offsets topic on
+    the first group request and answers NOT_COORDINATOR until it has loaded it, which librdkafka
+    does not flag retriable)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            consumer.committed([TopicPartition(TOPIC, 0)], timeout=30)
+            return
+        except KafkaException as exc:
+            error = exc.args[0]
+            again = isinstance(error, KafkaError) and (
+                error.retriable() or error.code() in COORDINATOR_NOT_READY
+            )
+            if not again or time.monotonic() > deadline:
+                raise
+            consumer.poll(0.5)  # back-off before the next lookup; serves nothing else
 
 
 # --- processes -----------------------------------------------------------------------------------
