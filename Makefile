@@ -72,5 +72,10 @@ bench: setup
 bench-confirm: setup
 	$(PY) -m bench.confirm --gaps 1000
 
+# A month of one 2-second-trigger job: table files and the nightly's time on days 1, 7 and 30.
+.PHONY: bench-longrun
+bench-longrun: setup
+	$(PY) -m bench.longrun --days 1,7,30 --batches-per-day 200 --repeat 3
+
 clean:
 	rm -rf data build .pytest_cache .mypy_cache .ruff_cache $(STAMPS)
