@@ -27,15 +27,19 @@ The days between measured days (the bulk history) are the same batches, committe
 for real, but the ledger's and the sink's data and commit files are written directly (pyarrow
 Parquet and Delta JSON commits with add actions and statistics, the layout delta-rs writes): the
 same file and log-entry counts, several times faster. One log checkpoint per table ends each bulk
-day (the real writers leave one every 100 commits): fewer checkpoint files than a real table
-holds, the same replay for a reader (the last checkpoint and the commits after it). After the bulk
-history a catch-up nightly (not measured) audits it, so the measured night sees one new day, as
-every real night does; --nightly-every-day runs it after every bulk day instead, so the audit
-tables also get one night's commits per day (slower). A first, unmeasured night right after the
-job's start creates the audit tables, so day 1's night is not the one that creates them.
+day (delta-rs writers leave one every 100 commits, Spark's every 10): fewer checkpoint files than
+a real table holds, the same replay for a reader (the last checkpoint and the commits after it).
+After the bulk history a catch-up nightly (not measured) audits it, so the measured night sees one
+new day, as every real night does; --nightly-every-day runs it after every bulk day instead, so
+the audit tables also get one night's commits per day (slower). A first, unmeasured night right
+after the job's start creates the audit tables, so day 1's night is not the one that creates them.
 
 "A day" is a day's volume, not a day's clock (as in bench.nightly): every event and commit carries
-the real time it was written, so the ledger's days all fall in today's event_date partition.
+the real time it was written (the broker stamps the group commits; the nightly's window ends at
+its real start), so the ledger's days all fall in today's event_date partition. Its file and log
+counts are those of a month, but no day of it is closed, and the ledger read's event_date filter
+(the window's start less `reconcile.baseline_lookback_days`) keeps every row, where a month with
+real dates would be read from a week back.
 """
 
 from __future__ import annotations
