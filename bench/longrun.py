@@ -19,7 +19,7 @@ every simulated day, so every count below scales by 43,200 / --batches-per-day. 
     one log entry;
   - one sink commit of its rows: one data file and one log entry.
 A measured day writes them through the job's own paths: the ledger's micro-batch append
-(app.stream.ledger.append_batch_events, delta-rs, one transaction id per batch, whose post-commit
+(app.stream.ledger.LedgerWriter.write, delta-rs, one transaction id per batch, whose post-commit
 hook leaves a log checkpoint every 100 commits), and a delta-rs append to the sink (the job's
 sink is a Spark append, which may write up to one file per Kafka partition and batch: the sink
 here has as many commits but fewer files than a Spark-written one).
@@ -62,12 +62,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench.nightly import PER_CHECKPOINT, TABLES, Job, Timed, nightly, private_broker, steps_of
+from bench.nightly import JOB, PER_CHECKPOINT, RUN, TABLES, Job, Timed, nightly, private_broker, steps_of
 
 PARTITIONS = 10
 TRIGGER_S = 2
 REAL_BATCHES_PER_DAY = 86_400 // TRIGGER_S
-LEDGER_APP_ID = "bench-longrun-ledger"  # the job's transaction id of its ledger appends
+LEDGER_SCOPE = "bench-longrun"  # the streaming query of the ledger's transaction app id
 # Spark writes statistics of the first 32 columns; min/max only of types whose JSON form is plain.
 STATS_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string)
 
@@ -164,8 +164,13 @@ class Life:
     commit and a sink commit (the module's docstring says through which writers)."""
 
     job: Job
-    spark: Any  # the bench process's SparkSession: the ledger append takes the job's session
     batches: int
+
+    def __post_init__(self) -> None:
+        from app.stream.ledger import LedgerWriter
+
+        # Local tables need no storage settings: the job's ledger writer, without a Spark session.
+        self.writer = LedgerWriter(None, str(self.ledger), JOB, RUN, scope=LEDGER_SCOPE)
 
     @property
     def ledger(self) -> Path:
@@ -176,21 +181,15 @@ class Life:
         return self.job.data / "tables" / "sink"
 
     def start(self) -> None:
-        """The tables as the streaming job creates them, then its RUN_STARTED."""
-        from app.stream.ledger import ensure_ledger, ensure_sink
-
-        ensure_ledger(self.spark, str(self.ledger))
-        ensure_sink(self.spark, str(self.sink))
+        """The ledger as the streaming job creates it, the sink, then the run's RUN_STARTED."""
+        self.writer.ensure()
         self.job.start()
 
     def real_day(self) -> None:
         from deltalake import write_deltalake
 
-        from app.stream.ledger import append_batch_events
-
         def write_batch(cp: int, at: datetime) -> None:
-            events = self.job.checkpoint_events(cp, at)
-            append_batch_events(self.spark, str(self.ledger), events, LEDGER_APP_ID, cp)
+            self.writer.write(self.job.checkpoint_events(cp, at), cp)
             write_deltalake(str(self.sink), self.job.sink_rows(cp, cp + 1), mode="append")
 
         self.job.commit(self.batches, write_batch)
@@ -355,15 +354,10 @@ def measure_night(work: Path, bootstrap: str, day: int, repeat: int) -> list[Tim
 
 
 def run(args: argparse.Namespace, work: Path) -> list[DayFigures]:
-    from app.config import load_config
-    from app.runtime.session import spark_session
-    from bench.nightly import overrides
-
     figures: list[DayFigures] = []
     broker, bootstrap = private_broker(work, args.partitions)
     try:
-        spark = spark_session(load_config("local", overrides(work, bootstrap), environ={}))
-        life = Life(Job(bootstrap, work / "data", partitions=args.partitions), spark, args.batches_per_day)
+        life = Life(Job(bootstrap, work / "data", partitions=args.partitions), args.batches_per_day)
         life.start()
         # The first night creates the audit tables and warms the disk cache: unmeasured, so that
         # day 1's night is a night like any later one (as bench.nightly's seed night).
@@ -399,7 +393,6 @@ def run(args: argparse.Namespace, work: Path) -> list[DayFigures]:
             )
             print_day(figures[-1])
             previous = day
-        spark.stop()
     finally:
         broker.stop()
     return figures
