@@ -63,6 +63,24 @@ class CheckpointFiles:
             log.warning("ignoring %s/sources/0/0: %s", self.directory, exc)
             return {}
 
+    def source_initial_offsets(self) -> dict[TopicPartitionKey, int] | None:
+        """Where every Kafka source of the query started (`sources/<n>/0` of each source, merged),
+        None before any source wrote its file. A query may read several Kafka sources (a union, a
+        join); a source whose file is not Kafka's offsets (another kind of source) is left out."""
+        found: dict[TopicPartitionKey, int] | None = None
+        for source in sorted(
+            int(n) for n in list_names(self.spark, f"{self.directory}/sources") if n.isdigit()
+        ):
+            text = read_text(self.spark, f"{self.directory}/sources/{source}/0")
+            if text is None:
+                continue
+            try:
+                offsets = parse_initial_offsets(text)
+            except CheckpointFormatError:
+                continue  # not a Kafka source: nothing of ours
+            found = {**(found or {}), **offsets}
+        return found
+
     def query_id(self) -> str:
         """The streaming query's id from the checkpoint's metadata ('no-metadata' before Spark wrote it)."""
         meta = read_text(self.spark, f"{self.directory}/metadata")
