@@ -49,7 +49,7 @@ from app.config import StorageConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import AttachError
-from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles
+from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, recover_unrecorded
 from app.stream.ledger import LedgerWriter
 from app.stream.startup import (
     ENGINE,
@@ -57,7 +57,6 @@ from app.stream.startup import (
     PartitionStart,
     StartupPlan,
     plan_checkpoint_resume,
-    recovery_events,
     restored_events,
 )
 
@@ -243,17 +242,25 @@ class Attachment:
 
     def _work(self) -> None:
         try:
-            self._begin()
+            self._step(self._begin)
             while not self._stopping.is_set():
                 self._queue.get()
-                self._sync()
-            self._sync()
-            self._finish()
-        except Exception:  # never raise out of the thread: say it, and count it
-            self.ledger_write_failures += 1
-            log.exception("the ledger writer of %s stopped on an unexpected error", self.writer.job_name)
+                self._step(self._sync)
+            self._step(self._sync)
+            self._step(self._finish)
         finally:
             self._done.set()
+
+    def _step(self, step: Callable[[], None]) -> None:
+        """One step of the writer thread; an error in it (a checkpoint file that could not be read)
+        is counted and logged, and the next wake-up tries again: never raised out of the thread."""
+        try:
+            step()
+        except Exception:
+            self.ledger_write_failures += 1
+            log.exception(
+                "the ledger writer of %s failed; it tries again at the next batch", self.writer.job_name
+            )
 
     def _retry(self, what: str, operation: Callable[[], _T]) -> tuple[bool, _T | None]:
         """Run ``operation``, retried; (False, None) and one failure counted when every try failed."""
@@ -306,19 +313,10 @@ class Attachment:
         # A batch planned but never committed by the dead run is run again by this one: it is ours.
         last_done = max(done, default=-1)
         before = {b: o for b, o in offset_log.items() if b <= last_done}
-        written_at = {}
-        for log_name, batches, known in (
-            (OFFSETS, before, facts.snapshot_ids),
-            (COMMITS, done, facts.completed_ids),
-        ):
-            for batch in set(batches) - known:
-                when = self.checkpoint.written_at(log_name, batch)
-                if when is not None:
-                    written_at[(log_name, batch)] = when
         # No commit attempts are made by an attached run: none can be left open.
         facts = LedgerFacts(facts.snapshot_ids, facts.completed_ids, {}, facts.last_run_id)
-        events = recovery_events(
-            facts, before, done, self.writer.job_name, None, self.writer.run_id, self.clock(), written_at
+        events = recover_unrecorded(
+            self.checkpoint, facts, before, done, self.writer.job_name, None, self.writer.run_id, self.clock()
         )
         if events:
             ok, count = self._retry("recovery", lambda: self.writer.write_new(events))
@@ -372,6 +370,8 @@ class Attachment:
 
     def _sync(self) -> None:
         """Write every batch of this run that the checkpoint marks complete and the ledger lacks."""
+        if self._start is None:
+            self._begin()  # it failed before: it is idempotent, and nothing else can be written first
         self._write_run_start()
         assert self._start is not None
         first = self._start.first_batch
@@ -401,6 +401,8 @@ class Attachment:
     def _finish(self) -> None:
         """At the query's end: a snapshot of the batch it planned but did not complete (the next
         start runs it again), and RUN_STOPPED."""
+        if self._start is None:
+            self._begin()
         assert self._start is not None
         first = self._start.first_batch
         committed = set(self.checkpoint.log_ids(COMMITS))

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
-from app.contracts.offsets import TopicPartitionKey
+from app.contracts.offsets import LedgerEvent, TopicPartitionKey
 from app.errors import CheckpointFormatError
 from app.storage.files import list_names, modification_time_ms, read_text
-from app.stream.startup import parse_initial_offsets, parse_offset_log
+from app.stream.startup import LedgerFacts, parse_initial_offsets, parse_offset_log, recovery_events
 
 log = logging.getLogger(__name__)
 
@@ -90,3 +91,29 @@ class CheckpointFiles:
         """When Spark wrote ``batch_id``'s entry of the ``log_name`` log, None if it has none."""
         ms = modification_time_ms(self.spark, f"{self.directory}/{log_name}/{batch_id}")
         return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def recover_unrecorded(
+    checkpoint: CheckpointFiles,
+    facts: LedgerFacts,
+    offset_log: Mapping[int, Mapping[TopicPartitionKey, int]],
+    committed_batches: Iterable[int],
+    job_name: str,
+    group_id: str | None,
+    new_run_id: str,
+    now: datetime,
+) -> list[LedgerEvent]:
+    """`startup.recovery_events` for the batches of ``offset_log`` and ``committed_batches`` the
+    ledger lacks (``facts``), each stamped with when Spark wrote its checkpoint file: what a start
+    writes first, the reference job's and an attached query's alike."""
+    committed = list(committed_batches)
+    written_at = {}
+    for log_name, batches, known in (
+        (OFFSETS, list(offset_log), facts.snapshot_ids),
+        (COMMITS, committed, facts.completed_ids),
+    ):
+        for batch in set(batches) - known:
+            when = checkpoint.written_at(log_name, batch)
+            if when is not None:
+                written_at[(log_name, batch)] = when
+    return recovery_events(facts, offset_log, committed, job_name, group_id, new_run_id, now, written_at)
