@@ -386,10 +386,14 @@ class Attachment:
                 *self._batch_events(vocab.EVENT_CHECKPOINT_COMPLETED, COMMITS, batch, offsets),
             ]
             ok, _ = self._retry(f"write of batch {batch}", partial(self.writer.write, events, batch))
-            if ok:
-                self._written.add(batch)
-                self.batches_written += 1
-                self._last_batch = max(batch, self._last_batch or 0)
+            if not ok:
+                # In order or not at all: Delta skips a transaction version at or below the latest
+                # one of its app id, so a later batch written first would make this one's retry a
+                # silent no-op. The next wake-up (or the next attach's recovery) tries from here.
+                break
+            self._written.add(batch)
+            self.batches_written += 1
+            self._last_batch = max(batch, self._last_batch or 0)
 
     def _batch_events(
         self, event_type: str, log_name: str, batch: int, offsets: Mapping[TopicPartitionKey, int]

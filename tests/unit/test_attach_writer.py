@@ -55,8 +55,8 @@ class Checkpoint:
 
     directory = "cp"
 
-    def __init__(self) -> None:
-        self.failures_left = 1
+    def __init__(self, failures: int = 1) -> None:
+        self.failures_left = failures
 
     def offset_log(self) -> dict[int, dict[tuple[str, int], int]]:
         if self.failures_left:
@@ -78,11 +78,15 @@ class Checkpoint:
 
 
 class Writer:
+    """Keeps what it was given; skips a batch at or below the latest written one, as Delta's
+    transaction ids do, and fails a batch's first ``failures`` writes."""
+
     job_name, run_id = "payments", "run-1"
 
-    def __init__(self) -> None:
+    def __init__(self, failures: dict[int, int] | None = None) -> None:
         self.batches: dict[int, list[LedgerEvent]] = {}
         self.others: list[LedgerEvent] = []
+        self.failures = failures or {}
 
     def ensure(self) -> None:
         pass
@@ -94,6 +98,11 @@ class Writer:
         return {}
 
     def write(self, events: Sequence[LedgerEvent], batch_id: int) -> bool:
+        if self.failures.get(batch_id, 0) > 0:
+            self.failures[batch_id] -= 1
+            raise OSError("ledger store unavailable")
+        if self.batches and batch_id <= max(self.batches):
+            return False
         self.batches[batch_id] = list(events)
         return True
 
@@ -127,3 +136,18 @@ def test_a_wake_up_never_blocks_the_listener(monkeypatch: pytest.MonkeyPatch) ->
     for _ in range(10):
         audit.wake()  # returns at once although the queue is full
     assert audit._queue.qsize() == 2
+
+
+def test_a_batch_whose_write_failed_is_written_before_any_later_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch 0's write fails every try of one wake-up: batch 1 waits, and the next wake-up writes
+    both in order (written the other way round, Delta would skip batch 0's transaction version)."""
+    monkeypatch.setattr(attach_module, "RETRY_WAIT_S", 0.0)
+    writer = Writer(failures={0: attach_module.RETRY_ATTEMPTS})
+    audit = attachment(writer, Checkpoint(failures=0))  # driven step by step, no thread
+    audit._begin()
+
+    audit._sync()
+    assert writer.batches == {}
+    audit._sync()
+    assert sorted(writer.batches) == [0, 1]
+    assert audit.ledger_write_failures == 1
