@@ -66,6 +66,10 @@ class CheckpointFormatError(OffsetAuditError):
     """A Spark checkpoint file does not look like Spark wrote it."""
 
 
+class AttachError(OffsetAuditError):
+    """A streaming query the audit cannot attach to (its checkpoint cannot be found)."""
+
+
 class CommitterStateError(OffsetAuditError, RuntimeError):
     """The committer was used in a way its state does not allow (closed, or driven twice)."""
 

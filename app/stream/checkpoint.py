@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
-from app.contracts.offsets import TopicPartitionKey
+from app.contracts.offsets import LedgerEvent, TopicPartitionKey
 from app.errors import CheckpointFormatError
 from app.storage.files import list_names, modification_time_ms, read_text
-from app.stream.startup import parse_initial_offsets, parse_offset_log
+from app.stream.startup import LedgerFacts, parse_initial_offsets, parse_offset_log, recovery_events
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,24 @@ class CheckpointFiles:
             log.warning("ignoring %s/sources/0/0: %s", self.directory, exc)
             return {}
 
+    def source_initial_offsets(self) -> dict[TopicPartitionKey, int] | None:
+        """Where every Kafka source of the query started (`sources/<n>/0` of each source, merged),
+        None before any source wrote its file. A query may read several Kafka sources (a union, a
+        join); a source whose file is not Kafka's offsets (another kind of source) is left out."""
+        found: dict[TopicPartitionKey, int] | None = None
+        for source in sorted(
+            int(n) for n in list_names(self.spark, f"{self.directory}/sources") if n.isdigit()
+        ):
+            text = read_text(self.spark, f"{self.directory}/sources/{source}/0")
+            if text is None:
+                continue
+            try:
+                offsets = parse_initial_offsets(text)
+            except CheckpointFormatError:
+                continue  # not a Kafka source: nothing of ours
+            found = {**(found or {}), **offsets}
+        return found
+
     def query_id(self) -> str:
         """The streaming query's id from the checkpoint's metadata ('no-metadata' before Spark wrote it)."""
         meta = read_text(self.spark, f"{self.directory}/metadata")
@@ -72,3 +91,29 @@ class CheckpointFiles:
         """When Spark wrote ``batch_id``'s entry of the ``log_name`` log, None if it has none."""
         ms = modification_time_ms(self.spark, f"{self.directory}/{log_name}/{batch_id}")
         return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def recover_unrecorded(
+    checkpoint: CheckpointFiles,
+    facts: LedgerFacts,
+    offset_log: Mapping[int, Mapping[TopicPartitionKey, int]],
+    committed_batches: Iterable[int],
+    job_name: str,
+    group_id: str | None,
+    new_run_id: str,
+    now: datetime,
+) -> list[LedgerEvent]:
+    """`startup.recovery_events` for the batches of ``offset_log`` and ``committed_batches`` the
+    ledger lacks (``facts``), each stamped with when Spark wrote its checkpoint file: what a start
+    writes first, the reference job's and an attached query's alike."""
+    committed = list(committed_batches)
+    written_at = {}
+    for log_name, batches, known in (
+        (OFFSETS, list(offset_log), facts.snapshot_ids),
+        (COMMITS, committed, facts.completed_ids),
+    ):
+        for batch in set(batches) - known:
+            when = checkpoint.written_at(log_name, batch)
+            if when is not None:
+                written_at[(log_name, batch)] = when
+    return recovery_events(facts, offset_log, committed, job_name, group_id, new_run_id, now, written_at)

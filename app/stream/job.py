@@ -54,7 +54,7 @@ from app.kafka.commit_outcome import CommitFn
 from app.storage import facade
 from app.storage.tables import tables_from_config
 from app.stream.batch_gate import BatchGate
-from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles
+from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, recover_unrecorded
 from app.stream.committer import OffsetCommitter
 from app.stream.ledger import LedgerWriter
 from app.stream.startup import (
@@ -62,7 +62,6 @@ from app.stream.startup import (
     StartupPlan,
     plan_checkpoint_resume,
     plan_fresh_start,
-    recovery_events,
     restored_events,
     to_sink_rows,
 )
@@ -439,26 +438,15 @@ class StreamJob:
         now = self.clock()
         recovered: list[LedgerEvent] = []
         if plan.mode == vocab.RESTORE_CHECKPOINT:
-            facts = self._ledger.facts()
-            offset_log, commits = self._checkpoint.offset_log(), self._checkpoint.log_ids(COMMITS)
-            written_at = {}
-            for log_name, batches, known in (
-                (OFFSETS, offset_log, facts.snapshot_ids),
-                (COMMITS, commits, facts.completed_ids),
-            ):
-                for batch in set(batches) - known:
-                    when = self._checkpoint.written_at(log_name, batch)
-                    if when is not None:
-                        written_at[(log_name, batch)] = when
-            recovered = recovery_events(
-                facts,
-                offset_log,
-                commits,
+            recovered = recover_unrecorded(
+                self._checkpoint,
+                self._ledger.facts(),
+                self._checkpoint.offset_log(),
+                self._checkpoint.log_ids(COMMITS),
                 self.scfg.job_name,
                 self.scfg.group_id,
                 self.run_id,
                 now,
-                written_at,
             )
         started = self._events.event(
             vocab.EVENT_RUN_STARTED,

@@ -200,7 +200,7 @@ def plan_checkpoint_resume(
 
 
 def restored_events(
-    plan: StartupPlan, job_name: str, run_id: str, group_id: str, now: datetime
+    plan: StartupPlan, job_name: str, run_id: str, group_id: str | None, now: datetime
 ) -> list[LedgerEvent]:
     writer = EventSource(job_name, run_id, ENGINE, group_id)
     events: list[LedgerEvent] = []
@@ -231,7 +231,7 @@ def recovery_events(
     offset_log: Mapping[int, Mapping[TopicPartitionKey, int]],
     committed_batches: Iterable[int],
     job_name: str,
-    group_id: str,
+    group_id: str | None,
     new_run_id: str,
     now: datetime,
     written_at: Mapping[tuple[str, int], datetime] | None = None,

@@ -1,0 +1,465 @@
+"""Audit your own streaming query: attach the ledger to it in one line.
+
+    from app.attach import attach
+
+    query = df.writeStream.format("delta").option("checkpointLocation", cp).start(path)
+    audit = attach(query, job_name="payments", ledger="s3a://bucket/audit/ledger")
+    ...
+    query.awaitTermination()
+    audit.close()  # waits until the run's last events are in the ledger
+
+It writes the ledger events the reference job writes (CONTRACTS.md section 4) for every Kafka
+source of the query (subscribe, subscribePattern, assign, several sources in one query):
+RUN_STARTED and OFFSETS_RESTORED once, a CHECKPOINT_SNAPSHOT and a CHECKPOINT_COMPLETED per
+completed batch (the batch id is the checkpoint id), RUN_STOPPED when the query ends. Nothing is
+committed to a consumer group yet.
+
+Spark's progress events only say *when* to look: they are asynchronous and can be lost or late, so
+what is written comes from the query's checkpoint (`offsets/<batch>`: the batch's end offsets;
+`commits/<batch>`: the batch completed). A listener hands a wake-up to one background thread
+through a bounded queue and returns at once; that thread does every read and write, retries a
+failed write and counts what still failed (a warning, and `ledger_write_failures` in RUN_STOPPED).
+Nothing it does raises into Spark or blocks the query.
+
+On attach, the batches the checkpoint holds that the job's ledger lacks (a run that died before
+flushing them) are written first, as the reference job's start does (`stream.startup`).
+
+Importing this module starts nothing; `attach` needs an active SparkSession (the query's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any, Final, TypeVar
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.sql.streaming.query import StreamingQuery
+
+from app import __version__
+from app.config import StorageConfig
+from app.contracts import vocabulary as vocab
+from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
+from app.errors import AttachError
+from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, recover_unrecorded
+from app.stream.ledger import LedgerWriter
+from app.stream.startup import (
+    ENGINE,
+    LedgerFacts,
+    PartitionStart,
+    StartupPlan,
+    plan_checkpoint_resume,
+    restored_events,
+)
+
+__all__ = ["Attachment", "attach", "checkpoint_root"]
+
+log = logging.getLogger(__name__)
+
+# Wake-ups waiting for the writer thread; one pending wake-up covers any number of batches, so a
+# full queue only drops wake-ups that would find nothing new.
+QUEUE_SIZE: Final = 16
+# A failed ledger operation is tried this often in all, waiting RETRY_WAIT_S, then twice that, ...
+RETRY_ATTEMPTS: Final = 3
+RETRY_WAIT_S: Final = 1.0
+# How long `Attachment.close` waits for the run's last events by default.
+CLOSE_TIMEOUT_S: Final = 120.0
+
+_WAKE: Final = "wake"
+_T = TypeVar("_T")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def checkpoint_root(query: StreamingQuery) -> str:
+    """The checkpoint directory Spark resolved for ``query`` (its `checkpointLocation`).
+
+    PySpark has no public accessor: this reads the JVM query's `resolvedCheckpointRoot`, the one
+    place that depends on Spark's internals, so a Spark that changes it fails here, by name."""
+    try:
+        return str(query._jsq.streamingQuery().resolvedCheckpointRoot())
+    except Exception as exc:  # py4j raises its own errors for a missing method or attribute
+        raise AttachError(
+            "cannot read the query's checkpoint location (StreamingQuery.resolvedCheckpointRoot): "
+            f"this Spark version does not expose it as expected ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """Where the attached run starts: its first batch id and the startup plan, once known."""
+
+    first_batch: int
+    plan: StartupPlan | None
+
+
+def run_start(
+    offset_log: Mapping[int, Mapping[TopicPartitionKey, int]],
+    committed: list[int],
+    reported: list[int],
+    initial: Mapping[TopicPartitionKey, int] | None,
+    previous_starts: Mapping[TopicPartitionKey, int],
+) -> RunStart:
+    """The run's first batch and its start, from the checkpoint as the run found it.
+
+    ``reported`` are the batch ids the query already reported (an attach a moment after `start()`
+    can come after the first batches): the run began at the first of them. Otherwise it begins
+    after the last committed batch. With a committed batch before it, the run starts where that
+    batch ended (`plan_checkpoint_resume`); with none, where its Kafka sources started
+    (``initial``, `sources/<n>/0`), which Spark writes before the first batch: until then the plan
+    is unknown (None)."""
+    first = min(reported) if reported else max(committed, default=-1) + 1
+    before = {b: o for b, o in offset_log.items() if b < first}
+    done = [b for b in committed if b < first]
+    if any(b in before for b in done):
+        return RunStart(first, plan_checkpoint_resume(before, done))
+    if initial is None:
+        return RunStart(first, None)
+    if before or previous_starts:
+        # A run that died before its first commit: Spark starts again where its sources started.
+        return RunStart(first, plan_checkpoint_resume(before, done, initial, previous_starts))
+    starts = {tp: PartitionStart(o, vocab.RESTORE_SPECIFIC) for tp, o in initial.items()}
+    note = "a new checkpoint: where Spark's Kafka sources resolved their startingOffsets"
+    return RunStart(first, StartupPlan(mode=vocab.RESTORE_SPECIFIC, starts=starts, notes=(note,)))
+
+
+class _Listener(StreamingQueryListener):
+    """Forwards one query's progress and termination to its Attachment; never raises into Spark."""
+
+    def __init__(self, attachment: Attachment) -> None:
+        self._attachment = attachment
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        try:
+            if str(event.progress.id) == self._attachment.query_id:
+                self._attachment.wake()
+        except Exception:  # a listener error must never reach Spark's listener bus
+            log.exception("progress handling failed")
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        try:
+            if str(event.id) == self._attachment.query_id:
+                failure = event.exception
+                self._attachment.stop(f"query failed: {failure}" if failure else "query terminated")
+        except Exception:
+            log.exception("termination handling failed")
+
+
+class Attachment:
+    """The audit attached to one streaming query: a listener and the thread that writes its ledger.
+
+    Made by `attach`. `close()` after the query ended waits until RUN_STOPPED is written;
+    `ledger_write_failures` counts the ledger operations that failed after their retries."""
+
+    def __init__(
+        self,
+        query: StreamingQuery,
+        spark: SparkSession,
+        writer: LedgerWriter,
+        checkpoint: CheckpointFiles,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.query = query
+        self.query_id = str(query.id)
+        self.spark = spark
+        self.writer = writer
+        self.checkpoint = checkpoint
+        self.clock = clock
+        self.started_at = clock()
+        self.ledger_write_failures = 0
+        self.recovered_events = 0
+        self.batches_written = 0
+        self._events = EventSource(writer.job_name, writer.run_id, ENGINE, None)
+        self._queue: queue.Queue[str] = queue.Queue(maxsize=QUEUE_SIZE)
+        self._stop_reason: str | None = None
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self._start: RunStart | None = None
+        self._run_started = False
+        self._written: set[int] = set()  # this run's batches whose events are in the ledger
+        self._last_batch: int | None = None
+        self._listener = _Listener(self)
+        self._thread = threading.Thread(target=self._work, name=f"ledger-{writer.job_name}", daemon=True)
+
+    # --- the listener's side (Spark's listener thread): hand over and return --------------------
+
+    def wake(self) -> None:
+        """A batch may have completed: have the writer thread look at the checkpoint."""
+        # A full queue: a wake-up is already waiting, and it reads the whole checkpoint.
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(_WAKE)
+
+    def stop(self, reason: str) -> None:
+        """The query ended: write what is left and RUN_STOPPED (the first reason given wins)."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        self._stopping.set()
+        self.wake()
+
+    # --- the user's side ------------------------------------------------------------------------
+
+    def start(self) -> Attachment:
+        self.spark.streams.addListener(self._listener)
+        self._thread.start()
+        if not self.query.isActive:  # ended before the listener was there to hear it
+            self.stop(self._ended_reason())
+        return self
+
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> bool:
+        """Once the query has ended, wait until the run's last events and RUN_STOPPED are written
+        (True), at most ``timeout`` seconds (False). Removes the listener."""
+        if not self.query.isActive:
+            # Spark's termination event is asynchronous: the query's own state is enough.
+            self.stop(self._ended_reason())
+        finished = self._done.wait(timeout)
+        if finished:
+            self.spark.streams.removeListener(self._listener)
+        else:
+            log.warning("the ledger writer of %s did not finish in %.0fs", self.writer.job_name, timeout)
+        return finished
+
+    def _ended_reason(self) -> str:
+        failure = self.query.exception()
+        return f"query failed: {failure}" if failure is not None else "query terminated"
+
+    # --- the writer thread ------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        try:
+            self._step(self._begin)
+            while not self._stopping.is_set():
+                self._queue.get()
+                self._step(self._sync)
+            self._step(self._sync)
+            self._step(self._finish)
+        finally:
+            self._done.set()
+
+    def _step(self, step: Callable[[], None]) -> None:
+        """One step of the writer thread; an error in it (a checkpoint file that could not be read)
+        is counted and logged, and the next wake-up tries again: never raised out of the thread."""
+        try:
+            step()
+        except Exception:
+            self.ledger_write_failures += 1
+            log.exception(
+                "the ledger writer of %s failed; it tries again at the next batch", self.writer.job_name
+            )
+
+    def _retry(self, what: str, operation: Callable[[], _T]) -> tuple[bool, _T | None]:
+        """Run ``operation``, retried; (False, None) and one failure counted when every try failed."""
+        wait = RETRY_WAIT_S
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                return True, operation()
+            except Exception as exc:
+                if attempt == RETRY_ATTEMPTS:
+                    self.ledger_write_failures += 1
+                    log.warning(
+                        "ledger %s of job %s failed %d times (%s: %s); the next attach recovers it "
+                        "from the checkpoint",
+                        what,
+                        self.writer.job_name,
+                        attempt,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    return False, None
+                time.sleep(wait)  # a back-off between tries, not a synchronisation
+                wait *= 2
+        return False, None
+
+    def _begin(self) -> None:
+        """The run's start: the ledger, what a dead run left unwritten, and where this run starts."""
+        self._retry("creation", self.writer.ensure)
+        ok, facts = self._retry("read", self.writer.facts)
+        _, previous = self._retry("read", self.writer.previous_run_starts)
+        offset_log = self.checkpoint.offset_log()
+        committed = self.checkpoint.log_ids(COMMITS)
+        reported = [int(p.batchId) for p in self.query.recentProgress]
+        self._start = run_start(
+            offset_log, committed, reported, self.checkpoint.source_initial_offsets(), previous or {}
+        )
+        if ok and facts is not None:
+            self._recover(facts, offset_log, committed)
+        self._write_run_start()
+
+    def _recover(
+        self,
+        facts: LedgerFacts,
+        offset_log: Mapping[int, Mapping[TopicPartitionKey, int]],
+        committed: list[int],
+    ) -> None:
+        """Events of the batches before this run that the ledger lacks, as the reference job's start."""
+        assert self._start is not None
+        first = self._start.first_batch
+        done = [b for b in committed if b < first]
+        # A batch planned but never committed by the dead run is run again by this one: it is ours.
+        last_done = max(done, default=-1)
+        before = {b: o for b, o in offset_log.items() if b <= last_done}
+        # No commit attempts are made by an attached run: none can be left open.
+        facts = LedgerFacts(facts.snapshot_ids, facts.completed_ids, {}, facts.last_run_id)
+        events = recover_unrecorded(
+            self.checkpoint, facts, before, done, self.writer.job_name, None, self.writer.run_id, self.clock()
+        )
+        if events:
+            ok, count = self._retry("recovery", lambda: self.writer.write_new(events))
+            if ok and count:
+                self.recovered_events = count
+                log.warning(
+                    "recovered %d ledger events of job %s from its checkpoint", count, self.writer.job_name
+                )
+
+    def _write_run_start(self) -> None:
+        """RUN_STARTED and OFFSETS_RESTORED, once the run's start is known (see `run_start`)."""
+        if self._run_started or self._start is None:
+            return
+        plan = self._start.plan
+        if plan is None:
+            plan = self._resolve_plan()
+            if plan is None:
+                return
+        started = self._events.event(
+            vocab.EVENT_RUN_STARTED,
+            self.started_at,
+            plan.restored_checkpoint_id,
+            {
+                "startup_mode": plan.mode,
+                "restored_checkpoint_id": plan.restored_checkpoint_id,
+                "app_version": __version__,
+                "attached": True,
+                "query_id": self.query_id,
+                "checkpoint": self.checkpoint.directory,
+                "notes": list(plan.notes),
+            },
+        )
+        restored = restored_events(plan, self.writer.job_name, self.writer.run_id, None, self.started_at)
+        events = [started, *restored]
+        self._retry("run start", lambda: self.writer.write_new(events))
+        # Written or counted as failed: either way it is not tried again with every batch.
+        self._run_started = True
+
+    def _resolve_plan(self) -> StartupPlan | None:
+        """A run without a committed batch before it starts where its sources started, which Spark
+        records before its first batch; a batch committed without that file starts nowhere known."""
+        assert self._start is not None
+        initial = self.checkpoint.source_initial_offsets()
+        if initial is None and not any(
+            b >= self._start.first_batch for b in self.checkpoint.log_ids(COMMITS)
+        ):
+            return None
+        start = run_start({}, [], [], initial or {}, {})
+        self._start = RunStart(self._start.first_batch, start.plan)
+        return start.plan
+
+    def _sync(self) -> None:
+        """Write every batch of this run that the checkpoint marks complete and the ledger lacks."""
+        if self._start is None:
+            self._begin()  # it failed before: it is idempotent, and nothing else can be written first
+        self._write_run_start()
+        assert self._start is not None
+        first = self._start.first_batch
+        for batch in self.checkpoint.log_ids(COMMITS):
+            if batch < first or batch in self._written:
+                continue
+            offsets = self.checkpoint.offsets_of(batch)
+            if offsets is None:
+                continue  # Spark writes offsets/<n> before commits/<n>; a missing one was cleaned up
+            events = [
+                *self._batch_events(vocab.EVENT_CHECKPOINT_SNAPSHOT, OFFSETS, batch, offsets),
+                *self._batch_events(vocab.EVENT_CHECKPOINT_COMPLETED, COMMITS, batch, offsets),
+            ]
+            ok, _ = self._retry(f"write of batch {batch}", partial(self.writer.write, events, batch))
+            if not ok:
+                # In order or not at all: Delta skips a transaction version at or below the latest
+                # one of its app id, so a later batch written first would make this one's retry a
+                # silent no-op. The next wake-up (or the next attach's recovery) tries from here.
+                break
+            self._written.add(batch)
+            self.batches_written += 1
+            self._last_batch = max(batch, self._last_batch or 0)
+
+    def _batch_events(
+        self, event_type: str, log_name: str, batch: int, offsets: Mapping[TopicPartitionKey, int]
+    ) -> list[LedgerEvent]:
+        # Stamped when Spark wrote the checkpoint file, not when the late listener got to it.
+        when = self.checkpoint.written_at(log_name, batch) or self.clock()
+        return self._events.partition_events(event_type, when, batch, dict(offsets), {})
+
+    def _finish(self) -> None:
+        """At the query's end: a snapshot of the batch it planned but did not complete (the next
+        start runs it again), and RUN_STOPPED."""
+        if self._start is None:
+            self._begin()
+        assert self._start is not None
+        first = self._start.first_batch
+        committed = set(self.checkpoint.log_ids(COMMITS))
+        planned = [b for b in self.checkpoint.log_ids(OFFSETS) if b >= first and b not in committed]
+        events: list[LedgerEvent] = []
+        for batch in planned:
+            offsets = self.checkpoint.offsets_of(batch)
+            if offsets is not None:
+                events += self._batch_events(vocab.EVENT_CHECKPOINT_SNAPSHOT, OFFSETS, batch, offsets)
+        stopped = self._events.event(
+            vocab.EVENT_RUN_STOPPED,
+            self.clock(),
+            self._last_batch,
+            {
+                vocab.DETAIL_REASON: self._stop_reason or "query terminated",
+                "batches": self.batches_written,
+                "recovered_events": self.recovered_events,
+                # Counted before this write: a failure of RUN_STOPPED itself is only in the log.
+                "ledger_write_failures": self.ledger_write_failures,
+            },
+        )
+        self._retry("run stop", lambda: self.writer.write_new([*events, stopped]))
+        log.info(
+            "run %s of job %s stopped: %d batches written, %d ledger write failures",
+            self.writer.run_id,
+            self.writer.job_name,
+            self.batches_written,
+            self.ledger_write_failures,
+        )
+
+
+def attach(
+    query: StreamingQuery,
+    *,
+    job_name: str,
+    ledger: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> Attachment:
+    """Audit ``query``: write its ledger events to the Delta table at ``ledger`` as job ``job_name``.
+
+    Call it right after `start()`. ``storage_options`` are Hadoop filesystem properties (`fs.*`,
+    e.g. `fs.s3a.endpoint`) for the ledger's object store; without them the active session's Hadoop
+    configuration is used. Returns the `Attachment`: call its `close()` once the query has ended.
+    Raises AttachError when the query's checkpoint cannot be found; never fails the query later.
+    """
+    if not job_name:
+        raise AttachError("attach: job_name must name the job")
+    if not ledger:
+        raise AttachError("attach: ledger must name the ledger table's location")
+    spark = SparkSession.active()
+    checkpoint = CheckpointFiles(spark, checkpoint_root(query))
+    storage = StorageConfig(options=dict(storage_options)) if storage_options else spark
+    # The run is Spark's run of the query; the query's id scopes the batches' Delta transaction ids
+    # (a new checkpoint restarts batch ids at 0 under a new query id).
+    writer = LedgerWriter(storage, ledger, job_name, str(query.runId), scope=str(query.id))
+    return Attachment(query, spark, writer, checkpoint).start()

@@ -1,0 +1,153 @@
+"""The attached query's writer thread (`app.attach.Attachment`) with stand-ins for the query, the
+session, the checkpoint files and the ledger writer: pure control flow, no JVM."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+
+import app.attach as attach_module
+from app.attach import Attachment
+from app.contracts.offsets import LedgerEvent
+from app.stream.checkpoint import CheckpointFiles
+from app.stream.ledger import LedgerWriter
+from app.stream.startup import LedgerFacts
+
+pytestmark = pytest.mark.unit
+
+TP = ("payments", 0)
+
+
+@dataclass
+class Progress:
+    batchId: int  # noqa: N815 - Spark's name
+
+
+@dataclass
+class Query:
+    id: str = "query-1"
+    runId: str = "run-1"  # noqa: N815 - Spark's name
+    isActive: bool = False  # noqa: N815
+    # This run reported both batches before the attach: they are its own, not a dead run's.
+    recentProgress: list[Any] = field(default_factory=lambda: [Progress(0), Progress(1)])  # noqa: N815
+
+    def exception(self) -> None:
+        return None
+
+
+class Streams:
+    def addListener(self, listener: object) -> None:  # noqa: N802
+        pass
+
+    def removeListener(self, listener: object) -> None:  # noqa: N802
+        pass
+
+
+class Spark:
+    streams = Streams()
+
+
+class Checkpoint:
+    """Two committed batches; the first read of the offset log fails, as a flaky store would."""
+
+    directory = "cp"
+
+    def __init__(self, failures: int = 1) -> None:
+        self.failures_left = failures
+
+    def offset_log(self) -> dict[int, dict[tuple[str, int], int]]:
+        if self.failures_left:
+            self.failures_left -= 1
+            raise OSError("checkpoint store unavailable")
+        return {0: {TP: 10}, 1: {TP: 20}}
+
+    def log_ids(self, log_name: str) -> list[int]:
+        return [0, 1]
+
+    def offsets_of(self, batch: int) -> dict[tuple[str, int], int]:
+        return self.offset_log()[batch]
+
+    def source_initial_offsets(self) -> dict[tuple[str, int], int]:
+        return {TP: 0}
+
+    def written_at(self, log_name: str, batch: int) -> None:
+        return None
+
+
+class Writer:
+    """Keeps what it was given; skips a batch at or below the latest written one, as Delta's
+    transaction ids do, and fails a batch's first ``failures`` writes."""
+
+    job_name, run_id = "payments", "run-1"
+
+    def __init__(self, failures: dict[int, int] | None = None) -> None:
+        self.batches: dict[int, list[LedgerEvent]] = {}
+        self.others: list[LedgerEvent] = []
+        self.failures = failures or {}
+
+    def ensure(self) -> None:
+        pass
+
+    def facts(self) -> LedgerFacts:
+        return LedgerFacts(frozenset(), frozenset(), {}, None)
+
+    def previous_run_starts(self) -> dict[tuple[str, int], int]:
+        return {}
+
+    def write(self, events: Sequence[LedgerEvent], batch_id: int) -> bool:
+        if self.failures.get(batch_id, 0) > 0:
+            self.failures[batch_id] -= 1
+            raise OSError("ledger store unavailable")
+        if self.batches and batch_id <= max(self.batches):
+            return False
+        self.batches[batch_id] = list(events)
+        return True
+
+    def write_new(self, events: Sequence[LedgerEvent]) -> int:
+        self.others += events
+        return len(events)
+
+
+def attachment(writer: Writer, checkpoint: Checkpoint) -> Attachment:
+    return Attachment(
+        cast(Any, Query()), cast(Any, Spark()), cast(LedgerWriter, writer), cast(CheckpointFiles, checkpoint)
+    )
+
+
+def test_a_failed_checkpoint_read_is_counted_and_the_run_still_written() -> None:
+    writer, checkpoint = Writer(), Checkpoint()
+    audit = attachment(writer, checkpoint).start()  # the query has ended: the thread runs to its end
+
+    assert audit.close(timeout=30)
+    assert audit.ledger_write_failures == 1
+    assert sorted(writer.batches) == [0, 1]
+    kinds = [e.event_type for e in writer.batches[1]]
+    assert kinds == ["CHECKPOINT_SNAPSHOT", "CHECKPOINT_COMPLETED"]
+    [stopped] = [e for e in writer.others if e.event_type == "RUN_STOPPED"]
+    assert stopped.detail["ledger_write_failures"] == 1
+
+
+def test_a_wake_up_never_blocks_the_listener(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attach_module, "QUEUE_SIZE", 2)
+    audit = attachment(Writer(), Checkpoint())  # not started: nobody drains the queue
+    for _ in range(10):
+        audit.wake()  # returns at once although the queue is full
+    assert audit._queue.qsize() == 2
+
+
+def test_a_batch_whose_write_failed_is_written_before_any_later_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch 0's write fails every try of one wake-up: batch 1 waits, and the next wake-up writes
+    both in order (written the other way round, Delta would skip batch 0's transaction version)."""
+    monkeypatch.setattr(attach_module, "RETRY_WAIT_S", 0.0)
+    writer = Writer(failures={0: attach_module.RETRY_ATTEMPTS})
+    audit = attachment(writer, Checkpoint(failures=0))  # driven step by step, no thread
+    audit._begin()
+
+    audit._sync()
+    assert writer.batches == {}
+    audit._sync()
+    assert sorted(writer.batches) == [0, 1]
+    assert audit.ledger_write_failures == 1
