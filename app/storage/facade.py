@@ -6,9 +6,12 @@ and the operations every module uses, whichever engine runs them: locate (`stora
 Two engines write the same Delta protocol. Spark writes a DataFrame where the rows scale with the
 data (the sink, the decoded `__consumer_offsets` of the Spark route); delta-rs (through
 `delta_rows`) writes Arrow rows from the driver, in milliseconds and without a task slot, where
-they are few (the ledger, positions and every audit table). An operation takes its rows in the
-form of the engine `engine_for` names, and checks that it got that form: a module never picks a
-Delta writer of its own. Only this package imports `deltalake` or calls Spark's Delta reader or writer
+they are few (the ledger, positions and every audit table). An operation runs the engine whose
+form its rows come in (a DataFrame: Spark; Arrow batches or dicts: delta-rs); nothing here checks
+that form against `engine_for` yet. Ingest asks `engine_for` for the decoded tables; the other
+writers build the form it names for their table, except snapshot mode, which appends its few Admin
+API rows to group_commits through Spark whatever the route. A module never picks a Delta writer of
+its own. Only this package imports `deltalake` or calls Spark's Delta reader or writer
 (`tests/unit/test_storage_facade.py`).
 """
 
