@@ -344,7 +344,7 @@ class Attachment:
                 "restored_checkpoint_id": plan.restored_checkpoint_id,
                 "app_version": __version__,
                 "attached": True,
-                "query_id": self.query_id,
+                vocab.DETAIL_QUERY_ID: self.query_id,
                 "checkpoint": self.checkpoint.directory,
                 "notes": list(plan.notes),
             },
