@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from app import cli
+from app import audit, cli
 
 pytestmark = pytest.mark.spark
 
@@ -204,3 +204,18 @@ def test_an_unwritable_ledger_exits_3(
 
     assert import_(blocker / "ledger", cp.root, tmp_path) == 3
     assert "infrastructure error" in capsys.readouterr().err
+
+
+def test_the_public_api_imports_a_checkpoint_from_the_active_session(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    cp = Checkpoint(tmp_path / "cp", initial={0: 0})
+    cp.plan(0, {0: 10})
+    cp.commit(0)
+    ledger = tmp_path / "ledger"
+
+    result = audit.import_checkpoint(f"{cp.root}/", job_name="payments", ledger=str(ledger))
+
+    assert (result.run_id, result.batches_imported, result.run_start_written) == (cp.query_id, 1, True)
+    assert offsets_of(ledger, "CHECKPOINT_COMPLETED") == {0: {0: 10}}
+    assert audit.import_checkpoint(str(cp.root), job_name="payments", ledger=str(ledger)).events_written == 0
