@@ -96,7 +96,9 @@ class ImportResult:
     oldest_batch: int | None
     newest_batch: int | None
     batches_imported: int  # batches with at least one event written now
-    batches_recorded: int  # batches a run of this query had recorded already
+    # Batches the ledger held already: recorded by a run of this query, or under its transaction id
+    # by a writer that does not name the query in its RUN_STARTED.
+    batches_recorded: int
     events_written: int
     run_start_written: bool
 
@@ -178,10 +180,11 @@ def import_checkpoint(
     start_written = written > 0
 
     todo = batches_to_import(offset_log, committed, record)
+    imported = 0
     for done, (batch, snapshot, completed) in enumerate(todo, start=1):
-        written += _import_batch(
-            checkpoint, writer, source, batch, offset_log[batch], snapshot, completed, now
-        )
+        count = _import_batch(checkpoint, writer, source, batch, offset_log[batch], snapshot, completed, now)
+        written += count
+        imported += 1 if count else 0
         if progress is not None and (done % progress_every == 0 or done == len(todo)):
             progress(done, len(todo))
     return ImportResult(
@@ -190,8 +193,8 @@ def import_checkpoint(
         retained_batches=len(offset_log),
         oldest_batch=min(offset_log, default=None),
         newest_batch=max(offset_log, default=None),
-        batches_imported=len(todo),
-        batches_recorded=len(offset_log) - len(todo),
+        batches_imported=imported,
+        batches_recorded=len(offset_log) - imported,
         events_written=written,
         run_start_written=start_written,
     )

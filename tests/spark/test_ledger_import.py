@@ -18,6 +18,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from app import audit, cli
+from app.contracts.offsets import EventSource
+from app.stream.ledger import LedgerWriter
 
 pytestmark = pytest.mark.spark
 
@@ -219,3 +221,29 @@ def test_the_public_api_imports_a_checkpoint_from_the_active_session(
     assert (result.run_id, result.batches_imported, result.run_start_written) == (cp.query_id, 1, True)
     assert offsets_of(ledger, "CHECKPOINT_COMPLETED") == {0: {0: 10}}
     assert audit.import_checkpoint(str(cp.root), job_name="payments", ledger=str(ledger)).events_written == 0
+
+
+def test_a_batch_under_the_querys_transaction_id_is_not_imported_again(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A writer that does not name the query in a RUN_STARTED (the reference job, say) but wrote a
+    batch under the query's transaction id: the import adds that batch nothing."""
+    cp = Checkpoint(tmp_path / "cp", initial={0: 0})
+    for batch in (0, 1):
+        cp.plan(batch, {0: 10 * (batch + 1)})
+        cp.commit(batch)
+    ledger = tmp_path / "ledger"
+    other = LedgerWriter(spark, str(ledger), "payments", "other-run", scope=cp.query_id)
+    other.ensure()
+    source = EventSource("payments", "other-run", "spark", None)
+    other.write(
+        source.partition_events("CHECKPOINT_COMPLETED", datetime.now(UTC), 0, {(TOPIC, 0): 10}, {}), 0
+    )
+
+    result = audit.import_checkpoint(str(cp.root), job_name="payments", ledger=str(ledger))
+
+    assert (result.batches_imported, result.batches_recorded) == (1, 1)
+    completed = {
+        (r["run_id"], r["checkpoint_id"]) for r in rows(ledger) if r["event_type"] == "CHECKPOINT_COMPLETED"
+    }
+    assert completed == {("other-run", 0), (cp.query_id, 1)}
