@@ -77,5 +77,18 @@ bench-confirm: setup
 bench-longrun: setup
 	$(PY) -m bench.longrun --days 1,7,30 --batches-per-day 200 --repeat 3
 
+# The wheel, for `pip install` into a job's environment or a cluster's image, and the same packages
+# as one zip for `spark-submit --py-files` (Python imports from a zip). setuptools reuses build/lib,
+# where a module deleted since the last build would still be shipped: it is cleared first.
+DIST ?= dist
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' app/__init__.py)
+.PHONY: dist
+dist: python-deps
+	rm -rf build/lib build/bdist.* build/py-files $(DIST)
+	$(PY) -m pip wheel --no-deps -q -w $(DIST) .
+	$(PY) -m pip install --no-deps --no-compile -q --target build/py-files $(DIST)/offset_audit-$(VERSION)-py3-none-any.whl
+	$(PY) -m zipfile -c $(DIST)/offset_audit-$(VERSION)-py-files.zip build/py-files/app build/py-files/checks
+	@ls -1 $(DIST)
+
 clean:
-	rm -rf data build .pytest_cache .mypy_cache .ruff_cache $(STAMPS)
+	rm -rf data build dist .pytest_cache .mypy_cache .ruff_cache $(STAMPS)

@@ -49,7 +49,7 @@ from app.config import StorageConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import AttachError
-from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, recover_unrecorded
+from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events, recover_unrecorded
 from app.stream.ledger import LedgerWriter
 from app.stream.startup import (
     ENGINE,
@@ -344,7 +344,7 @@ class Attachment:
                 "restored_checkpoint_id": plan.restored_checkpoint_id,
                 "app_version": __version__,
                 "attached": True,
-                "query_id": self.query_id,
+                vocab.DETAIL_QUERY_ID: self.query_id,
                 "checkpoint": self.checkpoint.directory,
                 "notes": list(plan.notes),
             },
@@ -381,10 +381,9 @@ class Attachment:
             offsets = self.checkpoint.offsets_of(batch)
             if offsets is None:
                 continue  # Spark writes offsets/<n> before commits/<n>; a missing one was cleaned up
-            events = [
-                *self._batch_events(vocab.EVENT_CHECKPOINT_SNAPSHOT, OFFSETS, batch, offsets),
-                *self._batch_events(vocab.EVENT_CHECKPOINT_COMPLETED, COMMITS, batch, offsets),
-            ]
+            events = batch_events(
+                self.checkpoint, self._events, batch, offsets, completed=True, now=self.clock()
+            )
             ok, _ = self._retry(f"write of batch {batch}", partial(self.writer.write, events, batch))
             if not ok:
                 # In order or not at all: Delta skips a transaction version at or below the latest
@@ -394,13 +393,6 @@ class Attachment:
             self._written.add(batch)
             self.batches_written += 1
             self._last_batch = max(batch, self._last_batch or 0)
-
-    def _batch_events(
-        self, event_type: str, log_name: str, batch: int, offsets: Mapping[TopicPartitionKey, int]
-    ) -> list[LedgerEvent]:
-        # Stamped when Spark wrote the checkpoint file, not when the late listener got to it.
-        when = self.checkpoint.written_at(log_name, batch) or self.clock()
-        return self._events.partition_events(event_type, when, batch, dict(offsets), {})
 
     def _finish(self) -> None:
         """At the query's end: a snapshot of the batch it planned but did not complete (the next
@@ -415,7 +407,9 @@ class Attachment:
         for batch in planned:
             offsets = self.checkpoint.offsets_of(batch)
             if offsets is not None:
-                events += self._batch_events(vocab.EVENT_CHECKPOINT_SNAPSHOT, OFFSETS, batch, offsets)
+                events += batch_events(
+                    self.checkpoint, self._events, batch, offsets, completed=False, now=self.clock()
+                )
         stopped = self._events.event(
             vocab.EVENT_RUN_STOPPED,
             self.clock(),

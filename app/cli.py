@@ -50,6 +50,7 @@ COMMANDS = {
     "report": "the HTML dashboard",
     "nightly": "the nightly pipeline",
     "demo": "the scripted end-to-end demo",
+    "ledger-import": "backfill a job's ledger from an existing Spark checkpoint",
 }
 
 

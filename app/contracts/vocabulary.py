@@ -67,6 +67,10 @@ DETAIL_KEYS: Final = (
 )
 (DETAIL_ATTEMPT, DETAIL_ERROR, DETAIL_RETRIABLE, DETAIL_MESSAGE, DETAIL_REASON, DETAIL_SOURCE,
  DETAIL_RESUME_SOURCE, DETAIL_RECOVERED, DETAIL_SUPERSEDED_BY, DETAIL_DISCARDED_PENDING) = DETAIL_KEYS
+# The streaming query a run belongs to (RUN_STARTED of attached and imported runs: the id in its
+# checkpoint's metadata), and the mark of events rebuilt from a checkpoint by `ledger-import`.
+DETAIL_QUERY_ID: Final = "query_id"
+DETAIL_IMPORTED: Final = "imported"
 
 # --- group_commits ----------------------------------------------------------------------------------
 

@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
-from app.contracts.offsets import LedgerEvent, TopicPartitionKey
+from app.contracts import vocabulary as vocab
+from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import CheckpointFormatError
 from app.storage.files import list_names, modification_time_ms, read_text
 from app.stream.startup import LedgerFacts, parse_initial_offsets, parse_offset_log, recovery_events
@@ -91,6 +92,34 @@ class CheckpointFiles:
         """When Spark wrote ``batch_id``'s entry of the ``log_name`` log, None if it has none."""
         ms = modification_time_ms(self.spark, f"{self.directory}/{log_name}/{batch_id}")
         return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def batch_events(
+    checkpoint: CheckpointFiles,
+    source: EventSource,
+    batch_id: int,
+    offsets: Mapping[TopicPartitionKey, int],
+    *,
+    completed: bool,
+    now: datetime,
+    detail: Mapping[str, object] | None = None,
+) -> list[LedgerEvent]:
+    """Checkpoint batch ``batch_id`` as ledger events: its CHECKPOINT_SNAPSHOT and, when
+    ``completed``, its CHECKPOINT_COMPLETED, one per partition of ``offsets`` (its entry in the
+    offset log). The one place an attached run and an import turn a batch into events.
+
+    Each is stamped when Spark wrote the batch's file (`offsets/<n>`, `commits/<n>`), as recovery
+    stamps its events, so an event written late (a slow listener, an import months later) keeps the
+    batch's own time; ``now`` only for a file whose time cannot be read."""
+    extra = dict(detail or {})
+    logs = [(vocab.EVENT_CHECKPOINT_SNAPSHOT, OFFSETS)]
+    if completed:
+        logs.append((vocab.EVENT_CHECKPOINT_COMPLETED, COMMITS))
+    events: list[LedgerEvent] = []
+    for event_type, log_name in logs:
+        when = checkpoint.written_at(log_name, batch_id) or now
+        events += source.partition_events(event_type, when, batch_id, dict(offsets), extra)
+    return events
 
 
 def recover_unrecorded(

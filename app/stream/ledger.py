@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
@@ -79,6 +80,16 @@ def event_key_column() -> Column:
             *[F.get_json_object(detail, f"$.{d}") for d in KEY_DETAILS],
         )
     )
+
+
+@dataclass(frozen=True)
+class QueryRecord:
+    """What a job's ledger holds of one streaming query (one checkpoint): the runs that recorded it
+    and the batches they snapshotted and completed."""
+
+    run_ids: frozenset[str]
+    snapshot_ids: frozenset[int]
+    completed_ids: frozenset[int]
 
 
 def ledger_app_id(job_name: str, scope: str) -> str:
@@ -203,3 +214,32 @@ class LedgerWriter:
             & pc.field("offset").is_valid()
         )
         return {(r["topic"], int(r["partition"])): int(r["offset"]) for r in restored.to_pylist()}
+
+    def query_record(self, query_id: str) -> QueryRecord:
+        """The runs of the job that recorded streaming query ``query_id`` (their RUN_STARTED's
+        `query_id`: attached and imported runs say it) and the batches those runs recorded.
+
+        Scoped to the query because batch ids restart at 0 with a new checkpoint: the job's other
+        queries' batch 0 is not this one's."""
+        types = (vocab.EVENT_RUN_STARTED, vocab.EVENT_CHECKPOINT_SNAPSHOT, vocab.EVENT_CHECKPOINT_COMPLETED)
+        rows = self._job_rows(types, ["event_type", "run_id", "checkpoint_id", "detail"])
+        if rows is None:
+            return QueryRecord(frozenset(), frozenset(), frozenset())
+        runs = frozenset(
+            str(r["run_id"])
+            for r in rows.filter(pc.field("event_type") == vocab.EVENT_RUN_STARTED).to_pylist()
+            if json.loads(r["detail"] or "{}").get(vocab.DETAIL_QUERY_ID) == query_id
+        )
+        if not runs:
+            return QueryRecord(frozenset(), frozenset(), frozenset())
+        of_query = rows.filter(pc.field("run_id").isin(sorted(runs)))
+
+        def checkpoints(event_type: str) -> frozenset[int]:
+            ids = of_query.filter(pc.field("event_type") == event_type).column("checkpoint_id")
+            return frozenset(int(i) for i in pc.unique(ids).to_pylist() if i is not None)
+
+        return QueryRecord(
+            run_ids=runs,
+            snapshot_ids=checkpoints(vocab.EVENT_CHECKPOINT_SNAPSHOT),
+            completed_ids=checkpoints(vocab.EVENT_CHECKPOINT_COMPLETED),
+        )

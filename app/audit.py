@@ -1,0 +1,63 @@
+"""The public API: what a streaming job of your own, outside this repository, calls to be audited.
+
+    from app import audit
+
+    query = payments.writeStream.format("delta").option("checkpointLocation", cp).start(path)
+    attachment = audit.attach(query, job_name="payments", ledger="s3a://bucket/audit/ledger")
+    query.awaitTermination()
+    attachment.close()  # waits until the run's last events are in the ledger
+
+and, for a query that was never attached, from a session that can read its checkpoint:
+
+    audit.import_checkpoint("s3a://bucket/checkpoints/payments", job_name="payments",
+                            ledger="s3a://bucket/audit/ledger")
+
+Everything here is re-exported from the modules that own it (`app.attach`, the ledger import of
+`app.stream.ledger_import`); this module only names the supported surface. Importing it starts no
+Spark session or JVM and reads no file: no configuration, no `conf/` directory. The functions use
+the active SparkSession (the job's own), and take storage settings as arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+from app import __version__
+from app.attach import Attachment, attach
+from app.config import StorageConfig
+from app.errors import AttachError, OffsetAuditError
+from app.stream.checkpoint import CheckpointFiles
+from app.stream.ledger_import import ImportResult
+from app.stream.ledger_import import import_checkpoint as _import_checkpoint
+
+__all__ = [
+    "AttachError",
+    "Attachment",
+    "ImportResult",
+    "OffsetAuditError",
+    "__version__",
+    "attach",
+    "import_checkpoint",
+]
+
+
+def import_checkpoint(
+    checkpoint: str,
+    *,
+    job_name: str,
+    ledger: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> ImportResult:
+    """Backfill job ``job_name``'s ledger at ``ledger`` from the Spark checkpoint directory
+    ``checkpoint`` (a query's `checkpointLocation`), as `offset-audit ledger-import` does.
+
+    Writes what the checkpoint still retains (its last `spark.sql.streaming.minBatchesToRetain`
+    batches) and the ledger lacks; importing again adds nothing. ``storage_options`` are Hadoop
+    `fs.*` properties for the ledger's object store (default: the active session's Hadoop
+    configuration). Raises UsageError when ``checkpoint`` holds no Spark checkpoint."""
+    spark = SparkSession.active()
+    files = CheckpointFiles(spark, checkpoint.rstrip("/"))
+    storage = StorageConfig(options=dict(storage_options)) if storage_options else spark
+    return _import_checkpoint(files, ledger, job_name, storage)
