@@ -73,7 +73,7 @@ from app.stream.startup import (
     restored_events,
 )
 
-__all__ = ["Attachment", "GroupCommits", "attach", "checkpoint_root"]
+__all__ = ["Attachment", "GroupCommits", "SessionAudit", "attach", "attach_session", "checkpoint_root"]
 
 log = logging.getLogger(__name__)
 
@@ -545,7 +545,18 @@ def attach(
     if not ledger:
         raise AttachError("attach: ledger must name the ledger table's location")
     conf = commit_client_conf(group_id, kafka_options)
-    spark = SparkSession.active()
+    return _attach(SparkSession.active(), query, job_name, ledger, storage_options, group_id, conf)
+
+
+def _attach(
+    spark: SparkSession,
+    query: StreamingQuery,
+    job_name: str,
+    ledger: str,
+    storage_options: Mapping[str, str] | None,
+    group_id: str | None,
+    conf: Mapping[str, Any] | None,
+) -> Attachment:
     checkpoint = CheckpointFiles(spark, checkpoint_root(query))
     storage = StorageConfig(options=dict(storage_options)) if storage_options else spark
     # The run is Spark's run of the query; the query's id scopes the batches' Delta transaction ids
@@ -599,3 +610,170 @@ def redacted(message: str, conf: Mapping[str, Any]) -> str:
         if key != "bootstrap.servers" and isinstance(value, str) and value:
             message = message.replace(value, "***")
     return message
+
+
+# --- every query of a session ------------------------------------------------------------------
+
+QueryNamer = Callable[[StreamingQuery], str | None]
+
+
+def query_name(query: StreamingQuery) -> str | None:
+    """The job name `attach_session` gives a query by default: its `queryName`."""
+    return query.name or None
+
+
+def reads_kafka(progress: Any) -> bool:
+    """Whether a query's progress report names a Kafka source (`KafkaV2[...]`, `KafkaSource[...]`)."""
+    return any("kafka" in str(source.description).lower() for source in progress.sources)
+
+
+class _SessionListener(StreamingQueryListener):
+    """Hands every query's start, first progress and end to the SessionAudit's thread."""
+
+    def __init__(self, audit: SessionAudit) -> None:
+        self._audit = audit
+        self._judged: set[str] = set()  # runs whose first progress was handed over (this thread only)
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
+        try:
+            self._audit.hand(("started", str(event.id), str(event.runId), False))
+        except Exception:  # a listener error must never reach Spark's listener bus
+            log.exception("query start handling failed")
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        try:
+            run = str(event.progress.runId)
+            if run not in self._judged:
+                self._judged.add(run)
+                self._audit.hand(("progress", str(event.progress.id), run, reads_kafka(event.progress)))
+        except Exception:
+            log.exception("progress handling failed")
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        try:
+            self._judged.discard(str(event.runId))
+            self._audit.hand(("terminated", str(event.id), str(event.runId), False))
+        except Exception:
+            log.exception("termination handling failed")
+
+
+class SessionAudit:
+    """Every query a session starts that reads Kafka, attached once it reported its first batch.
+
+    Made by `attach_session`. Which sources a query reads is known from its first progress report
+    (the public API says no more before), so a query is attached then; its batches reported before
+    are its own run's (`run_start`), so nothing is missed. `close()` after the queries ended waits
+    for every attached run's RUN_STOPPED."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        ledger: str,
+        job_name: QueryNamer,
+        storage_options: Mapping[str, str] | None,
+        group_id: QueryNamer | None,
+        kafka_options: Mapping[str, Any] | None,
+    ) -> None:
+        self.spark = spark
+        self.ledger = ledger
+        self.job_name = job_name
+        self.storage_options = storage_options
+        self.group_id = group_id
+        self.kafka_options = kafka_options
+        self.attachments: dict[str, Attachment] = {}  # by Spark's run id
+        self._started: dict[str, StreamingQuery | None] = {}  # runs seen starting, not yet judged
+        self._queue: queue.Queue[tuple[str, str, str, bool] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._listener = _SessionListener(self)
+        self._thread = threading.Thread(target=self._work, name="ledger-session", daemon=True)
+
+    def start(self) -> SessionAudit:
+        self.spark.streams.addListener(self._listener)
+        self._thread.start()
+        return self
+
+    def hand(self, message: tuple[str, str, str, bool]) -> None:
+        """From Spark's listener thread: never blocks (the queue is unbounded, one item per event
+        of a query's start, first batch and end)."""
+        self._queue.put_nowait(message)
+
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> bool:
+        """Stop attaching new queries; wait (at most ``timeout`` seconds for each) until every
+        attached run that has ended wrote its last events. True when all of them did."""
+        self.spark.streams.removeListener(self._listener)
+        self._queue.put_nowait(None)
+        self._thread.join(timeout)
+        with self._lock:
+            attachments = list(self.attachments.values())
+        return all([a.close(timeout) for a in attachments])
+
+    def _work(self) -> None:
+        while (message := self._queue.get()) is not None:
+            self._try(*message)
+        # Progress events still on Spark's listener bus when the listener went are never handed
+        # over: the runs that started meanwhile are judged by the progress they keep themselves.
+        for run_id, query in list(self._started.items()):
+            recent = [] if query is None else query.recentProgress
+            self._try(
+                "progress", "" if query is None else str(query.id), run_id, any(map(reads_kafka, recent))
+            )
+
+    def _try(self, kind: str, query_id: str, run_id: str, kafka: bool) -> None:
+        try:
+            self._handle(kind, query_id, run_id, kafka)
+        except Exception:  # one query's failure to attach must not end the others' audit
+            log.exception("attaching query %s failed", query_id)
+
+    def _handle(self, kind: str, query_id: str, run_id: str, kafka: bool) -> None:
+        if kind == "started":
+            # Taken now: once the query has ended, the session no longer hands it out.
+            self._started[run_id] = self.spark.streams.get(query_id)
+            return
+        query = self._started.pop(run_id, None)
+        if kind != "progress" or not kafka:
+            return
+        query = query or self.spark.streams.get(query_id)
+        if query is None:
+            log.warning("query %s ended before it could be attached: its run is not in the ledger", query_id)
+            return
+        job = self.job_name(query)
+        if not job:
+            log.warning(
+                "query %s reads Kafka but has no job name (a queryName, or job_name): not audited",
+                query_id,
+            )
+            return
+        group = None if self.group_id is None else self.group_id(query)
+        conf = commit_client_conf(group, self.kafka_options if group else None)
+        attachment = _attach(self.spark, query, job, self.ledger, self.storage_options, group, conf)
+        with self._lock:
+            self.attachments[run_id] = attachment
+        log.info("attached query %s as job %s", query_id, job)
+
+
+def attach_session(
+    spark: SparkSession,
+    *,
+    ledger: str,
+    job_name: QueryNamer = query_name,
+    storage_options: Mapping[str, str] | None = None,
+    group_id: QueryNamer | None = None,
+    kafka_options: Mapping[str, Any] | None = None,
+) -> SessionAudit:
+    """Audit every streaming query ``spark`` starts from now on that reads Kafka, as `attach` does.
+
+    Call it before starting the queries. Each query becomes the job ``job_name(query)``: by default
+    its `queryName`, and a query without one (or for which ``job_name`` returns None) is left
+    unaudited with a warning, since two queries under one job name would mix their checkpoints.
+    ``group_id(query)``, when given, names the consumer group the query's batches are committed to
+    (None: no commits), with ``kafka_options`` as in `attach`. Queries that read no Kafka are
+    ignored. Returns the `SessionAudit`: call its `close()` once the queries have ended.
+    """
+    if not ledger:
+        raise AttachError("attach_session: ledger must name the ledger table's location")
+    if group_id is None and kafka_options:
+        raise AttachError("attach_session: kafka_options are the group commit's settings; they need group_id")
+    return SessionAudit(spark, ledger, job_name, storage_options, group_id, kafka_options).start()

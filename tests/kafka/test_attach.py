@@ -56,7 +56,7 @@ def kafka(spark: SparkSession, bootstrap: str, how: str, what: str) -> DataFrame
     )
 
 
-def payments_query(raw: DataFrame, checkpoint: Path, sink: Path) -> StreamingQuery:
+def payments_query(raw: DataFrame, checkpoint: Path, sink: Path, name: str | None = None) -> StreamingQuery:
     """The user's job: JSON payments, refunds filtered out, two columns kept, into Delta."""
     payments = (
         raw.select(F.from_json(F.col("value").cast("string"), PAYMENT_SCHEMA).alias("p"))
@@ -64,8 +64,9 @@ def payments_query(raw: DataFrame, checkpoint: Path, sink: Path) -> StreamingQue
         .where(F.col("kind") == "payment")
         .select("id", "amount")
     )
+    writer = payments.writeStream if name is None else payments.writeStream.queryName(name)
     return (
-        payments.writeStream.format("delta")
+        writer.format("delta")
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start(str(sink))
