@@ -22,12 +22,16 @@ the partitions, not the records. The warm-up round runs only the jobs with the s
 Spark's Delta sink, availableNow) with `app.attach.attach` (ledger + commits to a consumer group) vs
 the same query unattached, in turns A B, B A, ... Throughput is input records / (end of the last
 batch - start of the first), from the query's own progress reports; the attached run's close (its
-last ledger events and commit) is timed apart.
+last ledger events and commit) is timed apart. On a shared machine the wall-clock ratio swings with
+the neighbours' load, so each run's CPU seconds are reported too, from /proc: Spark's JVM (the
+query's work, and the checkpoint reads attach asks of it) and this driver process (attach's own
+threads: listener, ledger writer, committer; the unattached run only waits there).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -227,10 +231,25 @@ def batch_window_s(query: StreamingQuery) -> tuple[int, float]:
     return sum(int(p.numInputRows) for p in reports), (ended - first).total_seconds()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def jvm_pid(spark: SparkSession) -> int:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    return int(jvm.java.lang.ProcessHandle.current().pid())
+
+
 def run_user_job(
     spark: SparkSession, work: Path, bootstrap: str, name: str, attached: bool, args: argparse.Namespace
-) -> tuple[float, int, float]:
-    """(records/s, batches, seconds the attached run's close waited) of one run of the user's job."""
+) -> tuple[float, int, float, tuple[float, float]]:
+    """(records/s, batches, seconds the attached run's close waited, (CPU seconds of the JVM, of the
+    driver)) of one run of the user's job."""
+    pids = (jvm_pid(spark), os.getpid())
+    cpu_before = [cpu_seconds(pid) for pid in pids]
     query = payments_query(spark, bootstrap, name, work, args.per_trigger)
     audit = None
     if attached:
@@ -250,29 +269,37 @@ def run_user_job(
         assert audit.commits is not None
         assert audit.commits.committer.failed_commits == 0
     closed_s = time.monotonic() - closing
+    jvm_cpu, driver_cpu = (cpu_seconds(pid) - before for pid, before in zip(pids, cpu_before, strict=True))
     rows, seconds = batch_window_s(query)
     assert rows == args.records, (rows, args.records)
     batches = sum(1 for p in query.recentProgress if int(p.numInputRows or 0) > 0)
-    return rows / seconds, batches, closed_s
+    return rows / seconds, batches, closed_s, (jvm_cpu, driver_cpu)
 
 
 def compare_attach(spark: SparkSession, work: Path, bootstrap: str, args: argparse.Namespace) -> None:
     """The user's job attached vs not, pair by pair."""
-    ratios, attached_rates, plain_rates = [], [], []
+    ratios, attached_rates, plain_rates, jvm_ratios, driver_added = [], [], [], [], []
     for pair in range(args.rounds + 1):
-        rates = {}
+        rates: dict[str, float] = {}
+        cpus: dict[str, tuple[float, float]] = {}
         # Alternating order (A B, B A, ...), as in compare_ledger.
         order = (("attached", True), ("plain", False))
         for label, attached in order if pair % 2 == 0 else order[::-1]:
-            rate, batches, closed_s = run_user_job(
+            rate, batches, closed_s, cpus[label] = run_user_job(
                 spark, work, bootstrap, f"pair-{pair}-{label}", attached, args
             )
             rates[label] = rate
             tag = "warm-up" if pair == 0 else f"pair {pair}"
             close = f", close waited {closed_s:.2f}s" if attached else ""
-            print(f"  {tag:8} {label:8} {batches:3} batches {rate:>11,.0f} records/s{close}", flush=True)
+            print(
+                f"  {tag:8} {label:8} {batches:3} batches {rate:>11,.0f} records/s, "
+                f"CPU JVM {cpus[label][0]:6.1f}s driver {cpus[label][1]:5.2f}s{close}",
+                flush=True,
+            )
         if pair > 0:
             ratios.append(rates["attached"] / rates["plain"])
+            jvm_ratios.append(cpus["plain"][0] / cpus["attached"][0])
+            driver_added.append(cpus["attached"][1] - cpus["plain"][1])
             attached_rates.append(rates["attached"])
             plain_rates.append(rates["plain"])
 
@@ -283,6 +310,12 @@ def compare_attach(spark: SparkSession, work: Path, bootstrap: str, args: argpar
     print(
         f"throughput ratio attached/plain: median {statistics.median(ratios):.3f} "
         f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} pairs)"
+    )
+    print(
+        f"JVM CPU ratio plain/attached: median {statistics.median(jvm_ratios):.3f} "
+        f"(min {min(jvm_ratios):.3f}, max {max(jvm_ratios):.3f}); driver CPU attach added per run: "
+        f"median {statistics.median(driver_added):.2f}s (min {min(driver_added):.2f}s, "
+        f"max {max(driver_added):.2f}s); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
 
 
