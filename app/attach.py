@@ -11,8 +11,14 @@
 It writes the ledger events the reference job writes (CONTRACTS.md section 4) for every Kafka
 source of the query (subscribe, subscribePattern, assign, several sources in one query):
 RUN_STARTED and OFFSETS_RESTORED once, a CHECKPOINT_SNAPSHOT and a CHECKPOINT_COMPLETED per
-completed batch (the batch id is the checkpoint id), RUN_STOPPED when the query ends. Nothing is
-committed to a consumer group yet.
+completed batch (the batch id is the checkpoint id), RUN_STOPPED when the query ends.
+
+With ``group_id`` each completed batch's end offsets are committed to that consumer group by the
+reference job's committer (`stream.committer.OffsetCommitter`: one commit in flight, superseded
+ones skipped, COMMIT_* outcomes in the ledger), so lag tools see the query. Spark's offsets are
+already Kafka's committed-offset convention (the next offset to read): they are committed as they
+stand. A batch's COMMIT_REQUESTED goes into the ledger in the same Delta commit as its snapshot
+and completion, and outcomes with the next batch or RUN_STOPPED, as the reference job does.
 
 Spark's progress events only say *when* to look: they are asynchronous and can be lost or late, so
 what is written comes from the query's checkpoint (`offsets/<batch>`: the batch's end offsets;
@@ -22,7 +28,10 @@ failed write and counts what still failed (a warning, and `ledger_write_failures
 Nothing it does raises into Spark or blocks the query.
 
 On attach, the batches the checkpoint holds that the job's ledger lacks (a run that died before
-flushing them) are written first, as the reference job's start does (`stream.startup`).
+flushing them) are written first, as the reference job's start does (`stream.startup`): their
+completions are claims of the commits the dead run may have sent, and its commit requests left
+unanswered are closed as outcome-unknown. Recovered batches are not committed again: the next
+completed batch's commit covers their offsets.
 
 Importing this module starts nothing; `attach` needs an active SparkSession (the query's).
 """
@@ -40,6 +49,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Final, TypeVar
 
+from confluent_kafka import Consumer, KafkaException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
@@ -49,7 +59,10 @@ from app.config import StorageConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import AttachError
+from app.kafka.clients import librdkafka_logger
+from app.kafka.commit import close_within, open_commit_client
 from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events, recover_unrecorded
+from app.stream.committer import OffsetCommitter
 from app.stream.ledger import LedgerWriter
 from app.stream.startup import (
     ENGINE,
@@ -60,7 +73,7 @@ from app.stream.startup import (
     restored_events,
 )
 
-__all__ = ["Attachment", "attach", "checkpoint_root"]
+__all__ = ["Attachment", "GroupCommits", "SessionAudit", "attach", "attach_session", "checkpoint_root"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +85,13 @@ RETRY_ATTEMPTS: Final = 3
 RETRY_WAIT_S: Final = 1.0
 # How long `Attachment.close` waits for the run's last events by default.
 CLOSE_TIMEOUT_S: Final = 120.0
+# How long one group commit waits for the coordinator's answer; unanswered, its outcome is unknown.
+COMMIT_ANSWER_TIMEOUT_S: Final = 30.0
+# How long the run's end waits for the commit in flight before recording it as outcome-unknown.
+COMMIT_CLOSE_TIMEOUT_S: Final = 30.0
+# The committer's own records of a checkpoint: an attached run writes these from the checkpoint
+# files (stamped when Spark wrote them), so only the committer's COMMIT_* events are taken.
+_CHECKPOINT_EVENTS: Final = (vocab.EVENT_CHECKPOINT_SNAPSHOT, vocab.EVENT_CHECKPOINT_COMPLETED)
 
 _WAKE: Final = "wake"
 _T = TypeVar("_T")
@@ -133,6 +153,32 @@ def run_start(
     return RunStart(first, StartupPlan(mode=vocab.RESTORE_SPECIFIC, starts=starts, notes=(note,)))
 
 
+@dataclass(frozen=True)
+class GroupCommits:
+    """The consumer group an attached run commits to: the committer and its Kafka client."""
+
+    group_id: str
+    committer: OffsetCommitter
+    consumer: Consumer
+
+    def take_outcomes(self) -> list[LedgerEvent]:
+        """The committer's COMMIT_* events recorded so far (its checkpoint records left out)."""
+        return [e for e in self.committer.drain() if e.event_type not in _CHECKPOINT_EVENTS]
+
+    def close(self) -> list[LedgerEvent]:
+        """Wait for the commit in flight (bounded), close out what is left unanswered, close the
+        client; returns the last outcomes."""
+        if not self.committer.close(timeout=COMMIT_CLOSE_TIMEOUT_S):
+            log.warning(
+                "the last offset commit to group %s did not finish in %.0fs",
+                self.group_id,
+                COMMIT_CLOSE_TIMEOUT_S,
+            )
+            self.committer.abandon_in_flight()
+        close_within(self.consumer, COMMIT_CLOSE_TIMEOUT_S)
+        return self.take_outcomes()
+
+
 class _Listener(StreamingQueryListener):
     """Forwards one query's progress and termination to its Attachment; never raises into Spark."""
 
@@ -174,6 +220,7 @@ class Attachment:
         writer: LedgerWriter,
         checkpoint: CheckpointFiles,
         clock: Callable[[], datetime] = utc_now,
+        commits: GroupCommits | None = None,
     ) -> None:
         self.query = query
         self.query_id = str(query.id)
@@ -185,7 +232,9 @@ class Attachment:
         self.ledger_write_failures = 0
         self.recovered_events = 0
         self.batches_written = 0
-        self._events = EventSource(writer.job_name, writer.run_id, ENGINE, None)
+        self.commits = commits
+        self.group_id = None if commits is None else commits.group_id
+        self._events = EventSource(writer.job_name, writer.run_id, ENGINE, self.group_id)
         self._queue: queue.Queue[str] = queue.Queue(maxsize=QUEUE_SIZE)
         self._stop_reason: str | None = None
         self._stopping = threading.Event()
@@ -193,6 +242,8 @@ class Attachment:
         self._start: RunStart | None = None
         self._run_started = False
         self._written: set[int] = set()  # this run's batches whose events are in the ledger
+        self._handed: set[int] = set()  # this run's batches handed to the committer
+        self._outcomes: list[LedgerEvent] = []  # commit events taken from the committer, unwritten
         self._last_batch: int | None = None
         self._listener = _Listener(self)
         self._thread = threading.Thread(target=self._work, name=f"ledger-{writer.job_name}", daemon=True)
@@ -313,10 +364,19 @@ class Attachment:
         # A batch planned but never committed by the dead run is run again by this one: it is ours.
         last_done = max(done, default=-1)
         before = {b: o for b, o in offset_log.items() if b <= last_done}
-        # No commit attempts are made by an attached run: none can be left open.
-        facts = LedgerFacts(facts.snapshot_ids, facts.completed_ids, {}, facts.last_run_id)
+        if self.commits is None:
+            # Without a group this run commits nothing, and a dead run's open requests belong to a
+            # group only an attach with that group_id can speak for.
+            facts = LedgerFacts(facts.snapshot_ids, facts.completed_ids, {}, facts.last_run_id)
         events = recover_unrecorded(
-            self.checkpoint, facts, before, done, self.writer.job_name, None, self.writer.run_id, self.clock()
+            self.checkpoint,
+            facts,
+            before,
+            done,
+            self.writer.job_name,
+            self.group_id,
+            self.writer.run_id,
+            self.clock(),
         )
         if events:
             ok, count = self._retry("recovery", lambda: self.writer.write_new(events))
@@ -349,7 +409,9 @@ class Attachment:
                 "notes": list(plan.notes),
             },
         )
-        restored = restored_events(plan, self.writer.job_name, self.writer.run_id, None, self.started_at)
+        restored = restored_events(
+            plan, self.writer.job_name, self.writer.run_id, self.group_id, self.started_at
+        )
         events = [started, *restored]
         self._retry("run start", lambda: self.writer.write_new(events))
         # Written or counted as failed: either way it is not tried again with every batch.
@@ -381,18 +443,38 @@ class Attachment:
             offsets = self.checkpoint.offsets_of(batch)
             if offsets is None:
                 continue  # Spark writes offsets/<n> before commits/<n>; a missing one was cleaned up
-            events = batch_events(
-                self.checkpoint, self._events, batch, offsets, completed=True, now=self.clock()
-            )
-            ok, _ = self._retry(f"write of batch {batch}", partial(self.writer.write, events, batch))
+            self._commit(batch, offsets)
+            events = [
+                *batch_events(
+                    self.checkpoint, self._events, batch, offsets, completed=True, now=self.clock()
+                ),
+                *self._outcomes,
+            ]
+            ok, wrote = self._retry(f"write of batch {batch}", partial(self.writer.write, events, batch))
+            if ok and not wrote and self._outcomes:
+                # The batch was in the ledger already (a write that went through but reported an
+                # error), so these commit events were not: they go in on their own.
+                ok, _ = self._retry("commit events", partial(self.writer.write_new, self._outcomes))
             if not ok:
                 # In order or not at all: Delta skips a transaction version at or below the latest
                 # one of its app id, so a later batch written first would make this one's retry a
                 # silent no-op. The next wake-up (or the next attach's recovery) tries from here.
                 break
+            self._outcomes = []
             self._written.add(batch)
             self.batches_written += 1
             self._last_batch = max(batch, self._last_batch or 0)
+
+    def _commit(self, batch: int, offsets: Mapping[TopicPartitionKey, int]) -> None:
+        """Hand a completed batch to the committer, once; its commit request (sent by the
+        committer's own thread) is then written with the batch's events, in one Delta commit."""
+        if self.commits is None or batch in self._handed:
+            return
+        committer = self.commits.committer
+        committer.snapshot(batch, offsets)
+        committer.notify_checkpoint_complete(batch)
+        self._handed.add(batch)
+        self._outcomes += self.commits.take_outcomes()
 
     def _finish(self) -> None:
         """At the query's end: a snapshot of the batch it planned but did not complete (the next
@@ -410,19 +492,19 @@ class Attachment:
                 events += batch_events(
                     self.checkpoint, self._events, batch, offsets, completed=False, now=self.clock()
                 )
-        stopped = self._events.event(
-            vocab.EVENT_RUN_STOPPED,
-            self.clock(),
-            self._last_batch,
-            {
-                vocab.DETAIL_REASON: self._stop_reason or "query terminated",
-                "batches": self.batches_written,
-                "recovered_events": self.recovered_events,
-                # Counted before this write: a failure of RUN_STOPPED itself is only in the log.
-                "ledger_write_failures": self.ledger_write_failures,
-            },
-        )
-        self._retry("run stop", lambda: self.writer.write_new([*events, stopped]))
+        detail: dict[str, object] = {
+            vocab.DETAIL_REASON: self._stop_reason or "query terminated",
+            "batches": self.batches_written,
+            "recovered_events": self.recovered_events,
+        }
+        if self.commits is not None:
+            self._outcomes += self.commits.close()
+            detail["successful_commits"] = self.commits.committer.successful_commits
+            detail["failed_commits"] = self.commits.committer.failed_commits
+        # Counted before this write: a failure of RUN_STOPPED itself is only in the log.
+        detail["ledger_write_failures"] = self.ledger_write_failures
+        stopped = self._events.event(vocab.EVENT_RUN_STOPPED, self.clock(), self._last_batch, detail)
+        self._retry("run stop", lambda: self.writer.write_new([*events, *self._outcomes, stopped]))
         log.info(
             "run %s of job %s stopped: %d batches written, %d ledger write failures",
             self.writer.run_id,
@@ -438,22 +520,256 @@ def attach(
     job_name: str,
     ledger: str,
     storage_options: Mapping[str, str] | None = None,
+    group_id: str | None = None,
+    kafka_options: Mapping[str, Any] | None = None,
 ) -> Attachment:
     """Audit ``query``: write its ledger events to the Delta table at ``ledger`` as job ``job_name``.
 
     Call it right after `start()`. ``storage_options`` are Hadoop filesystem properties (`fs.*`,
     e.g. `fs.s3a.endpoint`) for the ledger's object store; without them the active session's Hadoop
-    configuration is used. Returns the `Attachment`: call its `close()` once the query has ended.
-    Raises AttachError when the query's checkpoint cannot be found; never fails the query later.
+    configuration is used. With ``group_id``, each completed batch's end offsets are committed to
+    that consumer group; ``kafka_options`` are then the commit client's settings in confluent-kafka
+    (librdkafka) names: `bootstrap.servers` and whatever security settings the cluster needs
+    (`security.protocol`, `sasl.*`, `ssl.*`); they are not read from the query's source options,
+    whose Java client names differ, and their values are never logged. Without ``group_id`` nothing
+    is committed. Returns the `Attachment`: call its `close()` once the query has ended.
+    Raises AttachError when the query's checkpoint cannot be found or the commit settings are
+    unusable; never fails the query later (a broker that is down makes commits fail, recorded).
     """
     if not job_name:
         raise AttachError("attach: job_name must name the job")
     if not ledger:
         raise AttachError("attach: ledger must name the ledger table's location")
-    spark = SparkSession.active()
+    conf = commit_client_conf(group_id, kafka_options)
+    return _attach(SparkSession.active(), query, job_name, ledger, storage_options, group_id, conf)
+
+
+def _attach(
+    spark: SparkSession,
+    query: StreamingQuery,
+    job_name: str,
+    ledger: str,
+    storage_options: Mapping[str, str] | None,
+    group_id: str | None,
+    conf: Mapping[str, Any] | None,
+) -> Attachment:
     checkpoint = CheckpointFiles(spark, checkpoint_root(query))
     storage = StorageConfig(options=dict(storage_options)) if storage_options else spark
     # The run is Spark's run of the query; the query's id scopes the batches' Delta transaction ids
     # (a new checkpoint restarts batch ids at 0 under a new query id).
-    writer = LedgerWriter(storage, ledger, job_name, str(query.runId), scope=str(query.id))
-    return Attachment(query, spark, writer, checkpoint).start()
+    run_id = str(query.runId)
+    writer = LedgerWriter(storage, ledger, job_name, run_id, scope=str(query.id))
+    commits = None if group_id is None or conf is None else group_commits(job_name, run_id, group_id, conf)
+    return Attachment(query, spark, writer, checkpoint, commits=commits).start()
+
+
+def commit_client_conf(
+    group_id: str | None, kafka_options: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """The commit client's librdkafka settings, None without a group; AttachError naming the
+    argument or key that is missing (never a value: they may be secrets)."""
+    if group_id is None:
+        if kafka_options:
+            raise AttachError("attach: kafka_options are the group commit's settings; they need group_id")
+        return None
+    if not group_id:
+        raise AttachError("attach: group_id must name the consumer group (or be None: no commits)")
+    options = dict(kafka_options or {})
+    if not options.get("bootstrap.servers"):
+        raise AttachError(
+            "attach: kafka_options must hold 'bootstrap.servers' (librdkafka names) to commit to group "
+            f"{group_id}"
+        )
+    if "group.id" in options:
+        raise AttachError("attach: kafka_options must not set 'group.id'; group_id names the group")
+    return {"logger": librdkafka_logger(), **options}
+
+
+def group_commits(job_name: str, run_id: str, group_id: str, conf: Mapping[str, Any]) -> GroupCommits:
+    """The committer of an attached run and its client; the client connects at its first commit."""
+    try:
+        consumer, commit_fn = open_commit_client(conf, group_id, COMMIT_ANSWER_TIMEOUT_S)
+    except KafkaException as exc:
+        raise AttachError(
+            f"attach: the Kafka client refused kafka_options: {redacted(str(exc), conf)}"
+        ) from exc
+    committer = OffsetCommitter(
+        job_name=job_name, run_id=run_id, engine=ENGINE, group_id=group_id, commit_fn=commit_fn
+    )
+    return GroupCommits(group_id, committer, consumer)
+
+
+def redacted(message: str, conf: Mapping[str, Any]) -> str:
+    """``message`` with every text option but the bootstrap servers masked: librdkafka quotes
+    the value it refused, and that value may be a password."""
+    for key, value in conf.items():
+        if key != "bootstrap.servers" and isinstance(value, str) and value:
+            message = message.replace(value, "***")
+    return message
+
+
+# --- every query of a session ------------------------------------------------------------------
+
+QueryNamer = Callable[[StreamingQuery], str | None]
+
+
+def query_name(query: StreamingQuery) -> str | None:
+    """The job name `attach_session` gives a query by default: its `queryName`."""
+    return query.name or None
+
+
+def reads_kafka(progress: Any) -> bool:
+    """Whether a query's progress report names a Kafka source (`KafkaV2[...]`, `KafkaSource[...]`)."""
+    return any("kafka" in str(source.description).lower() for source in progress.sources)
+
+
+class _SessionListener(StreamingQueryListener):
+    """Hands every query's start, first progress and end to the SessionAudit's thread."""
+
+    def __init__(self, audit: SessionAudit) -> None:
+        self._audit = audit
+        self._judged: set[str] = set()  # runs whose first progress was handed over (this thread only)
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
+        try:
+            self._audit.hand(("started", str(event.id), str(event.runId), False))
+        except Exception:  # a listener error must never reach Spark's listener bus
+            log.exception("query start handling failed")
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        try:
+            run = str(event.progress.runId)
+            if run not in self._judged:
+                self._judged.add(run)
+                self._audit.hand(("progress", str(event.progress.id), run, reads_kafka(event.progress)))
+        except Exception:
+            log.exception("progress handling failed")
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        try:
+            self._judged.discard(str(event.runId))
+            self._audit.hand(("terminated", str(event.id), str(event.runId), False))
+        except Exception:
+            log.exception("termination handling failed")
+
+
+class SessionAudit:
+    """Every query a session starts that reads Kafka, attached once it reported its first batch.
+
+    Made by `attach_session`. Which sources a query reads is known from its first progress report
+    (the public API says no more before), so a query is attached then; its batches reported before
+    are its own run's (`run_start`), so nothing is missed. `close()` after the queries ended waits
+    for every attached run's RUN_STOPPED."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        ledger: str,
+        job_name: QueryNamer,
+        storage_options: Mapping[str, str] | None,
+        group_id: QueryNamer | None,
+        kafka_options: Mapping[str, Any] | None,
+    ) -> None:
+        self.spark = spark
+        self.ledger = ledger
+        self.job_name = job_name
+        self.storage_options = storage_options
+        self.group_id = group_id
+        self.kafka_options = kafka_options
+        self.attachments: dict[str, Attachment] = {}  # by Spark's run id
+        self._started: dict[str, StreamingQuery | None] = {}  # runs seen starting, not yet judged
+        self._queue: queue.Queue[tuple[str, str, str, bool] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._listener = _SessionListener(self)
+        self._thread = threading.Thread(target=self._work, name="ledger-session", daemon=True)
+
+    def start(self) -> SessionAudit:
+        self.spark.streams.addListener(self._listener)
+        self._thread.start()
+        return self
+
+    def hand(self, message: tuple[str, str, str, bool]) -> None:
+        """From Spark's listener thread: never blocks (the queue is unbounded, one item per event
+        of a query's start, first batch and end)."""
+        self._queue.put_nowait(message)
+
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> bool:
+        """Stop attaching new queries; wait (at most ``timeout`` seconds for each) until every
+        attached run that has ended wrote its last events. True when all of them did."""
+        self.spark.streams.removeListener(self._listener)
+        self._queue.put_nowait(None)
+        self._thread.join(timeout)
+        with self._lock:
+            attachments = list(self.attachments.values())
+        return all([a.close(timeout) for a in attachments])
+
+    def _work(self) -> None:
+        while (message := self._queue.get()) is not None:
+            self._try(*message)
+        # Progress events still on Spark's listener bus when the listener went are never handed
+        # over: the runs that started meanwhile are judged by the progress they keep themselves.
+        for run_id, query in list(self._started.items()):
+            recent = [] if query is None else query.recentProgress
+            self._try(
+                "progress", "" if query is None else str(query.id), run_id, any(map(reads_kafka, recent))
+            )
+
+    def _try(self, kind: str, query_id: str, run_id: str, kafka: bool) -> None:
+        try:
+            self._handle(kind, query_id, run_id, kafka)
+        except Exception:  # one query's failure to attach must not end the others' audit
+            log.exception("attaching query %s failed", query_id)
+
+    def _handle(self, kind: str, query_id: str, run_id: str, kafka: bool) -> None:
+        if kind == "started":
+            # Taken now: once the query has ended, the session no longer hands it out.
+            self._started[run_id] = self.spark.streams.get(query_id)
+            return
+        query = self._started.pop(run_id, None)
+        if kind != "progress" or not kafka:
+            return
+        query = query or self.spark.streams.get(query_id)
+        if query is None:
+            log.warning("query %s ended before it could be attached: its run is not in the ledger", query_id)
+            return
+        job = self.job_name(query)
+        if not job:
+            log.warning(
+                "query %s reads Kafka but has no job name (a queryName, or job_name): not audited",
+                query_id,
+            )
+            return
+        group = None if self.group_id is None else self.group_id(query)
+        conf = commit_client_conf(group, self.kafka_options if group else None)
+        attachment = _attach(self.spark, query, job, self.ledger, self.storage_options, group, conf)
+        with self._lock:
+            self.attachments[run_id] = attachment
+        log.info("attached query %s as job %s", query_id, job)
+
+
+def attach_session(
+    spark: SparkSession,
+    *,
+    ledger: str,
+    job_name: QueryNamer = query_name,
+    storage_options: Mapping[str, str] | None = None,
+    group_id: QueryNamer | None = None,
+    kafka_options: Mapping[str, Any] | None = None,
+) -> SessionAudit:
+    """Audit every streaming query ``spark`` starts from now on that reads Kafka, as `attach` does.
+
+    Call it before starting the queries. Each query becomes the job ``job_name(query)``: by default
+    its `queryName`, and a query without one (or for which ``job_name`` returns None) is left
+    unaudited with a warning, since two queries under one job name would mix their checkpoints.
+    ``group_id(query)``, when given, names the consumer group the query's batches are committed to
+    (None: no commits), with ``kafka_options`` as in `attach`. Queries that read no Kafka are
+    ignored. Returns the `SessionAudit`: call its `close()` once the queries have ended.
+    """
+    if not ledger:
+        raise AttachError("attach_session: ledger must name the ledger table's location")
+    if group_id is None and kafka_options:
+        raise AttachError("attach_session: kafka_options are the group commit's settings; they need group_id")
+    return SessionAudit(spark, ledger, job_name, storage_options, group_id, kafka_options).start()

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from app import __version__
-from app.attach import Attachment, attach
+from app.attach import Attachment, attach, attach_session
 from app.config import StorageConfig
 from app.errors import AttachError, OffsetAuditError
 from app.stream.checkpoint import CheckpointFiles
@@ -39,6 +39,7 @@ __all__ = [
     "OffsetAuditError",
     "__version__",
     "attach",
+    "attach_session",
     "import_checkpoint",
 ]
 

@@ -3,6 +3,7 @@ with --compare fetch, the first micro-batch over a wide topic with Kafka's defau
 
     .venv/bin/python -m bench.stream [--records 2000000] [--partitions 4] [--per-trigger 500000] [--rounds 3]
     .venv/bin/python -m bench.stream --compare fetch --partitions 1000 --records 20000 [--rounds 3]
+    .venv/bin/python -m bench.stream --compare attach --records 1500000 --per-trigger 250000 [--rounds 3]
 
 A private broker (own data directory, stopped at the end) holds one topic with --records records of
 about 100 bytes. In one Spark session the job reads it from earliest into a fresh Delta sink, in turns
@@ -16,20 +17,34 @@ sink, availableNow); by default audited-500, audited-10 and bare-10, in turns A 
 time runs from its query's start to the end of its last batch. Every task of a micro-batch ends with a
 fetch past its range, which waits the fetch wait for records it will not read: that cost grows with
 the partitions, not the records. The warm-up round runs only the jobs with the shortest wait.
+
+--compare attach: a user's own job (JSON records parsed, refunds filtered out, two columns kept, into
+Spark's Delta sink, availableNow) with `app.attach.attach` (ledger + commits to a consumer group) vs
+the same query unattached, in turns A B, B A, ... Throughput is input records / (end of the last
+batch - start of the first), from the query's own progress reports; the attached run's close (its
+last ledger events and commit) is timed apart. On a shared machine the wall-clock ratio swings with
+the neighbours' load, so each run's CPU seconds are reported too, from /proc: Spark's JVM (the
+query's work, and the checkpoint reads attach asks of it) and this driver process (attach's own
+threads: listener, ledger writer, committer; the unattached run only waits there).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
 
+from app.attach import attach
 from app.config import AppConfig, SparkConfig, load_config
 from app.demo.local_kafka import LocalKafka
 from app.kafka.clients import spark_kafka_options
@@ -41,7 +56,8 @@ from tests.kafka.streaming import create_topic
 TOPIC = "bench-orders"
 
 
-def produce(bootstrap: str, records: int, partitions: int) -> None:
+def produce(bootstrap: str, records: int, partitions: int, payments: bool = False) -> None:
+    """``records`` records of about 100 bytes; with ``payments``, JSON payments (every fourth a refund)."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -55,13 +71,19 @@ def produce(bootstrap: str, records: int, partitions: int) -> None:
     for i in range(records):
         while True:
             try:
-                producer.produce(TOPIC, key=str(i).encode(), value=payload, partition=i % partitions)
+                value = payment(i) if payments else payload
+                producer.produce(TOPIC, key=str(i).encode(), value=value, partition=i % partitions)
                 break
             except BufferError:
                 producer.poll(0.05)
         if i % 100_000 == 0:
             producer.poll(0)
     assert producer.flush(120) == 0
+
+
+def payment(i: int) -> bytes:
+    kind = b"refund" if i % 4 == 0 else b"payment"
+    return b'{"id":%d,"amount":%d.25,"kind":"%s","note":"%s"}' % (i, i % 10_000, kind, b"n" * 30)
 
 
 def main() -> None:
@@ -74,9 +96,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="A/B pairs counted (one more pair warms up)")
     parser.add_argument(
         "--compare",
-        choices=("ledger", "fetch"),
+        choices=("ledger", "fetch", "attach"),
         default="ledger",
-        help="ledger: audited vs sink-only (default); fetch: fetch waits, audited vs bare",
+        help="ledger: audited vs sink-only (default); fetch: fetch waits, audited vs bare; "
+        "attach: a user's JSON job attached (ledger + group commits) vs not",
     )
     parser.add_argument(
         "--jobs",
@@ -93,7 +116,7 @@ def main() -> None:
     bootstrap = broker.start().bootstrap_servers
     try:
         create_topic(bootstrap, TOPIC, args.partitions)
-        produce(bootstrap, args.records, args.partitions)
+        produce(bootstrap, args.records, args.partitions, payments=args.compare == "attach")
         spark = build_spark_session(
             SparkConfig(master="local[*]", shuffle_partitions=2, driver_memory="6g"),
             jvm.spark_extra_jars(),
@@ -106,6 +129,8 @@ def main() -> None:
         )
         if args.compare == "fetch":
             compare_fetch_waits(spark, work, bootstrap, args)
+        elif args.compare == "attach":
+            compare_attach(spark, work, bootstrap, args)
         else:
             compare_ledger(spark, work, bootstrap, args)
         spark.stop()
@@ -166,6 +191,132 @@ def compare_ledger(spark: SparkSession, work: Path, bootstrap: str, args: argpar
     audited_rate, sink_rate = statistics.median(audited_rates), statistics.median(sink_rates)
     overhead = args.per_trigger * (1 / audited_rate - 1 / sink_rate)
     print(f"added time per checkpoint (micro-batch of {args.per_trigger:,} records): {overhead:.2f}s")
+
+
+PAYMENT_SCHEMA = "id LONG, amount DOUBLE, kind STRING, note STRING"
+
+
+def payments_query(
+    spark: SparkSession, bootstrap: str, name: str, work: Path, per_trigger: int
+) -> StreamingQuery:
+    """The user-style job: JSON parsed, refunds filtered out, two columns kept, into a Delta table."""
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_trigger))
+        .load()
+    )
+    payments = (
+        raw.select(F.from_json(F.col("value").cast("string"), PAYMENT_SCHEMA).alias("p"))
+        .select("p.*")
+        .where(F.col("kind") == "payment")
+        .select("id", "amount")
+    )
+    return (
+        payments.writeStream.format("delta")
+        .option("checkpointLocation", str(work / name / "checkpoint"))
+        .trigger(availableNow=True)
+        .start(str(work / name / "sink"))
+    )
+
+
+def batch_window_s(query: StreamingQuery) -> tuple[int, float]:
+    """(input records, seconds from the first batch's start to the last one's end) of an ended query."""
+    reports = [p for p in query.recentProgress if int(p.numInputRows or 0) > 0]
+    first = datetime.fromisoformat(reports[0].timestamp.replace("Z", "+00:00"))
+    last = datetime.fromisoformat(reports[-1].timestamp.replace("Z", "+00:00"))
+    ended = last + timedelta(milliseconds=int(reports[-1].batchDuration))
+    return sum(int(p.numInputRows) for p in reports), (ended - first).total_seconds()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def jvm_pid(spark: SparkSession) -> int:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    return int(jvm.java.lang.ProcessHandle.current().pid())
+
+
+def run_user_job(
+    spark: SparkSession, work: Path, bootstrap: str, name: str, attached: bool, args: argparse.Namespace
+) -> tuple[float, int, float, tuple[float, float]]:
+    """(records/s, batches, seconds the attached run's close waited, (CPU seconds of the JVM, of the
+    driver)) of one run of the user's job."""
+    pids = (jvm_pid(spark), os.getpid())
+    cpu_before = [cpu_seconds(pid) for pid in pids]
+    query = payments_query(spark, bootstrap, name, work, args.per_trigger)
+    audit = None
+    if attached:
+        audit = attach(
+            query,
+            job_name="bench-payments",
+            ledger=str(work / name / "ledger"),
+            group_id=f"bench-{name}",
+            kafka_options={"bootstrap.servers": bootstrap},
+        )
+    query.awaitTermination()
+    assert query.exception() is None, query.exception()
+    closing = time.monotonic()
+    if audit is not None:
+        assert audit.close(), "the attached run did not finish"
+        assert audit.ledger_write_failures == 0
+        assert audit.commits is not None
+        assert audit.commits.committer.failed_commits == 0
+    closed_s = time.monotonic() - closing
+    jvm_cpu, driver_cpu = (cpu_seconds(pid) - before for pid, before in zip(pids, cpu_before, strict=True))
+    rows, seconds = batch_window_s(query)
+    assert rows == args.records, (rows, args.records)
+    batches = sum(1 for p in query.recentProgress if int(p.numInputRows or 0) > 0)
+    return rows / seconds, batches, closed_s, (jvm_cpu, driver_cpu)
+
+
+def compare_attach(spark: SparkSession, work: Path, bootstrap: str, args: argparse.Namespace) -> None:
+    """The user's job attached vs not, pair by pair."""
+    ratios, attached_rates, plain_rates, jvm_ratios, driver_added = [], [], [], [], []
+    for pair in range(args.rounds + 1):
+        rates: dict[str, float] = {}
+        cpus: dict[str, tuple[float, float]] = {}
+        # Alternating order (A B, B A, ...), as in compare_ledger.
+        order = (("attached", True), ("plain", False))
+        for label, attached in order if pair % 2 == 0 else order[::-1]:
+            rate, batches, closed_s, cpus[label] = run_user_job(
+                spark, work, bootstrap, f"pair-{pair}-{label}", attached, args
+            )
+            rates[label] = rate
+            tag = "warm-up" if pair == 0 else f"pair {pair}"
+            close = f", close waited {closed_s:.2f}s" if attached else ""
+            print(
+                f"  {tag:8} {label:8} {batches:3} batches {rate:>11,.0f} records/s, "
+                f"CPU JVM {cpus[label][0]:6.1f}s driver {cpus[label][1]:5.2f}s{close}",
+                flush=True,
+            )
+        if pair > 0:
+            ratios.append(rates["attached"] / rates["plain"])
+            jvm_ratios.append(cpus["plain"][0] / cpus["attached"][0])
+            driver_added.append(cpus["attached"][1] - cpus["plain"][1])
+            attached_rates.append(rates["attached"])
+            plain_rates.append(rates["plain"])
+
+    def spread(rates: list[float]) -> str:
+        return f"{statistics.median(rates):,.0f} (min {min(rates):,.0f}, max {max(rates):,.0f})"
+
+    print(f"median records/s: attached {spread(attached_rates)}, plain {spread(plain_rates)}")
+    print(
+        f"throughput ratio attached/plain: median {statistics.median(ratios):.3f} "
+        f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} pairs)"
+    )
+    print(
+        f"JVM CPU ratio plain/attached: median {statistics.median(jvm_ratios):.3f} "
+        f"(min {min(jvm_ratios):.3f}, max {max(jvm_ratios):.3f}); driver CPU attach added per run: "
+        f"median {statistics.median(driver_added):.2f}s (min {min(driver_added):.2f}s, "
+        f"max {max(driver_added):.2f}s); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
 
 
 @dataclass(frozen=True)

@@ -45,18 +45,24 @@ def kafka(spark: SparkSession, bootstrap: str, how: str, what: str, starting: st
 
 
 def payments_query(
-    raw: DataFrame, checkpoint: Path, sink: Path, trigger: dict[str, Any] | None = None
+    raw: DataFrame,
+    checkpoint: Path,
+    sink: Path,
+    trigger: dict[str, Any] | None = None,
+    name: str | None = None,
 ) -> StreamingQuery:
     """The user's job: JSON payments, refunds filtered out, two columns kept, into Delta;
-    ``trigger`` is Spark's `trigger(...)` keywords (default: availableNow, read what is there)."""
+    ``trigger`` is Spark's `trigger(...)` keywords (default: availableNow, read what is there),
+    ``name`` its queryName."""
     payments = (
         raw.select(F.from_json(F.col("value").cast("string"), PAYMENT_SCHEMA).alias("p"))
         .select("p.*")
         .where(F.col("kind") == "payment")
         .select("id", "amount")
     )
+    writer = payments.writeStream if name is None else payments.writeStream.queryName(name)
     return (
-        payments.writeStream.format("delta")
+        writer.format("delta")
         .option("checkpointLocation", str(checkpoint))
         .trigger(**(trigger or {"availableNow": True}))
         .start(str(sink))

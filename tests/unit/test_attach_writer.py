@@ -3,18 +3,21 @@ session, the checkpoint files and the ledger writer: pure control flow, no JVM."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 import app.attach as attach_module
-from app.attach import Attachment
+from app.attach import Attachment, GroupCommits
 from app.contracts.offsets import LedgerEvent
+from app.kafka.commit_outcome import CommitFn, CommitResult
 from app.stream.checkpoint import CheckpointFiles
+from app.stream.committer import OffsetCommitter
 from app.stream.ledger import LedgerWriter
-from app.stream.startup import LedgerFacts
+from app.stream.startup import ENGINE, LedgerFacts
 
 pytestmark = pytest.mark.unit
 
@@ -151,3 +154,79 @@ def test_a_batch_whose_write_failed_is_written_before_any_later_one(monkeypatch:
     audit._sync()
     assert sorted(writer.batches) == [0, 1]
     assert audit.ledger_write_failures == 1
+
+
+class Client:
+    """The commit client's stand-in: only closed."""
+
+    def close(self) -> None:
+        pass
+
+
+def with_commits(writer: Writer, commit_fn: CommitFn) -> Attachment:
+    # Without a worker thread the committer sends at close(), inline: the steps are deterministic.
+    committer = OffsetCommitter(
+        job_name="payments", run_id="run-1", engine=ENGINE, group_id="g", commit_fn=commit_fn, autostart=False
+    )
+    commits = GroupCommits("g", committer, cast(Any, Client()))
+    return Attachment(
+        cast(Any, Query()),
+        cast(Any, Spark()),
+        cast(LedgerWriter, writer),
+        cast(CheckpointFiles, Checkpoint(failures=0)),
+        commits=commits,
+    )
+
+
+def event_types(events: Sequence[LedgerEvent]) -> list[tuple[str, int | None]]:
+    return [(e.event_type, e.checkpoint_id) for e in events]
+
+
+def test_a_commit_request_is_written_with_its_batch_and_kept_for_the_retry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Batch 0's write fails every try: its COMMIT_REQUESTED is not lost but written with the
+    batch's retry, the batch is handed to the committer once, and the outcome comes with RUN_STOPPED."""
+    monkeypatch.setattr(attach_module, "RETRY_WAIT_S", 0.0)
+    writer = Writer(failures={0: attach_module.RETRY_ATTEMPTS})
+    audit = with_commits(writer, CommitResult.ok)
+    audit._begin()
+
+    audit._sync()
+    audit._sync()
+    assert event_types(writer.batches[0]) == [
+        ("CHECKPOINT_SNAPSHOT", 0),
+        ("CHECKPOINT_COMPLETED", 0),
+        ("COMMIT_REQUESTED", 0),
+    ]
+    # Batch 1 completed before batch 0's commit was sent: Flink's skip of the superseded one.
+    assert event_types(writer.batches[1]) == [
+        ("CHECKPOINT_SNAPSHOT", 1),
+        ("CHECKPOINT_COMPLETED", 1),
+        ("COMMIT_REQUESTED", 1),
+        ("COMMIT_SKIPPED", 0),
+    ]
+    assert all(e.group_id == "g" for e in [*writer.batches[0], *writer.batches[1]])
+    audit._finish()
+    succeeded = [e for e in writer.others if e.event_type == "COMMIT_SUCCEEDED"]
+    assert [(e.checkpoint_id, e.offset) for e in succeeded] == [(1, 20)]
+    [stopped] = [e for e in writer.others if e.event_type == "RUN_STOPPED"]
+    assert (stopped.detail["successful_commits"], stopped.detail["failed_commits"]) == (1, 0)
+
+
+def test_a_broker_that_is_down_fails_commits_not_the_run() -> None:
+    def unreachable(offsets: Mapping[tuple[str, int], int]) -> CommitResult:
+        raise KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+
+    writer = Writer()
+    audit = with_commits(writer, unreachable)
+    audit._begin()
+    audit._sync()
+    audit._finish()
+
+    assert sorted(writer.batches) == [0, 1]
+    failed = [e for e in writer.others if e.event_type == "COMMIT_FAILED"]
+    assert [e.checkpoint_id for e in failed] == [1]
+    [stopped] = [e for e in writer.others if e.event_type == "RUN_STOPPED"]
+    assert (stopped.detail["successful_commits"], stopped.detail["failed_commits"]) == (0, 1)
+    assert audit.ledger_write_failures == 0
