@@ -16,14 +16,21 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig, ReconcileConfig
 from app.contracts.instants import instant
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
-from app.contracts.vocabulary import COMMAND_RECONCILE, DUPLICATE, SEVERITIES
+from app.contracts.vocabulary import (
+    COMMAND_RECONCILE,
+    DUPLICATE,
+    EVENT_RUN_STARTED,
+    SEVERITIES,
+    SINK_DELTA_BATCHES,
+    SINK_NONE,
+)
 from app.errors import (
     ConfigError,
     error_kind,
@@ -34,6 +41,7 @@ from app.kafka.gaps import GapConfirmer, SuspectedGap
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile import ledger_audit as la
+from app.reconcile import sink_batches as sb
 from app.reconcile.findings import Finding
 from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
 from app.reconcile.outputs import (
@@ -58,6 +66,10 @@ from app.storage import facade
 from app.storage.tables import Tables
 
 log = logging.getLogger(__name__)
+
+# The key of an attached run's RUN_STARTED detail that holds its query's id: the txn app id of
+# Spark's Delta sink (CONTRACTS.md section 4).
+QUERY_ID_KEY: Final = "query_id"
 
 
 def _completed_offsets(ranges: Sequence[PartitionRange]) -> dict[tuple[str, str, int], int]:
@@ -219,6 +231,12 @@ def _sink_and_restart_findings(
     cols = sink_columns(p.cfg)
     sink_started = time.monotonic()
     for job in sorted(set(by_job) | {r["job_name"] for r in restart_rows}):
+        mode = p.cfg.reconcile.sink_mode_for(job)
+        if mode == SINK_NONE:
+            continue  # ledger x group commits only: the sink is not read at all
+        if mode == SINK_DELTA_BATCHES:
+            sink_rows += _delta_batch_findings(p, job)
+            continue
         df = facade.scan(spark, tables.sink_for(job))
         if df is None:
             # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
@@ -250,6 +268,41 @@ def _sink_and_restart_findings(
 
     core = [*fx.find_restart_anomalies(restart_rows, observed), *_with_copy_dates(audit, sink_rows)]
     return rc.finalize_findings(core, result.run_id, p.now), ranges, stats
+
+
+def _delta_batch_findings(p: _Pass, job: str) -> list[Finding]:
+    """``job``'s completed batches against its Delta sink's commits (app.reconcile.sink_batches)."""
+    r, window, path = p.cfg.reconcile, p.audit.window, p.tables.sink_for(job)
+    since = None if window.since is None else window.since - timedelta(days=r.baseline_lookback_days)
+    log_ = facade.sink_log(p.spark, path, since)
+    if log_ is None:
+        # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
+        where = f"no Delta table at {path} (the sink of job {job}); nothing was written"
+        raise ConfigError(p.tables.sink_key_for(job), where)
+    checkpoints = [c for c in p.audit.checkpoints() if c["job_name"] == job]
+    fixed = r.sink_app_id_by_job.get(job)
+    query_ids = p.audit.run_detail(QUERY_ID_KEY)
+    app_ids = {
+        run: app_id
+        for run in {str(c["run_id"]) for c in checkpoints}
+        if (app_id := fixed or query_ids.get((job, run))) is not None
+    }
+    if checkpoints and not app_ids:
+        log.warning(
+            "job %s: no txn app id is known (no query id in its runs' %s, no "
+            "reconcile.sink_app_id_by_job.%s): its sink commits cannot be tied to its batches",
+            job,
+            EVENT_RUN_STARTED,
+            job,
+        )
+    restored = {(run, t, part): o for (j, run, t, part), o in p.audit.restored_offsets().items() if j == job}
+    batches = sb.batches_of(checkpoints, app_ids, restored)
+    in_flight: dict[str, int] = {}
+    if job in p.audit.active_runs():
+        # A running job commits a batch to the sink before its checkpoint completes.
+        for b in batches:
+            in_flight[b.app_id] = max(in_flight.get(b.app_id, 0), b.batch_id + 1)
+    return sb.batch_findings(batches, log_, window, in_flight)
 
 
 def _with_copy_dates(audit: la.LedgerAudit, found: Sequence[Finding]) -> list[Finding]:

@@ -30,6 +30,8 @@ from app.storage import backend
 LOG_DIR: Final = "_delta_log"
 RESTORE: Final = "RESTORE"
 _COMMIT_NAME_DIGITS: Final = 20  # <version zero-padded to 20 digits>.json
+# The rows a commit wrote in its commitInfo's metrics: Spark's name, then delta-rs's.
+_ROW_METRICS: Final = ("numOutputRows", "num_added_rows")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class SinkCommit:
     """One commit of the sink as its commit file tells it.
 
     ``txns``: the (app id, version) of its ``txn`` actions. ``rows_added``: records in its added
-    files (their stats' numRecords), else its commitInfo's ``numOutputRows``, else unknown.
+    files (their stats' numRecords), else the rows its commitInfo's metrics count, else unknown.
     ``restored_to``/``restored_at``: for a RESTORE, the version or instant the table went back to.
     """
 
@@ -110,8 +112,8 @@ def parse_commit(version: int, lines: Iterable[str]) -> SinkCommit:
     rows: int | None = None
     if added and None not in added:
         rows = sum(n for n in added if n is not None)
-    elif "numOutputRows" in metrics:
-        rows = _int(metrics["numOutputRows"])
+    elif (counted := next((k for k in _ROW_METRICS if k in metrics), None)) is not None:
+        rows = _int(metrics[counted])
     elif not added:
         rows = 0
     params = info.get("operationParameters") or {}
