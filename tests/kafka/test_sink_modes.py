@@ -1,0 +1,264 @@
+"""Sink modes on a user's own jobs (real broker, Spark, Delta): the audit judges a sink without
+coordinate columns by its transaction log (`delta_batches`), or not at all (`none`).
+
+Each job is attached in one line and run once to the end; its sink is then damaged as people
+damage sinks, and `reconcile` must name the batch with its Delta version and offsets:
+(a) Spark's own Delta sink, a RESTORE to before a batch; (b) a foreachBatch MERGE keyed by the
+payment id with txn ids, the same RESTORE; (c) a foreachBatch appending through delta-rs with txn
+ids, which (unlike Spark's writer) does not skip a transaction id the table already holds, so one
+batch appended twice lands twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import CommitProperties, Transaction, write_deltalake
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from app.attach import attach
+from app.config import AppConfig, load_config
+from app.contracts import vocabulary as vocab
+from app.errors import ConfigError
+from app.incidents.remedy import ReplayStep
+from app.reconcile.outputs import AuditRun, read_incidents
+from app.reconcile.run import run_reconcile
+from app.storage.tables import tables_from_config
+from tests.kafka.streaming import create_topic
+from tests.kafka.user_jobs import (
+    PARTITIONS,
+    PER_TRIGGER,
+    checkpoint_batches,
+    kafka,
+    payments,
+    payments_query,
+    produce_payments,
+    run_to_end,
+)
+
+pytestmark = pytest.mark.kafka
+
+JOB = "payments"
+RECORDS = 3 * PER_TRIGGER  # three batches
+MERGE_APP_ID = "payments-upsert"
+APP_ID_SETTING = f"reconcile.sink_app_id_by_job.{JOB}={MERGE_APP_ID}"
+
+
+def audit_config(tmp_path: Path, bootstrap: str, sink: Path, ledger: Path, *extra: str) -> AppConfig:
+    return load_config(
+        "local",
+        overrides=[
+            f"paths.data_dir={tmp_path / 'audit'}",
+            f"kafka.bootstrap_servers={bootstrap}",
+            f"tables.ledger={ledger}",
+            f"tables.sink_by_job.{JOB}={sink}",
+            f"reconcile.jobs=[{JOB}]",
+            f"reconcile.sink_mode_by_job.{JOB}=delta_batches",
+            "reconcile.confirm_gaps=false",
+            *extra,
+        ],
+        environ={},
+    )
+
+
+def reconcile(spark: SparkSession, cfg: AppConfig, run_id: str, since: datetime) -> list[Any]:
+    """One reconciliation of the window since ``since``; its findings, as stored."""
+    run_reconcile(spark, cfg, AuditRun(run_id=run_id, now=datetime.now(UTC), since=since))
+    stored = spark.read.format("delta").load(tables_from_config(cfg).findings)
+    return stored.where(F.col("reconcile_run_id") == run_id).collect()
+
+
+def at_least_warn(found: list[Any]) -> list[tuple[str, str]]:
+    return [(f.finding_type, f.severity) for f in found if vocab.severity_at_least(f.severity, vocab.WARN)]
+
+
+def batch_ranges(checkpoint: Path, topic: str, batch: int) -> dict[int, tuple[int, int]]:
+    """partition -> [start, end) of ``batch``, from the checkpoint's own offset files."""
+    ends = checkpoint_batches(checkpoint)
+    return {
+        p: (ends[batch - 1].get((topic, p), 0) if batch else 0, ends[batch][(topic, p)])
+        for p in range(PARTITIONS)
+    }
+
+
+def sink_version_of(sink: Path, batch: int, app_id: str) -> int:
+    """The sink version whose commit carries ``batch``'s transaction id, read as a user would."""
+    log = sorted((sink / "_delta_log").glob("*.json"))
+    for path in log:
+        for line in path.read_text().splitlines():
+            txn = json.loads(line).get("txn")
+            if txn and (txn["appId"], txn["version"]) == (app_id, batch):
+                return int(path.stem)
+    raise AssertionError(f"no commit of batch {batch}")
+
+
+def restore(spark: SparkSession, sink: Path, version: int) -> None:
+    spark.sql(f"RESTORE TABLE delta.`{sink}` TO VERSION AS OF {version}")
+
+
+def lost_batches(found: list[Any]) -> dict[tuple[int, int], tuple[int, int, int]]:
+    """(batch, partition) -> (offset_start, offset_end, Delta version) of every BATCH_NOT_IN_SINK."""
+    return {
+        (f.checkpoint_id, f.partition): (
+            f.offset_start,
+            f.offset_end,
+            json.loads(f.evidence)["sink_versions"][0],
+        )
+        for f in found
+        if f.finding_type == vocab.BATCH_NOT_IN_SINK
+    }
+
+
+def run_attached(
+    spark: SparkSession,
+    bootstrap: str,
+    topic: str,
+    checkpoint: Path,
+    ledger: Path,
+    start: Callable[[DataFrame], Any],
+) -> str:
+    """The user's job run to the end with the audit attached; the query's id."""
+    query = start(kafka(spark, bootstrap, "subscribe", topic))
+    audit = attach(query, job_name=JOB, ledger=str(ledger))
+    run_to_end(query, audit)
+    return str(query.id)
+
+
+def test_spark_delta_sink_clean_then_a_restore_names_the_lost_batch(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    topic = f"sink-a-{unique}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce_payments(bootstrap, topic, RECORDS)
+    checkpoint, sink, ledger = tmp_path / "cp", tmp_path / "payments", tmp_path / "ledger"
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    query_id = run_attached(
+        spark, bootstrap, topic, checkpoint, ledger, lambda raw: payments_query(raw, checkpoint, sink)
+    )
+    assert sorted(checkpoint_batches(checkpoint)) == [0, 1, 2]
+    cfg = audit_config(tmp_path, bootstrap, sink, ledger)
+
+    assert at_least_warn(reconcile(spark, cfg, "rec-clean", since)) == []
+
+    # `none` reads no sink at all: a sink that is not even there changes nothing.
+    nowhere = audit_config(tmp_path, bootstrap, tmp_path / "absent", ledger)
+    with pytest.raises(ConfigError, match=f"tables.sink_by_job.{JOB}"):
+        reconcile(spark, nowhere, "rec-absent", since)
+    only_ledger = f"reconcile.sink_mode_by_job.{JOB}=none"
+    blind = audit_config(tmp_path, bootstrap, tmp_path / "absent", ledger, only_ledger)
+    assert at_least_warn(reconcile(spark, blind, "rec-none", since)) == []
+
+    lost = sink_version_of(sink, 1, query_id)
+    restore(spark, sink, lost - 1)  # the sink as it was before batch 1
+    found = reconcile(spark, cfg, "rec-restored", since)
+
+    expected = {
+        (b, p): (*batch_ranges(checkpoint, topic, b)[p], sink_version_of(sink, b, query_id))
+        for b in (1, 2)
+        for p in range(PARTITIONS)
+    }
+    assert lost_batches(found) == expected
+    assert at_least_warn(found) == [(vocab.BATCH_NOT_IN_SINK, vocab.CRITICAL)] * len(expected)
+    [incident] = [i for i in read_incidents(spark, cfg) if i.kind == vocab.INCIDENT_LOST_BATCH]
+    assert incident.severity == vocab.CRITICAL
+    assert incident.impact.records_lost == sum(end - start for start, end, _ in expected.values())
+    [replay] = [s for s in incident.remedy.steps if isinstance(s, ReplayStep)]
+    assert {(r.partition, r.start, r.end) for r in replay.ranges} == {
+        (p, start, end) for (_, p), (start, end, _) in expected.items()
+    }
+    assert json.loads(replay.spark_options()[0]["startingOffsets"]) == {topic: {"0": expected[(1, 0)][0]}}
+
+
+def merge_payments(sink: Path, app_id: str) -> Callable[[DataFrame, int], None]:
+    """The user's foreachBatch: an upsert keyed by the payment id, made idempotent with txn ids
+    (Delta's session settings for a MERGE)."""
+
+    def upsert(batch: DataFrame, batch_id: int) -> None:
+        session = batch.sparkSession
+        session.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+        session.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+        try:
+            batch.createOrReplaceTempView("incoming")
+            session.sql(
+                f"MERGE INTO delta.`{sink}` t USING incoming s ON t.id = s.id "
+                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            )
+        finally:
+            session.conf.unset("spark.databricks.delta.write.txnAppId")
+            session.conf.unset("spark.databricks.delta.write.txnVersion")
+
+    return upsert
+
+
+def test_foreach_batch_merge_clean_then_a_restore_names_the_lost_batch(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    topic = f"sink-b-{unique}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce_payments(bootstrap, topic, RECORDS)
+    checkpoint, sink, ledger = tmp_path / "cp", tmp_path / "payments", tmp_path / "ledger"
+    spark.createDataFrame([], "id LONG, amount DOUBLE").write.format("delta").save(str(sink))
+    since = datetime.now(UTC) - timedelta(minutes=1)
+
+    def start(raw: DataFrame) -> Any:
+        writer = payments(raw).writeStream.foreachBatch(merge_payments(sink, MERGE_APP_ID))
+        return writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+
+    run_attached(spark, bootstrap, topic, checkpoint, ledger, start)
+    cfg = audit_config(tmp_path, bootstrap, sink, ledger, APP_ID_SETTING)
+    assert at_least_warn(reconcile(spark, cfg, "rec-clean", since)) == []
+
+    lost = sink_version_of(sink, 2, MERGE_APP_ID)
+    restore(spark, sink, lost - 1)
+    found = reconcile(spark, cfg, "rec-restored", since)
+
+    ranges = batch_ranges(checkpoint, topic, 2)
+    assert lost_batches(found) == {(2, p): (*ranges[p], lost) for p in range(PARTITIONS)}
+    assert at_least_warn(found) == [(vocab.BATCH_NOT_IN_SINK, vocab.CRITICAL)] * PARTITIONS
+
+
+def test_foreach_batch_appending_one_batch_twice_is_named(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    topic = f"sink-c-{unique}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce_payments(bootstrap, topic, RECORDS)
+    checkpoint, sink, ledger = tmp_path / "cp", tmp_path / "payments", tmp_path / "ledger"
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    twice = 1
+
+    def append(batch: DataFrame, batch_id: int) -> None:
+        """Appends through delta-rs with txn ids but never checks them, and (a retry gone wrong)
+        writes batch ``twice`` two times."""
+        rows = batch.toArrow()
+        for _ in range(2 if batch_id == twice else 1):
+            write_deltalake(
+                str(sink),
+                rows,
+                mode="append",
+                commit_properties=CommitProperties(app_transactions=[Transaction(MERGE_APP_ID, batch_id)]),
+            )
+
+    def start(raw: DataFrame) -> Any:
+        writer = payments(raw).writeStream.foreachBatch(append)
+        return writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+
+    run_attached(spark, bootstrap, topic, checkpoint, ledger, start)
+    cfg = audit_config(tmp_path, bootstrap, sink, ledger, APP_ID_SETTING)
+    found = reconcile(spark, cfg, "rec-twice", since)
+
+    assert at_least_warn(found) == [(vocab.BATCH_WRITTEN_TWICE, vocab.ERROR)] * PARTITIONS
+    ranges = batch_ranges(checkpoint, topic, twice)
+    named = [f for f in found if f.finding_type == vocab.BATCH_WRITTEN_TWICE]
+    assert {(f.checkpoint_id, f.partition, f.offset_start, f.offset_end) for f in named} == {
+        (twice, p, *ranges[p]) for p in range(PARTITIONS)
+    }
+    evidence = json.loads(named[0].evidence)
+    assert len(evidence["sink_versions"]) == 2
+    assert "offsets re-processed" in evidence["meaning"]
