@@ -25,7 +25,8 @@ from pyspark.sql import functions as F
 from app.attach import attach
 from app.config import AppConfig, load_config
 from app.contracts import vocabulary as vocab
-from app.errors import ConfigError
+from app.errors import ConfigError, UsageError
+from app.incidents import repair
 from app.incidents.remedy import ReplayStep
 from app.reconcile.outputs import AuditRun, read_incidents
 from app.reconcile.run import run_reconcile
@@ -173,6 +174,9 @@ def test_spark_delta_sink_clean_then_a_restore_names_the_lost_batch(
         (p, start, end) for (_, p), (start, end, _) in expected.items()
     }
     assert json.loads(replay.spark_options()[0]["startingOffsets"]) == {topic: {"0": expected[(1, 0)][0]}}
+    # The plan is for the user's job to carry out: repair writes coordinates sinks only (exit 2).
+    with pytest.raises(UsageError, match=f"coordinates sinks only.*reconcile.sink_mode_by_job.{JOB}"):
+        repair.execute(spark, cfg, incident, str(sink), lambda: bootstrap)
 
 
 def merge_payments(sink: Path, app_id: str) -> Callable[[DataFrame, int], None]:
