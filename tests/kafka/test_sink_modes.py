@@ -12,6 +12,7 @@ batch appended twice lands twice.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -123,9 +124,10 @@ def run_attached(
     checkpoint: Path,
     ledger: Path,
     start: Callable[[DataFrame], Any],
+    starting: str = "earliest",
 ) -> str:
     """The user's job run to the end with the audit attached; the query's id."""
-    query = start(kafka(spark, bootstrap, "subscribe", topic))
+    query = start(kafka(spark, bootstrap, "subscribe", topic, starting))
     audit = attach(query, job_name=JOB, ledger=str(ledger))
     run_to_end(query, audit)
     return str(query.id)
@@ -266,3 +268,43 @@ def test_foreach_batch_appending_one_batch_twice_is_named(
     evidence = json.loads(named[0].evidence)
     assert len(evidence["sink_versions"]) == 2
     assert "offsets re-processed" in evidence["meaning"]
+
+
+def test_checkpoint_deleted_and_restarted_past_the_end_names_the_skipped_ranges_only(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    """The restart rules of the ledger hold in delta_batches mode, and the new checkpoint's query
+    (a new id, batch ids from 0 again) is told apart from the old one: nothing else is found."""
+    topic = f"sink-d-{unique}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce_payments(bootstrap, topic, 2 * PER_TRIGGER)
+    checkpoint, sink, ledger = tmp_path / "cp", tmp_path / "payments", tmp_path / "ledger"
+    since = datetime.now(UTC) - timedelta(minutes=1)
+
+    def start(raw: DataFrame) -> Any:
+        return payments_query(raw, checkpoint, sink)
+
+    first = run_attached(spark, bootstrap, topic, checkpoint, ledger, start)
+    reached = checkpoint_batches(checkpoint)[max(checkpoint_batches(checkpoint))]
+    skipped = PER_TRIGGER  # produced while the job was down, then passed over
+    produce_payments(bootstrap, topic, skipped, start=2 * PER_TRIGGER)
+    shutil.rmtree(checkpoint)
+    # Restarted "from latest": the log's end when it restarts, which is what latest resolves to.
+    latest = {p: reached[(topic, p)] + skipped // PARTITIONS for p in range(PARTITIONS)}
+    produce_payments(bootstrap, topic, PER_TRIGGER, start=3 * PER_TRIGGER)
+    second = run_attached(
+        spark,
+        bootstrap,
+        topic,
+        checkpoint,
+        ledger,
+        start,
+        json.dumps({topic: {str(p): o for p, o in latest.items()}}),
+    )
+    assert first != second  # a new checkpoint is a new query
+
+    found = reconcile(spark, audit_config(tmp_path, bootstrap, sink, ledger), "rec-restart", since)
+    assert at_least_warn(found) == [(vocab.RESTART_SKIP, vocab.CRITICAL)] * PARTITIONS
+    assert {
+        (f.partition, f.offset_start, f.offset_end) for f in found if f.finding_type == vocab.RESTART_SKIP
+    } == {(p, reached[(topic, p)], latest[p]) for p in range(PARTITIONS)}

@@ -30,12 +30,13 @@ def produce_payments(bootstrap: str, topic: str, count: int, start: int = 0) -> 
     assert producer.flush(30) == 0
 
 
-def kafka(spark: SparkSession, bootstrap: str, how: str, what: str) -> DataFrame:
+def kafka(spark: SparkSession, bootstrap: str, how: str, what: str, starting: str = "earliest") -> DataFrame:
+    """A Kafka source as a user opens one; ``starting``: its startingOffsets (used on a new checkpoint)."""
     return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option(how, what)
-        .option("startingOffsets", "earliest")
+        .option("startingOffsets", starting)
         .option("maxOffsetsPerTrigger", PER_TRIGGER)
         .load()
     )
