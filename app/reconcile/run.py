@@ -28,6 +28,7 @@ from app.contracts.vocabulary import (
     DUPLICATE,
     EVENT_RUN_STARTED,
     SEVERITIES,
+    SINK_COORDINATES,
     SINK_DELTA_BATCHES,
     SINK_NONE,
 )
@@ -207,7 +208,12 @@ def _reconcile_inputs(p: _Pass) -> None:
         if f.job_name is not None and f.topic is not None and f.partition is not None:
             tp_counts = by_type[(f.job_name, f.topic, f.partition)]
             tp_counts[f.finding_type] = tp_counts.get(f.finding_type, 0) + 1
-    _write_summary(spark, tables, result.run_id, ranges, stats, by_type, audit.latest_commits())
+    # Only a coordinates sink's rows are counted; another mode's counts are unknown, not zero.
+    uncounted = {
+        rng.job_name for rng in ranges if p.cfg.reconcile.sink_mode_for(rng.job_name) != SINK_COORDINATES
+    }
+    summary = _Summary(ranges, stats, by_type, audit.latest_commits(), frozenset(uncounted))
+    _write_summary(spark, tables, result.run_id, summary)
 
 
 def _sink_and_restart_findings(
@@ -313,18 +319,24 @@ def _with_copy_dates(audit: la.LedgerAudit, found: Sequence[Finding]) -> list[Fi
     return [*(f for f in found if f.finding_type != DUPLICATE), *dated]
 
 
-def _write_summary(
-    spark: SparkSession,
-    tables: Tables,
-    run_id: str,
-    ranges: Sequence[PartitionRange],
-    stats: Mapping[tuple[str, str, int], PartitionSink],
-    by_type: Mapping[tuple[str, str, int], Mapping[str, int]],
-    latest: Mapping[tuple[str | None, str, int], tuple[int | None, datetime | None]],
-) -> None:
+@dataclass(frozen=True)
+class _Summary:
+    """What the partition summary of a run is made of: the ranges, the sink's statistics (of the
+    jobs not in ``uncounted``), the findings by type and the group's latest commits."""
+
+    ranges: Sequence[PartitionRange]
+    stats: Mapping[tuple[str, str, int], PartitionSink]
+    by_type: Mapping[tuple[str, str, int], Mapping[str, int]]
+    latest: Mapping[tuple[str | None, str, int], tuple[int | None, datetime | None]]
+    uncounted: frozenset[str]
+
+
+def _write_summary(spark: SparkSession, tables: Tables, run_id: str, summary: _Summary) -> None:
+    ranges, stats, by_type, latest = summary.ranges, summary.stats, summary.by_type, summary.latest
     rows = []
     for rng in ranges:
         ps = stats.get((rng.job_name, rng.topic, rng.partition), PartitionSink())
+        counted = rng.job_name not in summary.uncounted
         committed, commit_time = latest.get((rng.group_id, rng.topic, rng.partition), (None, None))
         lag = (
             None
@@ -343,8 +355,8 @@ def _write_summary(
                 rng.group_id,
                 rng.topic,
                 rng.partition,
-                ps.rows,
-                ps.distinct,
+                ps.rows if counted else None,
+                ps.distinct if counted else None,
                 ps.min_offset,
                 ps.max_offset,
                 rng.last_checkpoint_id,
