@@ -14,7 +14,11 @@ names the skipped ranges, in this mode as in any.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,9 +35,11 @@ from app.contracts import vocabulary as vocab
 from app.errors import ConfigError, UsageError
 from app.incidents import repair
 from app.incidents.remedy import ReplayStep
+from app.reconcile.forensics_run import run_forensics
 from app.reconcile.outputs import AuditRun, read_incidents
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
+from tests.kafka.processes import wait_for
 from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (
     PARTITIONS,
@@ -51,6 +57,7 @@ pytestmark = pytest.mark.kafka
 JOB = "payments"
 RECORDS = 3 * PER_TRIGGER  # three batches
 MERGE_APP_ID = "payments-upsert"
+KILL_WAIT_S = 180
 APP_ID_SETTING = f"reconcile.sink_app_id_by_job.{JOB}={MERGE_APP_ID}"
 
 
@@ -308,8 +315,51 @@ def test_checkpoint_deleted_and_restarted_past_the_end_names_the_skipped_ranges_
     )
     assert first != second  # a new checkpoint is a new query
 
-    found = reconcile(spark, audit_config(tmp_path, bootstrap, sink, ledger), "rec-restart", since)
+    cfg = audit_config(tmp_path, bootstrap, sink, ledger)
+    found = reconcile(spark, cfg, "rec-restart", since)
     assert at_least_warn(found) == [(vocab.RESTART_SKIP, vocab.CRITICAL)] * PARTITIONS
     assert {
         (f.partition, f.offset_start, f.offset_end) for f in found if f.finding_type == vocab.RESTART_SKIP
     } == {(p, reached[(topic, p)], latest[p]) for p in range(PARTITIONS)}
+    # Forensics classifies the same restart without reading rows the sink does not have.
+    restarts = run_forensics(spark, cfg, AuditRun(run_id="fx-restart", now=datetime.now(UTC), since=since))
+    assert {(r["partition"], r["classification"]) for r in restarts.restarts} == {
+        (p, vocab.RESTART_SKIPPED) for p in range(PARTITIONS)
+    }
+
+
+def test_a_driver_killed_mid_run_and_restarted_leaves_nothing_at_warn(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    """(a) killed with SIGKILL while it runs (its next batch may be in the sink and not in its
+    checkpoint's commits), then started again on its checkpoint: Spark's Delta sink skips the batch
+    it holds already, so every batch is in the sink once and nothing is at warn or above."""
+    topic = f"sink-k-{unique}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce_payments(bootstrap, topic, 6 * PER_TRIGGER)
+    checkpoint, sink, ledger = tmp_path / "cp", tmp_path / "payments", tmp_path / "ledger"
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    args = [bootstrap, topic, str(checkpoint), str(sink), str(ledger), JOB, str(tmp_path / "driver")]
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.kafka.user_job_main", *args],
+        start_new_session=True,  # its own process group: the driver and its JVM die together
+    )
+    try:
+
+        def committed() -> int | None:
+            done = [p for p in (checkpoint / "commits").glob("*") if p.name.isdigit()]
+            return len(done) if len(done) >= 2 else None
+
+        wait_for(committed, KILL_WAIT_S, "two batches of the driver to complete", step_s=0.2)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(KILL_WAIT_S)
+    assert len(checkpoint_batches(checkpoint)) < 6  # killed before it read everything
+
+    run_attached(
+        spark, bootstrap, topic, checkpoint, ledger, lambda raw: payments_query(raw, checkpoint, sink)
+    )
+
+    found = reconcile(spark, audit_config(tmp_path, bootstrap, sink, ledger), "rec-killed", since)
+    assert at_least_warn(found) == []
+    assert vocab.UNCLEAN_STOP in {f.finding_type for f in found}  # the kill was seen, and judged harmless
