@@ -25,6 +25,8 @@ from app.contracts.vocabulary import (
     RESTORE_EARLIEST,
     RESTORE_GROUP,
     RESTORE_TIMESTAMP,
+    SINK_COORDINATES,
+    SINK_MODES,
     STARTUP_MODES,
 )
 from app.errors import ConfigError
@@ -301,8 +303,22 @@ class ReconcileConfig:
     # followed by another run has died (UNCLEAN_STOP): an idle live job writes no events either, so
     # this is a silence long enough that nobody would call the job healthy.
     run_silence_s: float = 3600.0
+    # How a job's sink is judged (CONTRACTS.md section 4): every job's default, and per job.
+    sink_mode: str = SINK_COORDINATES
+    sink_mode_by_job: dict[str, str] = field(default_factory=dict)
+    # delta_batches: the txn app id a job's foreachBatch writes with; without one, the query's id
+    # (what Spark's Delta sink writes, and what an attached run's RUN_STARTED names).
+    sink_app_id_by_job: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        modes = {"reconcile.sink_mode": self.sink_mode}
+        modes.update({f"reconcile.sink_mode_by_job.{job}": m for job, m in self.sink_mode_by_job.items()})
+        for key, mode in modes.items():
+            if mode not in SINK_MODES:
+                raise ConfigError(key, f"{mode!r} is no sink mode; expected one of {', '.join(SINK_MODES)}")
+        for job, app_id in self.sink_app_id_by_job.items():
+            if not app_id.strip():
+                raise ConfigError(f"reconcile.sink_app_id_by_job.{job}", "must name a txn app id")
         if self.run_silence_s <= 0:
             raise ConfigError("reconcile.run_silence_s", "must be positive")
         if self.commit_match_window_s <= 0:
@@ -318,6 +334,9 @@ class ReconcileConfig:
         for key in ("sink_topic_column", "sink_partition_column", "sink_offset_column"):
             if not str(getattr(self, key)).strip():
                 raise ConfigError(f"reconcile.{key}", "must not be empty")
+
+    def sink_mode_for(self, job: str) -> str:
+        return self.sink_mode_by_job.get(job, self.sink_mode)
 
 
 @dataclass(frozen=True)
@@ -463,6 +482,8 @@ _PASS_THROUGH_MAPS = {
     ("spark", "conf"),
     ("storage", "options"),
     ("tables", "sink_by_job"),
+    ("reconcile", "sink_mode_by_job"),
+    ("reconcile", "sink_app_id_by_job"),
 }
 
 

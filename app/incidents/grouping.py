@@ -64,6 +64,12 @@ _COMMIT_FINDINGS: Final = (
     vocab.COMMIT_MISMATCH,
 )
 _ACTIONABLE: Final = (vocab.CRITICAL, vocab.ERROR, vocab.WARN)
+# A batch written twice to a sink whose rows carry no offsets: which rows are extra copies only the
+# writer's key can tell, so the plan is a check, not a deletion.
+REPROCESSED_NOTE: Final = (
+    "no automatic repair: the sink's rows carry no offsets; compare the named Delta versions "
+    "(time travel) and make the writer idempotent (txn ids it does not reuse, or a MERGE by key)"
+)
 
 TopicPartition = tuple[str, int]
 
@@ -139,9 +145,14 @@ def group_findings(findings: Sequence[StoredFinding]) -> list[IncidentDraft]:
         out.append(incident)
     out += _external_changes(free(*_COMMIT_FINDINGS), claim)
     for kind, types in (
+        (vocab.INCIDENT_LOST_BATCH, (vocab.BATCH_NOT_IN_SINK,)),
+        (vocab.INCIDENT_BATCH_REPROCESSED, (vocab.BATCH_WRITTEN_TWICE,)),
         (vocab.INCIDENT_SECOND_WRITER, (vocab.DUPLICATE,)),
         (vocab.INCIDENT_GAP, (vocab.GAP,)),
-        (vocab.INCIDENT_LEDGER_GAP, (vocab.SINK_BEYOND_CHECKPOINT, vocab.LEDGER_INCONSISTENT)),
+        (
+            vocab.INCIDENT_LEDGER_GAP,
+            (vocab.SINK_BEYOND_CHECKPOINT, vocab.LEDGER_INCONSISTENT, vocab.SINK_COMMIT_UNEXPLAINED),
+        ),
     ):
         per_job: dict[str, list[StoredFinding]] = defaultdict(list)
         for f in free(*types):
@@ -253,11 +264,15 @@ def impact(incident: IncidentDraft) -> Impact:
         )
         and f.finding_type != vocab.FOREIGN_COMMIT
     ]
+    # A batch's findings count offsets (rows cannot be tied to offsets in a delta_batches sink):
+    # a lost batch's offsets are lost records, a batch written twice re-processed its offsets.
     return Impact(
-        records_lost=_count(incident, vocab.GAP, vocab.CONFIRMED),
-        records_unverifiable=_count(incident, vocab.GAP, vocab.UNVERIFIABLE, vocab.OPEN),
+        records_lost=_count(incident, vocab.GAP, vocab.CONFIRMED)
+        + _count(incident, vocab.BATCH_NOT_IN_SINK, vocab.CONFIRMED),
+        records_unverifiable=_count(incident, vocab.GAP, vocab.UNVERIFIABLE, vocab.OPEN)
+        + _count(incident, vocab.BATCH_NOT_IN_SINK, vocab.UNVERIFIABLE),
         records_duplicated=_count(incident, vocab.DUPLICATE),
-        records_replayed=_count(incident, vocab.RESTART_REPLAY),
+        records_replayed=_count(incident, vocab.RESTART_REPLAY) + _count(incident, vocab.BATCH_WRITTEN_TWICE),
         max_commit_lag=max(lags, default=None),
     )
 
@@ -271,7 +286,8 @@ def severity(incident: IncidentDraft, effect: Impact) -> str:
     if (
         effect.records_duplicated
         or effect.records_unverifiable
-        or types & {vocab.FOREIGN_COMMIT, vocab.COMMIT_REGRESSION, vocab.COMMIT_MISMATCH}
+        or types
+        & {vocab.FOREIGN_COMMIT, vocab.COMMIT_REGRESSION, vocab.COMMIT_MISMATCH, vocab.BATCH_WRITTEN_TWICE}
     ):
         return vocab.ERROR
     if any(f.severity in _ACTIONABLE for f in incident.findings):
@@ -345,12 +361,39 @@ def cause(incident: IncidentDraft, effect: Impact) -> str:
             f"{effect.records_lost} records confirmed missing and {effect.records_unverifiable} "
             f"unverifiable in the sink of {job} on {where}, below its completed checkpoints."
         )
+    if incident.kind == vocab.INCIDENT_LOST_BATCH:
+        return (
+            f"Completed batch(es) {_batches(incident)} of {job} have no commit left in its Delta sink "
+            f"({_versions(incident)}): {effect.records_lost} offsets lost and "
+            f"{effect.records_unverifiable} unverifiable on {where}."
+        )
+    if incident.kind == vocab.INCIDENT_BATCH_REPROCESSED:
+        return (
+            f"Batch(es) {_batches(incident)} of {job} were committed to its Delta sink more than once "
+            f"({_versions(incident)}): {effect.records_replayed} offsets re-processed on {where}; "
+            "whether rows doubled depends on the writer."
+        )
     if incident.kind == vocab.INCIDENT_LEDGER_GAP:
         return f"The sink of {job} holds output its ledger does not account for on {where} ({kinds})."
     return (
         f"Commits of {len(incident.findings)} completed checkpoint(s) of {job} never reached the group "
         f"and nothing later covered them, on {where}."
     )
+
+
+def _batches(incident: IncidentDraft) -> str:
+    batches = sorted({f.checkpoint_id for f in incident.findings if f.checkpoint_id is not None})
+    return ", ".join(map(str, batches))
+
+
+def _versions(incident: IncidentDraft) -> str:
+    """The sink versions the batch findings name, or that none is left."""
+    versions = sorted({v for f in incident.findings for v in _ints(f.evidence.get("sink_versions"))})
+    return f"Delta version(s) {', '.join(map(str, versions))}" if versions else "no Delta version holds them"
+
+
+def _ints(value: JsonValue) -> list[int]:
+    return [v for v in value if isinstance(v, int)] if isinstance(value, list) else []
 
 
 def _writers(incident: IncidentDraft, job: str) -> str:
@@ -389,7 +432,8 @@ def remedy(incident: IncidentDraft, completed: Mapping[tuple[str, str, int], int
     latest completed checkpoint, what group offsets must say for a restart from them to be exact."""
     steps: list[RemedyStep] = []
     found = incident.findings
-    gaps = _ranges(f for f in found if f.finding_type == vocab.GAP and f.status != vocab.BENIGN)
+    lost = (vocab.GAP, vocab.BATCH_NOT_IN_SINK)
+    gaps = _ranges(f for f in found if f.finding_type in lost and f.status != vocab.BENIGN)
     if gaps:
         steps.append(ReplayStep(gaps))
     dups = _ranges(f for f in found if f.finding_type == vocab.DUPLICATE)
@@ -408,6 +452,8 @@ def remedy(incident: IncidentDraft, completed: Mapping[tuple[str, str, int], int
         )
         if offsets:
             steps.append(ResetOffsetsStep(incident.group_id, offsets))
+    if not steps and incident.kind == vocab.INCIDENT_BATCH_REPROCESSED:
+        return RemedyPlan(note=REPROCESSED_NOTE)
     if not steps:
         return RemedyPlan(note=NOTHING_TO_REPAIR)
     return RemedyPlan(tuple(steps))

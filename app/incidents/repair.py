@@ -2,7 +2,8 @@
 
 Only the reference job's raw-record sink (app.contracts.tables.SINK_SCHEMA: coordinates, key, value) can be
 repaired: its rows are exactly the source records, so a gap is closed by reading the records back
-from Kafka, and a duplicate by dropping the extra copies. Any other sink gets the plan only.
+from Kafka, and a duplicate by dropping the extra copies. Any other sink gets the plan only, and a
+job judged by another sink mode than ``coordinates`` is refused before anything runs.
 
 - replay: the ranges are read from Kafka with Spark (read_committed) and appended to the sink in
   one Delta commit whose transaction id is derived from the incident, so running it again writes
@@ -32,6 +33,7 @@ from pyspark.sql import functions as F
 
 from app.config import AppConfig
 from app.contracts.tables import SINK_SCHEMA
+from app.contracts.vocabulary import SINK_COORDINATES
 from app.errors import UsageError
 from app.incidents.incident import StoredIncident
 from app.incidents.remedy import (
@@ -229,7 +231,19 @@ def execute(
     sink_path: str,
     bootstrap: Callable[[], str],
 ) -> RepairOutcome:
-    """Run the plan of ``incident``. Sink steps need the reference sink (else UsageError)."""
+    """Run the plan of ``incident``. Sink steps need the reference sink (else UsageError); a job
+    whose sink is judged by another mode than coordinates is refused whole (UsageError): its rows
+    carry no offsets, so nothing here could write them safely."""
+    job = str(incident.job_name)
+    mode = cfg.reconcile.sink_mode_for(job)
+    if mode != SINK_COORDINATES:
+        by_job = job in cfg.reconcile.sink_mode_by_job
+        key = f"reconcile.sink_mode_by_job.{job}" if by_job else "reconcile.sink_mode"
+        raise UsageError(
+            f"repair --execute repairs coordinates sinks only; the sink of job {job} is judged as "
+            f"{mode} ({key}): carry out the plan yourself (run repair without --execute "
+            "for its startingOffsets/endingOffsets)"
+        )
     steps = incident.remedy.steps
     if any(isinstance(s, (ReplayStep, DeleteDuplicatesStep)) for s in steps):
         stored = facade.scan(spark, sink_path)

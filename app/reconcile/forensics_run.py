@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
-from app.contracts.vocabulary import COMMAND_FORENSICS, SEVERITIES
+from app.contracts.vocabulary import COMMAND_FORENSICS, SEVERITIES, SINK_COORDINATES
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile.outputs import AuditRun, merge_restarts, read_incidents, record_run, resolve_scope
@@ -51,6 +51,8 @@ def run_forensics(spark: SparkSession, cfg: AppConfig, run: AuditRun) -> Forensi
     cols = sink_columns(cfg)
     observed: dict[tuple[str, str, str, int], dict[str, Any]] = {}
     for job in sorted({row["job_name"] for row in restart_rows}):
+        if r.sink_mode_for(job) != SINK_COORDINATES:
+            continue  # rows tell their offsets in a coordinates sink only
         df = facade.scan(spark, tables.sink_for(job))
         if df is not None:
             job_restarts = [r for r in restart_rows if r["job_name"] == job]

@@ -32,6 +32,7 @@ from app.contracts import vocabulary as vocab
 from app.contracts.instants import instant
 from app.contracts.vocabulary import (
     EVENT_OFFSETS_RESTORED,
+    EVENT_RUN_STARTED,
     EVENT_RUN_STOPPED,
 )
 from app.reconcile import commit_rules, ledger_rules
@@ -165,6 +166,28 @@ class LedgerAudit:
             """
         )
         return {r["job_name"]: r["run_id"] for r in rows}
+
+    def run_detail(self, key: str) -> dict[tuple[str, str], str]:
+        """(job, run) -> the value of ``key`` in the detail of the run's RUN_STARTED, where it has one."""
+        rows = self.rows(
+            f"""
+            SELECT job_name, run_id, max({sql_detail(key)}) AS value FROM ledger
+            WHERE event_type = '{EVENT_RUN_STARTED}' GROUP BY job_name, run_id
+            """
+        )
+        return {(r["job_name"], r["run_id"]): r["value"] for r in rows if r["value"] is not None}
+
+    def restored_offsets(self) -> dict[tuple[str, str, str, int], int]:
+        """(job, run, topic, partition) -> the offset the run started from (OFFSETS_RESTORED)."""
+        rows = self.rows(
+            f"""
+            SELECT job_name, run_id, topic, "partition", min("offset") AS "offset" FROM ledger
+            WHERE event_type = '{EVENT_OFFSETS_RESTORED}' AND "offset" IS NOT NULL
+              AND "partition" IS NOT NULL
+            GROUP BY job_name, run_id, topic, "partition"
+            """
+        )
+        return {(r["job_name"], r["run_id"], r["topic"], r["partition"]): r["offset"] for r in rows}
 
     def coverage(self) -> list[dict[str, Any]]:
         """Per job and partition, the offsets [lo, hi) the window's checkpoints vouch for.

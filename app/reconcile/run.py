@@ -23,7 +23,16 @@ from pyspark.sql import SparkSession
 from app.config import AppConfig, ReconcileConfig
 from app.contracts.instants import instant
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
-from app.contracts.vocabulary import COMMAND_RECONCILE, DUPLICATE, SEVERITIES
+from app.contracts.vocabulary import (
+    COMMAND_RECONCILE,
+    DETAIL_QUERY_ID,
+    DUPLICATE,
+    EVENT_RUN_STARTED,
+    SEVERITIES,
+    SINK_COORDINATES,
+    SINK_DELTA_BATCHES,
+    SINK_NONE,
+)
 from app.errors import (
     ConfigError,
     error_kind,
@@ -34,6 +43,7 @@ from app.kafka.gaps import GapConfirmer, SuspectedGap
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile import ledger_audit as la
+from app.reconcile import sink_batches as sb
 from app.reconcile.findings import Finding
 from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
 from app.reconcile.outputs import (
@@ -58,6 +68,9 @@ from app.storage import facade
 from app.storage.tables import Tables
 
 log = logging.getLogger(__name__)
+
+# The key of an attached run's RUN_STARTED detail that holds its query's id: the txn app id of
+# Spark's Delta sink (CONTRACTS.md section 4).
 
 
 def _completed_offsets(ranges: Sequence[PartitionRange]) -> dict[tuple[str, str, int], int]:
@@ -195,7 +208,12 @@ def _reconcile_inputs(p: _Pass) -> None:
         if f.job_name is not None and f.topic is not None and f.partition is not None:
             tp_counts = by_type[(f.job_name, f.topic, f.partition)]
             tp_counts[f.finding_type] = tp_counts.get(f.finding_type, 0) + 1
-    _write_summary(spark, tables, result.run_id, ranges, stats, by_type, audit.latest_commits())
+    # Only a coordinates sink's rows are counted; another mode's counts are unknown, not zero.
+    uncounted = {
+        rng.job_name for rng in ranges if p.cfg.reconcile.sink_mode_for(rng.job_name) != SINK_COORDINATES
+    }
+    summary = _Summary(ranges, stats, by_type, audit.latest_commits(), frozenset(uncounted))
+    _write_summary(spark, tables, result.run_id, summary)
 
 
 def _sink_and_restart_findings(
@@ -219,6 +237,12 @@ def _sink_and_restart_findings(
     cols = sink_columns(p.cfg)
     sink_started = time.monotonic()
     for job in sorted(set(by_job) | {r["job_name"] for r in restart_rows}):
+        mode = p.cfg.reconcile.sink_mode_for(job)
+        if mode == SINK_NONE:
+            continue  # ledger x group commits only: the sink is not read at all
+        if mode == SINK_DELTA_BATCHES:
+            sink_rows += _delta_batch_findings(p, job)
+            continue
         df = facade.scan(spark, tables.sink_for(job))
         if df is None:
             # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
@@ -252,6 +276,41 @@ def _sink_and_restart_findings(
     return rc.finalize_findings(core, result.run_id, p.now), ranges, stats
 
 
+def _delta_batch_findings(p: _Pass, job: str) -> list[Finding]:
+    """``job``'s completed batches against its Delta sink's commits (app.reconcile.sink_batches)."""
+    r, window, path = p.cfg.reconcile, p.audit.window, p.tables.sink_for(job)
+    since = None if window.since is None else window.since - timedelta(days=r.baseline_lookback_days)
+    log_ = facade.sink_log(p.spark, path, since)
+    if log_ is None:
+        # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
+        where = f"no Delta table at {path} (the sink of job {job}); nothing was written"
+        raise ConfigError(p.tables.sink_key_for(job), where)
+    checkpoints = [c for c in p.audit.checkpoints() if c["job_name"] == job]
+    fixed = r.sink_app_id_by_job.get(job)
+    query_ids = p.audit.run_detail(DETAIL_QUERY_ID)
+    app_ids = {
+        run: app_id
+        for run in {str(c["run_id"]) for c in checkpoints}
+        if (app_id := fixed or query_ids.get((job, run))) is not None
+    }
+    if checkpoints and not app_ids:
+        log.warning(
+            "job %s: no txn app id is known (no query id in its runs' %s, no "
+            "reconcile.sink_app_id_by_job.%s): its sink commits cannot be tied to its batches",
+            job,
+            EVENT_RUN_STARTED,
+            job,
+        )
+    restored = {(run, t, part): o for (j, run, t, part), o in p.audit.restored_offsets().items() if j == job}
+    batches = sb.batches_of(checkpoints, app_ids, restored)
+    in_flight: dict[str, int] = {}
+    if job in p.audit.active_runs():
+        # A running job commits a batch to the sink before its checkpoint completes.
+        for b in batches:
+            in_flight[b.app_id] = max(in_flight.get(b.app_id, 0), b.batch_id + 1)
+    return sb.batch_findings(batches, log_, window, in_flight)
+
+
 def _with_copy_dates(audit: la.LedgerAudit, found: Sequence[Finding]) -> list[Finding]:
     """The findings with every DUPLICATE dated and its writer runs named from the ledger
     (``findings.dated_duplicate``): the evidence time its incident and the impact chart need."""
@@ -260,18 +319,24 @@ def _with_copy_dates(audit: la.LedgerAudit, found: Sequence[Finding]) -> list[Fi
     return [*(f for f in found if f.finding_type != DUPLICATE), *dated]
 
 
-def _write_summary(
-    spark: SparkSession,
-    tables: Tables,
-    run_id: str,
-    ranges: Sequence[PartitionRange],
-    stats: Mapping[tuple[str, str, int], PartitionSink],
-    by_type: Mapping[tuple[str, str, int], Mapping[str, int]],
-    latest: Mapping[tuple[str | None, str, int], tuple[int | None, datetime | None]],
-) -> None:
+@dataclass(frozen=True)
+class _Summary:
+    """What the partition summary of a run is made of: the ranges, the sink's statistics (of the
+    jobs not in ``uncounted``), the findings by type and the group's latest commits."""
+
+    ranges: Sequence[PartitionRange]
+    stats: Mapping[tuple[str, str, int], PartitionSink]
+    by_type: Mapping[tuple[str, str, int], Mapping[str, int]]
+    latest: Mapping[tuple[str | None, str, int], tuple[int | None, datetime | None]]
+    uncounted: frozenset[str]
+
+
+def _write_summary(spark: SparkSession, tables: Tables, run_id: str, summary: _Summary) -> None:
+    ranges, stats, by_type, latest = summary.ranges, summary.stats, summary.by_type, summary.latest
     rows = []
     for rng in ranges:
         ps = stats.get((rng.job_name, rng.topic, rng.partition), PartitionSink())
+        counted = rng.job_name not in summary.uncounted
         committed, commit_time = latest.get((rng.group_id, rng.topic, rng.partition), (None, None))
         lag = (
             None
@@ -290,8 +355,8 @@ def _write_summary(
                 rng.group_id,
                 rng.topic,
                 rng.partition,
-                ps.rows,
-                ps.distinct,
+                ps.rows if counted else None,
+                ps.distinct if counted else None,
                 ps.min_offset,
                 ps.max_offset,
                 rng.last_checkpoint_id,

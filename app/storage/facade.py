@@ -18,6 +18,7 @@ its own. Only this package imports `deltalake` or calls Spark's Delta reader or 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 import pyarrow as pa
@@ -29,7 +30,7 @@ from pyspark.sql.types import StructType
 from app.contracts.tables import layout_of
 from app.errors import InfrastructureError
 from app.routes import DRIVER, ROUTES, SPARK
-from app.storage import backend, delta_rows
+from app.storage import backend, delta_log, delta_rows
 from app.storage.tables import TABLE_NAMES, read_delta
 
 # Tables whose every write scales with the data: Spark writes them on every storage.
@@ -183,3 +184,11 @@ def version(storage: backend.StorageSettings, path: str) -> int:
     if table is None:
         raise InfrastructureError(f"no Delta table at {path}")
     return int(table.version())
+
+
+def sink_log(
+    storage: backend.StorageSettings, path: str, modified_since: datetime | None = None
+) -> delta_log.SinkLog | None:
+    """The sink's commits from its transaction log (see `delta_log.read_sink_log`), or None when
+    there is no table."""
+    return delta_log.read_sink_log(storage, path, modified_since)

@@ -1,6 +1,7 @@
 """A user's own streaming query, written as a data team writes one, and what the tests that audit
 it read: Kafka JSON payments parsed, filtered and projected into a Delta table through Spark's own
-Delta sink, with no coordinate columns (tests/kafka/test_attach.py, test_ledger_import.py)."""
+Delta sink, with no coordinate columns (tests/kafka/test_attach*.py, test_ledger_import.py,
+test_sink_modes.py)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def produce_payments(bootstrap: str, topic: str, count: int, start: int = 0) -> 
 
 
 def kafka(spark: SparkSession, bootstrap: str, how: str, what: str, starting: str = "earliest") -> DataFrame:
+    """A Kafka source as a user opens one; ``starting``: its startingOffsets (used on a new checkpoint)."""
     return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -44,6 +46,16 @@ def kafka(spark: SparkSession, bootstrap: str, how: str, what: str, starting: st
     )
 
 
+def payments(raw: DataFrame) -> DataFrame:
+    """The user's transformation: JSON payments, refunds filtered out, two columns kept."""
+    return (
+        raw.select(F.from_json(F.col("value").cast("string"), PAYMENT_SCHEMA).alias("p"))
+        .select("p.*")
+        .where(F.col("kind") == "payment")
+        .select("id", "amount")
+    )
+
+
 def payments_query(
     raw: DataFrame,
     checkpoint: Path,
@@ -51,16 +63,12 @@ def payments_query(
     trigger: dict[str, Any] | None = None,
     name: str | None = None,
 ) -> StreamingQuery:
-    """The user's job: JSON payments, refunds filtered out, two columns kept, into Delta;
-    ``trigger`` is Spark's `trigger(...)` keywords (default: availableNow, read what is there),
-    ``name`` its queryName."""
-    payments = (
-        raw.select(F.from_json(F.col("value").cast("string"), PAYMENT_SCHEMA).alias("p"))
-        .select("p.*")
-        .where(F.col("kind") == "payment")
-        .select("id", "amount")
-    )
-    writer = payments.writeStream if name is None else payments.writeStream.queryName(name)
+    """The user's job: its payments into Delta through Spark's own Delta sink; ``trigger`` is
+    Spark's `trigger(...)` keywords (default: availableNow, read what is there), ``name`` its
+    queryName."""
+    writer = payments(raw).writeStream
+    if name is not None:
+        writer = writer.queryName(name)
     return (
         writer.format("delta")
         .option("checkpointLocation", str(checkpoint))

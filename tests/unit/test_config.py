@@ -205,3 +205,30 @@ def test_base_yaml_holds_every_key_with_its_default() -> None:
             assert getattr(getattr(loaded, name), f.name) == _default(f), f"{name}.{f.name}"
     top = [f for f in dataclasses.fields(AppConfig) if f.name not in sections and f.name != "env"]
     assert {f.name: getattr(loaded, f.name) for f in top} == {f.name: _default(f) for f in top}
+
+
+def test_sink_mode_per_job_wins_over_the_default(conf_dir: Path) -> None:
+    cfg = load_config(
+        "dev",
+        ["reconcile.sink_mode=none", "reconcile.sink_mode_by_job.pay.v2=delta_batches"],
+        conf_dir=conf_dir,
+        environ={},
+    )
+    assert cfg.reconcile.sink_mode_for("pay.v2") == "delta_batches"  # a dotted job name stays whole
+    assert cfg.reconcile.sink_mode_for("orders") == "none"
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("reconcile.sink_mode=rows", "reconcile.sink_mode"),
+        ("reconcile.sink_mode_by_job.pay=delta", "reconcile.sink_mode_by_job.pay"),
+        ("reconcile.sink_app_id_by_job.pay=", "reconcile.sink_app_id_by_job.pay"),
+    ],
+)
+def test_unknown_sink_mode_exits_2_naming_its_key(
+    conf_dir: Path, capsys: pytest.CaptureFixture[str], override: str, key: str
+) -> None:
+    code = main(["config", "show", "--env", "dev", "--conf-dir", str(conf_dir), "--set", override])
+    assert code == 2
+    assert f"'{key}'" in capsys.readouterr().err

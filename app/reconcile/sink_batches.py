@@ -1,0 +1,269 @@
+"""The ``delta_batches`` sink mode: every completed checkpoint mapped to the sink commits that hold
+its output, by the ``txn`` (app id, version) of the sink's commit files (CONTRACTS.md sections 4, 5).
+
+Pure: the ledger's completed batches (``batches_of``) and the sink's commits
+(``app.storage.delta_log``) come in, typed ``Finding``s go out.
+
+- BATCH_NOT_IN_SINK (critical): a completed batch with no commit of its (app id, batch id) in the
+  sink, or whose only commits with data a RESTORE took back. Spark's Delta sink and a MERGE with
+  txn ids commit an empty batch too (an empty commit carrying the txn), so a missing commit is a
+  lost one. Beyond log retention the commit files are gone: a batch older than the oldest commit
+  file left is ``unverifiable`` (error), never "lost".
+- BATCH_WRITTEN_TWICE (error): one (app id, batch id) in two or more commits that added rows and
+  are still in the table. Rows cannot be tied to offsets in this mode: the batch's offsets were
+  processed twice; whether rows doubled depends on the writer.
+- SINK_COMMIT_UNEXPLAINED (warn): a commit in the window carrying one of the job's app ids whose
+  version no completed checkpoint of that app id explains (a batch that never completed, another
+  writer reusing the id). A batch of a running job whose completion is still in flight is not one.
+
+A batch's offset ranges are [the previous batch's offsets, its own) per partition; the previous
+batch of the same app id, else where its run started (OFFSETS_RESTORED).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from app.contracts.vocabulary import (
+    BATCH_NOT_IN_SINK,
+    BATCH_WRITTEN_TWICE,
+    CONFIRMED,
+    CRITICAL,
+    ERROR,
+    OPEN,
+    SINK_COMMIT_UNEXPLAINED,
+    UNVERIFIABLE,
+    WARN,
+)
+from app.reconcile.findings import AuditWindow, Finding
+from app.storage.delta_log import SinkCommit, SinkLog, undone_versions
+
+_WHERE: Final = ("job_name", "group_id", "topic", "partition", "run_id", "checkpoint_id")
+
+
+@dataclass(frozen=True)
+class BatchRange:
+    """The offsets [start, end) one batch read from a partition; start unknown (None) for a first
+    batch whose run recorded no start."""
+
+    topic: str
+    partition: int
+    start: int | None
+    end: int
+
+    @property
+    def offsets(self) -> int | None:
+        return None if self.start is None else self.end - self.start
+
+
+@dataclass(frozen=True)
+class CompletedBatch:
+    """A checkpoint the ledger says completed, under the txn app id its sink commit must carry."""
+
+    job_name: str
+    group_id: str | None
+    run_id: str
+    app_id: str
+    batch_id: int
+    completed_at: datetime
+    ranges: tuple[BatchRange, ...]
+
+
+def batches_of(
+    checkpoints: Iterable[Mapping[str, Any]],
+    app_ids: Mapping[str, str],
+    restored: Mapping[tuple[str, str, int], int],
+) -> list[CompletedBatch]:
+    """One job's completed batches, each once (its first completion), with their offset ranges.
+
+    ``checkpoints``: the ledger's completed checkpoints per partition (``LedgerAudit.checkpoints``
+    columns); ``app_ids``: run id -> the txn app id its batches commit under (runs without one are
+    left out: nothing in the sink can be tied to them); ``restored``: (run id, topic, partition) ->
+    the offset the run started from."""
+    by_batch: dict[tuple[str, int], list[Mapping[str, Any]]] = defaultdict(list)
+    for row in checkpoints:
+        app_id = app_ids.get(str(row["run_id"]))
+        if app_id is not None and row["offset"] is not None:
+            by_batch[(app_id, int(row["checkpoint_id"]))].append(row)
+    out: list[CompletedBatch] = []
+    previous: dict[tuple[str, str, int], int] = {}  # (app id, topic, partition) -> last end
+    for app_id, batch_id in sorted(by_batch):
+        rows = by_batch[(app_id, batch_id)]
+        first = min(rows, key=lambda r: (r["completed_at"], str(r["run_id"])))
+        mine = [r for r in rows if r["run_id"] == first["run_id"]]
+        ranges = []
+        for r in sorted(mine, key=lambda r: (str(r["topic"]), int(r["partition"]))):
+            key = (app_id, str(r["topic"]), int(r["partition"]))
+            start = previous.get(key, restored.get((str(first["run_id"]), key[1], key[2])))
+            ranges.append(BatchRange(key[1], key[2], start, int(r["offset"])))
+            previous[key] = int(r["offset"])
+        out.append(
+            CompletedBatch(
+                job_name=str(first["job_name"]),
+                group_id=first["group_id"],
+                run_id=str(first["run_id"]),
+                app_id=app_id,
+                batch_id=batch_id,
+                completed_at=first["completed_at"],
+                ranges=tuple(ranges),
+            )
+        )
+    return out
+
+
+def _in_window(when: datetime | None, window: AuditWindow) -> bool:
+    return when is not None and when < window.until and (window.since is None or when >= window.since)
+
+
+def _where(batch: CompletedBatch, r: BatchRange | None) -> dict[str, Any]:
+    return {
+        "job_name": batch.job_name,
+        "group_id": batch.group_id,
+        "topic": None if r is None else r.topic,
+        "partition": None if r is None else r.partition,
+        "run_id": batch.run_id,
+        "checkpoint_id": batch.batch_id,
+    }
+
+
+def _per_partition(
+    finding_type: str, severity: str, status: str, batch: CompletedBatch, evidence: Mapping[str, Any]
+) -> list[Finding]:
+    """One finding per partition the batch read offsets of (the ranges a replay names)."""
+    ranges = [r for r in batch.ranges if r.offsets is None or r.offsets > 0]
+    return [
+        Finding.of(
+            finding_type,
+            severity,
+            status,
+            _where(batch, r),
+            {**evidence, "offset_range": [r.start, r.end]},
+            identity=batch.app_id,
+            cols=_WHERE,
+            offset_start=r.start,
+            offset_end=r.end,
+            record_count=r.offsets,
+        )
+        for r in ranges
+    ]
+
+
+def _neighbours(
+    batch: CompletedBatch, live: Mapping[tuple[str, int], Sequence[SinkCommit]]
+) -> dict[str, int | None]:
+    """The sink versions of the batches before and after it, to find it between them."""
+
+    def version(batch_id: int) -> int | None:
+        commits = live.get((batch.app_id, batch_id), ())
+        return commits[0].version if commits else None
+
+    return {"previous_batch": version(batch.batch_id - 1), "next_batch": version(batch.batch_id + 1)}
+
+
+def _log_starts_at(log: SinkLog) -> datetime | None:
+    """When the oldest commit file left was written, when log cleanup removed older ones (a log
+    that starts at version 0 is complete); None when the log is complete."""
+    if log.first_version in (None, 0):
+        return None
+    first = next((c for c in log.commits if c.version == log.first_version), None)
+    return first.timestamp if first is not None else None
+
+
+def batch_findings(
+    batches: Sequence[CompletedBatch],
+    log: SinkLog,
+    window: AuditWindow,
+    in_flight: Mapping[str, int] | None = None,
+) -> list[Finding]:
+    """BATCH_NOT_IN_SINK and BATCH_WRITTEN_TWICE for the batches completed in ``window``, and
+    SINK_COMMIT_UNEXPLAINED for the window's commits of their app ids that no completed batch
+    explains. ``batches`` may reach before the window (they explain older commits);
+    ``in_flight``: app id -> the batch a running job may have committed but not yet completed."""
+    undone = undone_versions(log.commits)
+    every: dict[tuple[str, int], list[SinkCommit]] = defaultdict(list)
+    for c in log.commits:
+        for txn in c.txns:
+            every[txn].append(c)
+    live = {k: [c for c in v if c.version not in undone] for k, v in every.items()}
+    log_from = _log_starts_at(log)
+    out: list[Finding] = []
+    for batch in batches:
+        if not _in_window(batch.completed_at, window):
+            continue
+        key = (batch.app_id, batch.batch_id)
+        kept, taken = live.get(key, []), [c for c in every.get(key, []) if c.version in undone]
+        around = _neighbours(batch, live)
+        with_rows = [c for c in kept if c.rows_added]
+        if len(with_rows) > 1:
+            evidence = {
+                "app_id": batch.app_id,
+                "batch_id": batch.batch_id,
+                "sink_versions": [c.version for c in with_rows],
+                "rows_added": [c.rows_added for c in with_rows],
+                "meaning": "offsets re-processed: the batch's output was committed more than once",
+                "completed_at": batch.completed_at,
+            }
+            out += _per_partition(BATCH_WRITTEN_TWICE, ERROR, CONFIRMED, batch, evidence)
+        if kept or (taken and not any(c.rows_added for c in taken)):
+            continue  # in the table, or an empty batch a RESTORE took back: nothing was lost
+        evidence = {
+            "app_id": batch.app_id,
+            "batch_id": batch.batch_id,
+            "completed_at": batch.completed_at,
+            **around,
+        }
+        if taken:
+            evidence["sink_versions"] = [c.version for c in taken]
+            evidence["removed_by_restore"] = sorted({undone[c.version] for c in taken})
+            out += _per_partition(BATCH_NOT_IN_SINK, CRITICAL, CONFIRMED, batch, evidence)
+        elif log_from is not None and batch.completed_at < log_from:
+            evidence["log_starts_at"] = log_from
+            evidence["meaning"] = "the sink's commit files of this time were cleaned (log retention)"
+            out += _per_partition(BATCH_NOT_IN_SINK, ERROR, UNVERIFIABLE, batch, evidence)
+        else:
+            out += _per_partition(BATCH_NOT_IN_SINK, CRITICAL, CONFIRMED, batch, evidence)
+    out += _unexplained(batches, log, window, in_flight or {})
+    return out
+
+
+def _unexplained(
+    batches: Sequence[CompletedBatch], log: SinkLog, window: AuditWindow, in_flight: Mapping[str, int]
+) -> list[Finding]:
+    known: dict[str, set[int]] = defaultdict(set)
+    owner: dict[str, CompletedBatch] = {}  # app id -> its latest batch: the job and group it names
+    for b in batches:
+        known[b.app_id].add(b.batch_id)
+        owner[b.app_id] = b
+    out: list[Finding] = []
+    for c in log.commits:
+        if not _in_window(c.timestamp, window):
+            continue
+        for app_id, version in c.txns:
+            ids = known.get(app_id)
+            # Batches before the ledger's first one of the app id are older than the audit of it.
+            if not ids or version in ids or version < min(ids) or in_flight.get(app_id) == version:
+                continue
+            job = owner[app_id]
+            out.append(
+                Finding.of(
+                    SINK_COMMIT_UNEXPLAINED,
+                    WARN,
+                    OPEN,
+                    {"job_name": job.job_name, "group_id": job.group_id, "checkpoint_id": version},
+                    {
+                        "app_id": app_id,
+                        "batch_id": version,
+                        "sink_version": c.version,
+                        "operation": c.operation,
+                        "rows_added": c.rows_added,
+                        "committed_at": c.timestamp,
+                    },
+                    identity=f"{app_id}@{c.version}",
+                    cols=("job_name", "group_id", "checkpoint_id"),
+                )
+            )
+    return out

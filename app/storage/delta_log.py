@@ -1,0 +1,200 @@
+"""A Delta table's transaction log, commit by commit: which streaming batch each commit wrote.
+
+Spark's Delta streaming sink writes a ``txn`` action with every commit (app id = the query's id,
+version = the batch id), and so does a ``foreachBatch`` that writes with ``txnAppId``/``txnVersion``
+(or the session's ``spark.databricks.delta.write.txnAppId``/``txnVersion`` for a MERGE). A Delta
+log checkpoint keeps only the latest ``txn`` of each app id, so the history of batches is read from
+the commit files (``_delta_log/<version>.json``) themselves, never from checkpoints.
+
+Commit files older than the table's ``delta.logRetentionDuration`` (30 days by default) are deleted
+by Delta's log cleanup: what they said is unknown, and ``SinkLog.first_version`` says from where the
+log is complete. The files are listed and read with the storage the facade uses for delta-rs:
+Arrow's local file system for local tables, delta-rs's object store (with the same storage options)
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+from urllib.parse import urlparse
+
+from pyarrow import fs
+
+from app.storage import backend
+
+LOG_DIR: Final = "_delta_log"
+RESTORE: Final = "RESTORE"
+_COMMIT_NAME_DIGITS: Final = 20  # <version zero-padded to 20 digits>.json
+# The rows a commit wrote in its commitInfo's metrics: Spark's name, then delta-rs's.
+_ROW_METRICS: Final = ("numOutputRows", "num_added_rows")
+
+
+@dataclass(frozen=True)
+class SinkCommit:
+    """One commit of the sink as its commit file tells it.
+
+    ``txns``: the (app id, version) of its ``txn`` actions. ``rows_added``: records in its added
+    files (their stats' numRecords), else the rows its commitInfo's metrics count, else unknown.
+    ``restored_to``/``restored_at``: for a RESTORE, the version or instant the table went back to.
+    """
+
+    version: int
+    timestamp: datetime | None
+    operation: str | None
+    txns: tuple[tuple[str, int], ...] = ()
+    rows_added: int | None = None
+    restored_to: int | None = None
+    restored_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SinkLog:
+    """The commits read, by version, and the oldest version whose commit file still exists (older
+    ones were cleaned past log retention: None when the log holds no commit file at all)."""
+
+    commits: tuple[SinkCommit, ...]
+    first_version: int | None
+
+
+def _millis(value: Any) -> datetime | None:
+    return datetime.fromtimestamp(value / 1000, UTC) if isinstance(value, int | float) else None
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _stats_records(add: dict[str, Any]) -> int | None:
+    stats = add.get("stats")
+    if not isinstance(stats, str):
+        return None
+    try:
+        return _int(json.loads(stats).get("numRecords"))
+    except (ValueError, AttributeError):
+        return None
+
+
+def _restored_at(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def parse_commit(version: int, lines: Iterable[str]) -> SinkCommit:
+    """A commit file's actions (one JSON object per line) as a ``SinkCommit``."""
+    info: dict[str, Any] = {}
+    txns: list[tuple[str, int]] = []
+    added: list[int | None] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        action = json.loads(line)
+        if "commitInfo" in action:
+            info = action["commitInfo"] or {}
+        elif "txn" in action:
+            txn = action["txn"]
+            txns.append((str(txn["appId"]), int(txn["version"])))
+        elif "add" in action and action["add"].get("dataChange", True):
+            added.append(_stats_records(action["add"]))
+    metrics = info.get("operationMetrics") or {}
+    rows: int | None = None
+    if added and None not in added:
+        rows = sum(n for n in added if n is not None)
+    elif (counted := next((k for k in _ROW_METRICS if k in metrics), None)) is not None:
+        rows = _int(metrics[counted])
+    elif not added:
+        rows = 0
+    params = info.get("operationParameters") or {}
+    operation = info.get("operation")
+    restore = operation == RESTORE
+    return SinkCommit(
+        version=version,
+        timestamp=_millis(info.get("timestamp")),
+        operation=operation,
+        txns=tuple(txns),
+        rows_added=rows,
+        restored_to=_int(params.get("version")) if restore else None,
+        restored_at=_restored_at(params.get("timestamp")) if restore else None,
+    )
+
+
+def commit_version(name: str) -> int | None:
+    """The version of a commit file's name, None for any other file of the log (checkpoints,
+    checksums, temporary files)."""
+    stem, dot, ext = name.partition(".")
+    if dot and ext == "json" and len(stem) == _COMMIT_NAME_DIGITS and stem.isdigit():
+        return int(stem)
+    return None
+
+
+def _file_system(where: backend.Location) -> tuple[fs.FileSystem, str]:
+    """The file system and the log directory's path in it."""
+    if urlparse(where.uri).scheme in backend.LOCAL_SCHEMES:
+        # Arrow's own local file system, for the shutdown reason `backend.arrow_dataset` gives.
+        return fs.LocalFileSystem(), os.path.join(os.path.abspath(urlparse(where.uri).path), LOG_DIR)
+    from deltalake.fs import DeltaStorageHandler
+
+    return fs.PyFileSystem(DeltaStorageHandler(where.uri, dict(where.options))), LOG_DIR
+
+
+def read_sink_log(
+    storage: backend.StorageSettings, path: str, modified_since: datetime | None = None
+) -> SinkLog | None:
+    """The commits of the table at ``path`` (None when there is no Delta log there).
+
+    ``modified_since`` skips commit files last written before it (their batches lie before the
+    audited window), so a long-lived sink costs a listing, not a read of every commit."""
+    where = backend.location(storage, path)
+    with backend.storage_errors(where, "read the log of"):
+        files, log_dir = _file_system(where)
+        listed = files.get_file_info(fs.FileSelector(log_dir, allow_not_found=True))
+        versions = sorted(
+            (v, info.path, info.mtime) for info in listed if (v := commit_version(info.base_name)) is not None
+        )
+        if not versions:
+            return None
+        commits = []
+        for version, file_path, mtime in versions:
+            if modified_since is not None and mtime is not None and _aware(mtime) < modified_since:
+                continue
+            with files.open_input_stream(file_path) as stream:
+                text = stream.read().decode("utf-8")
+            commits.append(parse_commit(version, text.splitlines()))
+    return SinkLog(tuple(commits), versions[0][0])
+
+
+def _aware(when: datetime) -> datetime:
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def undone_versions(commits: Sequence[SinkCommit]) -> dict[int, int]:
+    """Version -> the RESTORE commit that took the table back to before it: its output is no longer
+    in the table. A RESTORE by instant goes back to the last version committed at or before it."""
+    out: dict[int, int] = {}
+    for restore in commits:
+        if restore.operation != RESTORE:
+            continue
+        target = restore.restored_to
+        if target is None and restore.restored_at is not None:
+            before = [
+                c.version for c in commits if c.timestamp is not None and c.timestamp <= restore.restored_at
+            ]
+            target = max(before, default=None)
+        if target is None:
+            continue
+        for c in commits:
+            if target < c.version < restore.version:
+                out.setdefault(c.version, restore.version)
+    return out
