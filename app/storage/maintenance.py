@@ -25,6 +25,7 @@ checkpoint a checkpoint file that ``_last_checkpoint`` does not name yet.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -35,6 +36,8 @@ from app.storage import backend
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
 
 APPEND_ONLY: Final = "delta.appendOnly"
 
@@ -141,6 +144,7 @@ def delete_rows(storage: backend.StorageSettings, path: str, predicate: str, app
     table (``append_only``) the property is lifted for the deletion alone (the module's docstring)."""
     if append_only:
         _set_append_only(storage, path, False)
+        log.info("%s: delta.appendOnly lifted for the deletion", path)
     try:
         where, table = _table(storage, path)
         with backend.storage_errors(where, "delete old rows of"):
