@@ -38,6 +38,10 @@ TIME_COLUMNS: Final = {
     "audit_runs": "finished_at",
     "validation_results": "evaluated_at",
 }
+# The tables ingest appends one file per run, in time order. Their window reads skip the files
+# before the window by their min/max statistics (`reconcile.inputs`); compacting one whole would
+# merge old and new records into files every window read opens, and rewrite its history each time.
+INGEST_TABLES: Final = frozenset({"group_commits", "group_events", "decode_errors"})
 # The raw inputs of a reconciliation: kept over the span of every open incident.
 EVIDENCE_TABLES: Final = frozenset({"ledger", "group_commits", "group_events", "decode_errors"})
 
@@ -132,6 +136,19 @@ def closed_partitions(files: Mapping[str, int], now: datetime, cfg: MaintenanceC
         d for d, n in files.items() if d and date.fromisoformat(d) < last_open and n > cfg.compact_min_files
     ]
     return sorted(closed)
+
+
+def compaction_targets(
+    table: str, partitioned: bool, files: Mapping[str, int], now: datetime, cfg: MaintenanceConfig
+) -> list[str]:
+    """The partitions of ``table`` to compact ("" for the whole of an unpartitioned table): the
+    ledger's closed days; a small unpartitioned table whole once it holds more than
+    ``compact_min_files`` files; never the tables ingest appends in time order (`INGEST_TABLES`)."""
+    if table in INGEST_TABLES:
+        return []
+    if partitioned:
+        return closed_partitions(files, now, cfg)
+    return [""] if files.get("", 0) > cfg.compact_min_files else []
 
 
 def older_partitions(files: Sequence[str], limit: datetime) -> list[str]:

@@ -132,10 +132,11 @@ def maintain_table(
         outcome.rows_deleted = _apply_retention(storage, name, path, files, now, keep, m.retention_days)
         if outcome.rows_deleted:
             files = maintenance.files_by_partition(storage, path) or {}
-    for partition in _to_compact(storage, path, files, now, cfg) if name != "sink" else []:
+    column = maintenance.partition_column(storage, path)
+    targets = [] if name == "sink" else plan.compaction_targets(name, column is not None, files, now, m)
+    for partition in targets:
         log.info("maintain %s: compacting %s (%d files)", name, partition or "the table", files[partition])
-        where = {column: partition} if (column := maintenance.partition_column(storage, path)) else None
-        done = maintenance.compact(storage, path, where)
+        done = maintenance.compact(storage, path, {column: partition} if column else None)
         outcome.compacted.append(partition)
         outcome.files_compacted += done.files_removed
     log.info("maintain %s: checkpoint", name)
@@ -144,14 +145,6 @@ def maintain_table(
     outcome.files_vacuumed = maintenance.vacuum(storage, path, timedelta(hours=m.vacuum_retention_hours))
     outcome.files_after = _count(maintenance.files_by_partition(storage, path))
     return outcome
-
-
-def _to_compact(
-    storage: StorageSettings, path: str, files: dict[str, int], now: datetime, cfg: AppConfig
-) -> list[str]:
-    if maintenance.partition_column(storage, path) is not None:
-        return plan.closed_partitions(files, now, cfg.maintenance)
-    return [""] if files.get("", 0) > cfg.maintenance.compact_min_files else []
 
 
 def _apply_retention(

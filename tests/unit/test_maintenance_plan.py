@@ -65,3 +65,12 @@ def test_an_open_incident_keeps_its_evidence_findings_runs_and_itself() -> None:
     )
     assert plan.retention_predicate("restarts", limit, keep).endswith("\"run_id\" NOT IN ('run-1')")
     assert plan.retention_predicate("ledger", limit, keep) == "\"event_date\" < '2026-02-18'"
+
+
+def test_small_tables_are_compacted_whole_and_the_ingest_tables_never() -> None:
+    cfg = MaintenanceConfig(compact_min_files=4)
+    assert plan.compaction_targets("findings", False, {"": 5}, NOW, cfg) == [""]
+    assert plan.compaction_targets("findings", False, {"": 4}, NOW, cfg) == []
+    # One file per ingest run in time order: the window's reads skip the old ones by statistics.
+    assert plan.compaction_targets("group_commits", False, {"": 500}, NOW, cfg) == []
+    assert plan.compaction_targets("ledger", True, {"2026-03-01": 9}, NOW, cfg) == ["2026-03-01"]
