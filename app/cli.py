@@ -49,6 +49,7 @@ COMMANDS = {
     "check": "Great Expectations suites",
     "report": "the HTML dashboard",
     "nightly": "the nightly pipeline",
+    "maintain": "compaction, log checkpoints, VACUUM and retention of every table we write",
     "demo": "the scripted end-to-end demo",
     "ledger-import": "backfill a job's ledger from an existing Spark checkpoint",
 }

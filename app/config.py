@@ -16,7 +16,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -395,6 +395,65 @@ class AlertsConfig:
 
 
 @dataclass(frozen=True)
+class RetentionConfig:
+    """Days each table we write keeps its rows (`maintain`), by the table's own time column; 0 keeps
+    them forever. Whatever these say, no row an open incident cites is deleted (README, "Maintenance
+    and retention"). The sink is the user's: never touched here. ingest_positions and
+    partition_summary have no retention (the one is tiny, the other has no time of its own)."""
+
+    ledger: int = 30
+    group_commits: int = 30
+    group_events: int = 30
+    decode_errors: int = 30
+    findings: int = 400
+    incidents: int = 400
+    restarts: int = 400
+    audit_runs: int = 400
+    validation_results: int = 400
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) < 0:
+                key = f"maintenance.retention_days.{f.name}"
+                raise ConfigError(key, "must be 0 (keep forever) or positive")
+
+
+# Delta's own safe minimum for VACUUM (delta.deletedFileRetentionDuration's default): files a reader
+# of an older version, or a writer that started before them, may still need.
+MIN_VACUUM_RETENTION_HOURS: Final = 168
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    """`maintain` (also the nightly's last step): compaction of closed days, log checkpoints, VACUUM
+    and per-table retention of every table the project writes."""
+
+    # A ledger day is closed (no running job appends to it any more) when it is older than today
+    # less this many days: a job's micro-batch is stamped when it runs, and a clock or a slow batch
+    # around midnight still writes yesterday's date for a while.
+    closed_after_days: int = 1
+    # A closed day (or an unpartitioned table) is compacted only when it holds more files than this.
+    compact_min_files: int = 4
+    # Files no longer in the table are deleted after this long: time travel (a repair's undo) works
+    # this far back. Never below Delta's safe minimum of 168 hours.
+    vacuum_retention_hours: int = MIN_VACUUM_RETENTION_HOURS
+    retention_days: RetentionConfig = field(default_factory=RetentionConfig)
+    include_sink: bool = False  # compact, checkpoint and VACUUM the sink too (never any retention)
+
+    def __post_init__(self) -> None:
+        if self.closed_after_days < 1:
+            raise ConfigError("maintenance.closed_after_days", "must be at least 1 (today is never closed)")
+        if self.compact_min_files < 1:
+            raise ConfigError("maintenance.compact_min_files", "must be at least 1")
+        if self.vacuum_retention_hours < MIN_VACUUM_RETENTION_HOURS:
+            raise ConfigError(
+                "maintenance.vacuum_retention_hours",
+                f"must be at least {MIN_VACUUM_RETENTION_HOURS} (Delta's safe minimum: 7 days), "
+                f"got {self.vacuum_retention_hours}",
+            )
+
+
+@dataclass(frozen=True)
 class AppConfig:
     env: str
     paths: PathsConfig = field(default_factory=PathsConfig)
@@ -409,6 +468,7 @@ class AppConfig:
     checks: ChecksConfig = field(default_factory=ChecksConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:

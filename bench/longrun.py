@@ -34,12 +34,19 @@ new day, as every real night does; --nightly-every-day runs it after every bulk 
 the audit tables also get one night's commits per day (slower). A first, unmeasured night right
 after the job's start creates the audit tables, so day 1's night is not the one that creates them.
 
-"A day" is a day's volume, not a day's clock (as in bench.nightly): every event and commit carries
-the real time it was written (the broker stamps the group commits; the nightly's window ends at
-its real start), so the ledger's days all fall in today's event_date partition. Its file and log
-counts are those of a month, but no day of it is closed, and the ledger read's event_date filter
-(the window's start less `reconcile.baseline_lookback_days`) keeps every row, where a month with
-real dates would be read from a week back.
+Days are simulated days (the default): day d is the d-th whole UTC day from an origin D + 1 days
+before today; its batches' events are stamped at their moment of that day (so each day is its own
+event_date partition of the ledger, closed once the next day is over), and the nightly after day
+d runs with `nightly --now` at 02:30 the next morning, its window, closed days and retention
+counted from there. The broker stamps a real group commit with the real time, so on simulated
+days the group commits are generated instead: the `__consumer_offsets` records ingest would have
+decoded (one per partition and batch, stamped 2 ms after the batch's commit request) are appended
+to group_commits in one commit a day, as one ingest run a night writes them; the nightly's
+ingest step then reads no new records from the broker. The nightly ends with `maintain`, whose
+time is reported as a step.
+--real-clock keeps the first version of this bench: every event and commit at the real time it
+was written, real broker commits, so every day falls in today's event_date partition (nothing is
+ever closed) and the window's event_date filter keeps every row (the before-figures of issue 27).
 """
 
 from __future__ import annotations
@@ -52,22 +59,43 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyspark.sql.pandas.types import to_arrow_schema
 
-from bench.nightly import JOB, PER_CHECKPOINT, RUN, TABLES, Job, Timed, nightly, private_broker, steps_of
+from app.contracts.tables import GROUP_COMMITS_SCHEMA
+from app.offsets_topic.decoder import partition_for_group
+from bench.nightly import (
+    GROUP,
+    JOB,
+    OFFSETS_PARTITIONS,
+    PER_CHECKPOINT,
+    RUN,
+    TABLES,
+    TOPIC,
+    Job,
+    Timed,
+    child,
+    overrides,
+    private_broker,
+    steps_of,
+)
 
 PARTITIONS = 10
 TRIGGER_S = 2
 REAL_BATCHES_PER_DAY = 86_400 // TRIGGER_S
 LEDGER_SCOPE = "bench-longrun"  # the streaming query of the ledger's transaction app id
+NIGHT_HOUR = 2.5  # the simulated nightly runs at 02:30 UTC after its day
+GROUP_COMMITS = to_arrow_schema(GROUP_COMMITS_SCHEMA)
+# Generated `__consumer_offsets` positions start far above what the broker's own log holds.
+GENERATED_LOG_OFFSET = 10_000_000
 # Spark writes statistics of the first 32 columns; min/max only of types whose JSON form is plain.
 STATS_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string)
 
@@ -158,6 +186,24 @@ class BulkAppender:
 # --- the simulated job -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Clock:
+    """When the job's simulated days happen. Simulated (``origin`` set): day d is the d-th whole UTC
+    day from ``origin`` and its batches are spread over it; the nightly after day d runs at
+    NIGHT_HOUR the next morning (`nightly --now`). Real (``origin`` None): every event at the time it
+    is written, as before simulated days existed."""
+
+    origin: datetime | None
+
+    def batch_time(self, day: int, batch: int, batches: int) -> datetime:
+        assert self.origin is not None
+        return self.origin + timedelta(days=day - 1, seconds=(batch + 0.5) * 86_400 / batches)
+
+    def night(self, day: int) -> datetime | None:
+        """The nightly's clock after ``day`` (day 0: the job's start); None: the real clock."""
+        return None if self.origin is None else self.origin + timedelta(days=day, hours=NIGHT_HOUR)
+
+
 @dataclass
 class Life:
     """The job over its days: each day `batches` micro-batches, each a group commit, a ledger
@@ -165,12 +211,14 @@ class Life:
 
     job: Job
     batches: int
+    clock: Clock
 
     def __post_init__(self) -> None:
         from app.stream.ledger import LedgerWriter
 
         # Local tables need no storage settings: the job's ledger writer, without a Spark session.
         self.writer = LedgerWriter(None, str(self.ledger), JOB, RUN, scope=LEDGER_SCOPE)
+        self.log_offset = GENERATED_LOG_OFFSET
 
     @property
     def ledger(self) -> Path:
@@ -180,21 +228,30 @@ class Life:
     def sink(self) -> Path:
         return self.job.data / "tables" / "sink"
 
+    @property
+    def group_commits(self) -> Path:
+        return self.job.data / "tables" / "group_commits"
+
     def start(self) -> None:
         """The ledger as the streaming job creates it, the sink, then the run's RUN_STARTED."""
-        self.writer.ensure()
-        self.job.start()
+        from app.contracts.tables import GROUP_COMMITS_SCHEMA
+        from app.storage import facade
 
-    def real_day(self) -> None:
+        self.writer.ensure()
+        self.job.start(self.clock.origin)
+        if self.clock.origin is not None:
+            facade.ensure(None, str(self.group_commits), GROUP_COMMITS_SCHEMA)
+
+    def real_day(self, day: int) -> None:
         from deltalake import write_deltalake
 
         def write_batch(cp: int, at: datetime) -> None:
             self.writer.write(self.job.checkpoint_events(cp, at), cp)
             write_deltalake(str(self.sink), self.job.sink_rows(cp, cp + 1), mode="append")
 
-        self.job.commit(self.batches, write_batch)
+        self._commit(day, write_batch)
 
-    def bulk_day(self) -> None:
+    def bulk_day(self, day: int) -> None:
         ledger, sink = BulkAppender(self.ledger), BulkAppender(self.sink)
 
         def write_batch(cp: int, at: datetime) -> None:
@@ -202,9 +259,52 @@ class Life:
             ledger.append(pa.Table.from_pylist([e.to_row() for e in events], schema=ledger.schema))
             sink.append(self.job.sink_rows(cp, cp + 1))
 
-        self.job.commit(self.batches, write_batch)
+        self._commit(day, write_batch)
         ledger.checkpoint()
         sink.checkpoint()
+
+    def _commit(self, day: int, write_batch: Callable[[int, datetime], None]) -> None:
+        """The day's group commits and each batch's writes: real commits to the broker on the real
+        clock; on simulated days the `__consumer_offsets` records ingest would have decoded, stamped
+        with the day's times, appended to group_commits in one commit (one ingest run a day)."""
+        if self.clock.origin is None:
+            self.job.commit(self.batches, write_batch)
+            return
+        from deltalake import write_deltalake
+
+        first = self.job.checkpoint + 1
+        rows = []
+        for batch in range(self.batches):
+            cp, at = first + batch, self.clock.batch_time(day, batch, self.batches)
+            write_batch(cp, at)
+            rows += self._commit_rows(cp, at + timedelta(milliseconds=2), day)
+        self.job.checkpoint = first + self.batches - 1
+        write_deltalake(
+            str(self.group_commits), pa.Table.from_pylist(rows, schema=GROUP_COMMITS), mode="append"
+        )
+
+    def _commit_rows(self, cp: int, at: datetime, day: int) -> list[dict[str, Any]]:
+        rows = []
+        for p in range(self.job.partitions):
+            rows.append(
+                {
+                    "group_id": GROUP,
+                    "topic": TOPIC,
+                    "partition": p,
+                    "committed_offset": cp * PER_CHECKPOINT,
+                    "metadata": "",
+                    "commit_time": at,
+                    "record_kind": "commit",
+                    "value_version": 3,
+                    "transactional": False,
+                    "log_partition": partition_for_group(GROUP, OFFSETS_PARTITIONS),
+                    "log_offset": self.log_offset,
+                    "log_time": at,
+                    "ingest_run_id": f"bench-longrun-day-{day}",
+                }
+            )
+            self.log_offset += 1
+        return rows
 
 
 # --- measurements ------------------------------------------------------------------------------------
@@ -313,6 +413,19 @@ def print_summary(days: Sequence[DayFigures], args: argparse.Namespace) -> None:
         f"ratio nightly day {last.day} / day {first.day}: {last.nightly_s / first.nightly_s:.2f}x "
         "(the issue's target after maintenance: at most 1.2x)"
     )
+    for d in days:
+        if "maintain" in d.steps:
+            print(
+                f"  maintain day {d.day}: {d.steps['maintain']:.1f}s of {d.nightly_s:.1f}s, "
+                f"{100 * d.steps['maintain'] / d.nightly_s:.0f}% of the nightly (target: at most 20%)"
+            )
+    ledger = next((t for t in last.tables if t.table == "ledger"), None)
+    if ledger is not None:
+        print(
+            f"  ledger after day {last.day}: {ledger.live_files:,d} live files over {last.day} day(s) "
+            f"({ledger.live_files / last.day:.1f} a day), {ledger.log_json:,d} log entries, "
+            f"{ledger.checkpoints:,d} checkpoints"
+        )
 
 
 # --- run ---------------------------------------------------------------------------------------------
@@ -328,15 +441,25 @@ def measured_days(text: str) -> list[int]:
     return days
 
 
-def catch_up(work: Path, bootstrap: str, day: int) -> float:
+def nightly(work: Path, bootstrap: str, run_id: str, now: datetime | None) -> Timed:
+    """`offset-audit nightly` in a fresh process, at ``now`` (None: the real clock)."""
+    sets = [a for o in overrides(work, bootstrap) for a in ("--set", o)]
+    clock = [] if now is None else ["--now", now.isoformat()]
+    return child(
+        ["-m", "app.cli", "nightly", "--json", "--run-id", run_id, "--fail-on", "critical", *clock, *sets],
+        work / "nightly.log",
+    )
+
+
+def catch_up(work: Path, bootstrap: str, day: int, clock: Clock) -> float:
     """An unmeasured nightly after `day`: over the bulk history, so the measured one sees one new
     day (after day 0, the job's start: the first night)."""
-    night = nightly(work, bootstrap, f"longrun-catch-up-{day}")
+    night = nightly(work, bootstrap, f"longrun-catch-up-{day}", clock.night(day))
     steps_of(night)  # raises when a step failed
     return night.wall_s
 
 
-def measure_night(work: Path, bootstrap: str, day: int, repeat: int) -> list[Timed]:
+def measure_night(work: Path, bootstrap: str, day: int, repeat: int, clock: Clock) -> list[Timed]:
     """The day's nightly `repeat` times over the same state: the data directory is copied before
     the first run and put back before each later one (the broker is only read). The last run's
     tables stay, and the simulated job goes on from them."""
@@ -348,7 +471,7 @@ def measure_night(work: Path, bootstrap: str, day: int, repeat: int) -> list[Tim
         if i:
             shutil.rmtree(data)
             shutil.copytree(saved, data)
-        nights.append(nightly(work, bootstrap, f"longrun-day-{day}"))
+        nights.append(nightly(work, bootstrap, f"longrun-day-{day}", clock.night(day)))
     shutil.rmtree(saved, ignore_errors=True)
     return nights
 
@@ -357,26 +480,32 @@ def run(args: argparse.Namespace, work: Path) -> list[DayFigures]:
     figures: list[DayFigures] = []
     broker, bootstrap = private_broker(work, args.partitions)
     try:
-        life = Life(Job(bootstrap, work / "data", partitions=args.partitions), args.batches_per_day)
+        origin = None
+        if not args.real_clock:  # the last simulated night falls before the real clock
+            today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+            origin = today - timedelta(days=args.days[-1] + 1)
+        clock = Clock(origin)
+        job = Job(bootstrap, work / "data", partitions=args.partitions)
+        life = Life(job, args.batches_per_day, clock)
         life.start()
         # The first night creates the audit tables and warms the disk cache: unmeasured, so that
         # day 1's night is a night like any later one (as bench.nightly's seed night).
-        catch_up(work, bootstrap, 0)
+        catch_up(work, bootstrap, 0, clock)
         previous = 0
         for day in args.days:
             bulk_s = catch_up_s = 0.0
             for bulk_day in range(previous + 1, day):
                 t0 = time.perf_counter()
-                life.bulk_day()
+                life.bulk_day(bulk_day)
                 bulk_s += time.perf_counter() - t0
                 if args.nightly_every_day:
-                    catch_up_s += catch_up(work, bootstrap, bulk_day)
+                    catch_up_s += catch_up(work, bootstrap, bulk_day, clock)
             if day - previous > 1 and not args.nightly_every_day:
-                catch_up_s = catch_up(work, bootstrap, day - 1)
+                catch_up_s = catch_up(work, bootstrap, day - 1, clock)
             t0 = time.perf_counter()
-            life.real_day()
+            life.real_day(day)
             write_s = time.perf_counter() - t0
-            nights = measure_night(work, bootstrap, day, args.repeat)
+            nights = measure_night(work, bootstrap, day, args.repeat, clock)
             steps = [steps_of(n) for n in nights]
             figures.append(
                 DayFigures(
@@ -407,6 +536,11 @@ def main(argv: list[str] | None = None) -> int:
         "--repeat", type=int, default=3, help="nightly runs per measured day over the same state (median)"
     )
     ap.add_argument("--nightly-every-day", action="store_true", help="a nightly after every bulk day too")
+    ap.add_argument(
+        "--real-clock",
+        action="store_true",
+        help="every event at the real time and real broker commits (all days in today's partition)",
+    )
     ap.add_argument("--work-dir", type=Path, default=None, help="default: a new temporary directory")
     args = ap.parse_args(argv)
     if min(args.batches_per_day, args.partitions, args.repeat) < 1:

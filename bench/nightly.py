@@ -107,8 +107,8 @@ class Job:
     def __post_init__(self) -> None:
         self.source = EventSource(JOB, RUN, "spark", GROUP)
 
-    def start(self) -> None:
-        """RUN_STARTED and the tables, the way the streaming job creates them."""
+    def start(self, at: datetime | None = None) -> None:
+        """RUN_STARTED (at ``at``, default now) and the tables, the way the streaming job creates them."""
         from deltalake import DeltaTable
 
         ledger, sink = self.data / "tables" / "ledger", self.data / "tables" / "sink"
@@ -120,7 +120,7 @@ class Job:
             mode="ignore",
         )
         DeltaTable.create(str(sink), to_arrow_schema(SINK_SCHEMA), mode="ignore")
-        now = datetime.now(UTC)
+        now = at or datetime.now(UTC)
         offsets = {(TOPIC, p): 0 for p in range(self.partitions)}
         events = [self.source.event("RUN_STARTED", now, None, {"startup": "earliest"})]
         events += self.source.partition_events("OFFSETS_RESTORED", now, None, offsets, {"source": "earliest"})

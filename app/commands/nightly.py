@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from app.commands.options import add_fail_on
+from app.commands.options import add_fail_on, parse_time
 from app.commands.outcome import EXIT_FINDINGS, EXIT_INFRA, EXIT_OK, EXIT_USAGE, emit
 from app.config import AppConfig
 
@@ -18,6 +18,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_fail_on(parser, "findings or failed expectations reach this severity")
     parser.add_argument("--screenshot", action="store_true", help="also render the dashboard to a PNG")
+    parser.add_argument(
+        "--now",
+        type=parse_time,
+        default=None,
+        help="the night's clock: its window's end, the closed days and retention (default: now)",
+    )
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
@@ -27,7 +33,12 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
 
     preload.start()  # Great Expectations' import overlaps with the Spark session's start
     nightly = Nightly(
-        spark_session(cfg), cfg, lambda: kafka_bootstrap(cfg), args.run_id, screenshot=args.screenshot
+        spark_session(cfg),
+        cfg,
+        lambda: kafka_bootstrap(cfg),
+        args.run_id,
+        now=args.now,
+        screenshot=args.screenshot,
     )
     result = nightly.run()
     summary = dataclasses.asdict(result) | {"failing": result.failing(args.fail_on), "fail_on": args.fail_on}

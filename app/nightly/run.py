@@ -1,4 +1,5 @@
-"""The nightly pipeline: ingest-offsets -> reconcile -> forensics -> check -> report, one run id.
+"""The nightly pipeline: ingest-offsets -> reconcile -> forensics -> check -> report -> maintain,
+one run id.
 
 Every step is idempotent over its inputs (MERGEs keyed by record or finding identity, per-run
 replacement of check results), so a failed night is finished by re-running with the same run id:
@@ -41,7 +42,8 @@ from app.storage.tables import tables_from_config
 log = logging.getLogger(__name__)
 
 # The night's steps in order, each the command of that name; reconcile and forensics record runs.
-STEPS = ("ingest-offsets", COMMAND_RECONCILE, COMMAND_FORENSICS, "check", "report")
+# Maintenance comes last: it rewrites files the audit steps would otherwise read in a race with it.
+STEPS = ("ingest-offsets", COMMAND_RECONCILE, COMMAND_FORENSICS, "check", "report", "maintain")
 # What became of a step (the nightly state file): skipped when an earlier attempt of the run did it.
 STEP_STATUSES = ("done", "skipped", "failed")
 STEP_DONE, STEP_SKIPPED, STEP_FAILED = STEP_STATUSES
@@ -128,6 +130,7 @@ class Nightly:
             COMMAND_FORENSICS: self._forensics,
             "check": self._check,
             "report": self._report,
+            "maintain": self._maintain,
         }
         for number, name in enumerate(STEPS, 1):
             done = state["steps"].get(name)
@@ -343,6 +346,16 @@ class Nightly:
             out["png"] = str(screenshot(path, Path(path).with_suffix(".png")))
         return out
 
+    def _maintain(self) -> dict[str, Any]:
+        from app.maintenance.run import maintain
+
+        result = maintain(self.spark, self.cfg, self.now)
+        return {
+            "tables": {t.table: [t.files_before, t.files_after] for t in result.tables if not t.missing},
+            "rows_deleted": sum(t.rows_deleted for t in result.tables),
+            "files_vacuumed": sum(t.files_vacuumed for t in result.tables),
+        }
+
     # --- summary ---------------------------------------------------------------------------------
     def _collect(self, result: NightlyResult) -> None:
         for step in result.steps:
@@ -398,4 +411,8 @@ def _step_line(step: StepOutcome) -> str:
     if step.step == "check":
         failed = s.get("failed_by_severity", {})
         return f"{sum(failed.values())} failed expectations" if failed else "all expectations met"
+    if step.step == "maintain":
+        files = s.get("tables", {}).values()
+        before, after = sum(f[0] for f in files), sum(f[1] for f in files)
+        return f"files {before} -> {after}, {s.get('rows_deleted', 0)} rows past retention deleted"
     return str(s.get("html", ""))

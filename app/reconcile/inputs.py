@@ -41,9 +41,16 @@ def read_group_commit_rows(
     dataset = facade.dataset(spark, path)
     if dataset is None or not groups:
         return to_arrow_schema(GROUP_COMMITS_SCHEMA).empty_table()
-    rows = dataset.to_table(filter=pc.field("group_id").isin(list(groups)))
+    wanted = pc.field("group_id").isin(list(groups))
     if window.since is None:
-        return rows
+        return dataset.to_table(filter=wanted)
+    first = pa.scalar(
+        window.since - timedelta(days=lookback_days), type=dataset.schema.field("commit_time").type
+    )
+    # The same rows as the exact filter below, on commit_time alone: pushed into the scan, the files'
+    # min/max statistics skip every file committed before the window, so a night reads its window's
+    # files, not the whole history.
+    in_window = (pc.field("commit_time") >= first) | pc.field("commit_time").is_null()
+    rows = dataset.to_table(filter=wanted & in_window)
     when = pc.coalesce(rows.column("commit_time"), rows.column("log_time"))
-    first = pa.scalar(window.since - timedelta(days=lookback_days), type=when.type)
     return rows.filter(pc.or_kleene(pc.is_null(when), pc.greater_equal(when, first)))

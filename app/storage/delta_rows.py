@@ -14,8 +14,9 @@ there is one, else the config's storage options (a local table needs neither).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +31,21 @@ from app.storage import backend
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+
+# A failed commit writes nothing, so an append that lost a race to a concurrent commit Delta's
+# conflict check rejects (a maintenance's property change or deletion of old rows: see
+# `storage.maintenance`) is tried again on the newer version, this often in all.
+CONFLICT_ATTEMPTS: Final = 5
+
+
+def is_commit_conflict(exc: InfrastructureError) -> bool:
+    """Whether ``exc`` is a commit that delta-rs's conflict check rejected (nothing was written)."""
+    from deltalake.exceptions import CommitFailedError
+
+    # storage_errors chains the cause, or only the context where the text named a credential.
+    return isinstance(exc.__cause__ or exc.__context__, CommitFailedError)
 
 
 def _arrow_rows(schema: StructType, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
@@ -139,8 +155,19 @@ def append_rows(
     table = _ensure(where, schema)
     if not rows:
         return
-    with backend.storage_errors(where, "append to"):
-        write_deltalake(table, _arrow_rows(schema, rows), mode="append")
+    data = _arrow_rows(schema, rows)
+    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        try:
+            with backend.storage_errors(where, "append to"):
+                write_deltalake(table, data, mode="append")
+            return
+        except InfrastructureError as exc:
+            if not (attempt < CONFLICT_ATTEMPTS and is_commit_conflict(exc)):
+                raise
+            log.info(
+                "append to %s lost a commit race (attempt %d), retrying: %s", path, attempt, exc.__cause__
+            )
+            table = _ensure(where, schema)
 
 
 def replace_rows(
@@ -227,21 +254,33 @@ def append_once(
     from deltalake import CommitProperties, Transaction, write_deltalake
 
     where = backend.location(storage, path)
-    table = _ensure(where, schema) if create else backend.open_table(where)
-    if table is None:
-        raise InfrastructureError(f"no Delta table at {path} to append version {version} of {app_id} to")
-    done = table.transaction_version(app_id)
-    if done is not None and done >= version:
-        return False
-    reader = pa.RecordBatchReader.from_batches(to_arrow_schema(schema), batches)
-    with backend.storage_errors(where, "append to"):
-        write_deltalake(
-            table,
-            reader,
-            mode="append",
-            commit_properties=CommitProperties(
-                custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata},
-                app_transactions=[Transaction(app_id, version)],
-            ),
-        )
-    return True
+    # A list can be written again after a lost commit race; an iterator is streamed once.
+    replayable = isinstance(batches, Sequence)
+    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        table = _ensure(where, schema) if create else backend.open_table(where)
+        if table is None:
+            raise InfrastructureError(f"no Delta table at {path} to append version {version} of {app_id} to")
+        done = table.transaction_version(app_id)
+        if done is not None and done >= version:
+            return False
+        reader = pa.RecordBatchReader.from_batches(to_arrow_schema(schema), batches)
+        try:
+            with backend.storage_errors(where, "append to"):
+                write_deltalake(
+                    table,
+                    reader,
+                    mode="append",
+                    commit_properties=CommitProperties(
+                        custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata},
+                        app_transactions=[Transaction(app_id, version)],
+                    ),
+                )
+        except InfrastructureError as exc:
+            if not (replayable and attempt < CONFLICT_ATTEMPTS and is_commit_conflict(exc)):
+                raise
+            log.info(
+                "append to %s lost a commit race (attempt %d), retrying: %s", path, attempt, exc.__cause__
+            )
+            continue
+        return True
+    raise AssertionError("unreachable: the last attempt returns or raises")

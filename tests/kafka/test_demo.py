@@ -43,7 +43,7 @@ THIRD_PARTY_NOISE = re.compile(
 # more warnings on a loaded machine.
 MAX_DEMO_LINES = 80
 # With alert channels set, the night ends with its alerts step.
-NIGHTLY_STEPS = ("ingest-offsets", "reconcile", "forensics", "check", "report", "alerts")
+NIGHTLY_STEPS = ("ingest-offsets", "reconcile", "forensics", "check", "report", "maintain", "alerts")
 
 
 @pytest.mark.timeout(1200)

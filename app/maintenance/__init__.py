@@ -1,0 +1,1 @@
+"""Keeping every table the project writes small: compaction, log checkpoints, VACUUM, retention."""

@@ -1,0 +1,193 @@
+"""`maintain` end to end: every table the project writes (config ``tables:``; the sink only with
+``maintenance.include_sink``) is, in this order,
+1. put back to append-only if it should be and a killed deletion left it lifted (the ledger);
+2. rid of its rows older than its retention (`maintenance.plan`: never what an open incident cites);
+3. compacted: the ledger's closed days, an unpartitioned table whole, each when it holds more than
+   ``compact_min_files`` files;
+4. checkpointed (a log checkpoint at its version, then the log entries it makes unnecessary);
+5. vacuumed with ``vacuum_retention_hours`` (never below Delta's 7 days: config refuses less).
+
+Each step is one Delta commit or none, so a maintenance killed anywhere leaves every table
+readable and the next one does what is left (`storage.maintenance`). It runs on the driver through
+delta-rs, beside a streaming job that appends to the ledger (`storage.maintenance` says why that
+job's appends survive it); it must not run beside another audit command writing the audit tables
+(the nightly runs it as its last step).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from app.config import AppConfig, RetentionConfig
+from app.contracts.instants import instant
+from app.contracts.vocabulary import INCIDENT_OPEN
+from app.maintenance import plan
+from app.storage import facade, maintenance
+from app.storage.backend import StorageSettings
+from app.storage.tables import TABLE_NAMES, tables_from_config
+
+log = logging.getLogger(__name__)
+
+# The tables whose contract makes them append-only (contracts.tables.LEDGER_LAYOUT).
+APPEND_ONLY_TABLES = frozenset({"ledger"})
+
+
+@dataclass
+class TableOutcome:
+    """What one table's maintenance did."""
+
+    table: str
+    files_before: int = 0
+    files_after: int = 0
+    rows_deleted: int = 0
+    compacted: list[str] = field(default_factory=list)  # partitions ("" for a whole table)
+    files_compacted: int = 0  # files rewritten into fewer
+    files_vacuumed: int = 0
+    append_only_restored: bool = False
+    seconds: float = 0.0
+    missing: bool = False  # no table yet: nothing to do
+
+
+@dataclass
+class MaintenanceResult:
+    now: str
+    tables: list[TableOutcome] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def maintained_tables(cfg: AppConfig) -> list[str]:
+    """Every table the project writes; the sink too when config says so."""
+    return [t for t in TABLE_NAMES if t != "sink" or cfg.maintenance.include_sink]
+
+
+def read_protected(storage: StorageSettings, cfg: AppConfig) -> plan.Protected:
+    """What the open incidents and the latest audit runs cite (`plan.protected`)."""
+    tables = tables_from_config(cfg)
+    columns = ["status", "finding_ids", "run_ids", "reconcile_run_id", "first_evidence_at"]
+    incidents = facade.read_columns(storage, tables.incidents, columns) or []
+    open_ones = [{k: instant(v) for k, v in r.items()} for r in incidents if r["status"] == INCIDENT_OPEN]
+    runs = facade.read_columns(storage, tables.audit_runs, ["run_id", "command", "finished_at"]) or []
+    latest: dict[str, tuple[datetime, str]] = {}
+    for r in runs:
+        at = instant(r["finished_at"])
+        if r["command"] not in latest or (at, r["run_id"]) > latest[r["command"]]:
+            latest[r["command"]] = (at, r["run_id"])
+    lookback = timedelta(days=cfg.reconcile.baseline_lookback_days)
+    return plan.protected(open_ones, [run for _, run in latest.values()], lookback)
+
+
+def maintain(
+    storage: StorageSettings, cfg: AppConfig, now: datetime, only: Sequence[str] = ()
+) -> MaintenanceResult:
+    """Maintain every table of `maintained_tables` (or ``only`` those) as of ``now``."""
+    keep = read_protected(storage, cfg)
+    result = MaintenanceResult(now.isoformat())
+    tables = tables_from_config(cfg)
+    for name in only or maintained_tables(cfg):
+        started = time.monotonic()
+        outcome = maintain_table(storage, cfg, name, tables.named(name), now, keep)
+        outcome.seconds = round(time.monotonic() - started, 2)
+        result.tables.append(outcome)
+        if outcome.missing:
+            continue
+        log.info(
+            "maintain %s: files %d -> %d, %d rows past retention deleted, %d files compacted, "
+            "%d files vacuumed (%.1fs)",
+            name,
+            outcome.files_before,
+            outcome.files_after,
+            outcome.rows_deleted,
+            outcome.files_compacted,
+            outcome.files_vacuumed,
+            outcome.seconds,
+        )
+    return result
+
+
+def _count(files: dict[str, int] | None) -> int:
+    return sum((files or {}).values())
+
+
+def maintain_table(
+    storage: StorageSettings, cfg: AppConfig, name: str, path: str, now: datetime, keep: plan.Protected
+) -> TableOutcome:
+    m = cfg.maintenance
+    files = maintenance.files_by_partition(storage, path)
+    if files is None:
+        log.info("maintain %s: no table yet", name)
+        return TableOutcome(name, missing=True)
+    outcome = TableOutcome(name, files_before=_count(files))
+    append_only = name in APPEND_ONLY_TABLES
+    if append_only and maintenance.restore_append_only(storage, path):
+        log.warning("maintain %s: delta.appendOnly was lifted (a killed maintenance): set again", name)
+        outcome.append_only_restored = True
+    if name != "sink":
+        outcome.rows_deleted = _apply_retention(storage, name, path, files, now, keep, m.retention_days)
+        if outcome.rows_deleted:
+            files = maintenance.files_by_partition(storage, path) or {}
+    column = maintenance.partition_column(storage, path)
+    targets = [] if name == "sink" else plan.compaction_targets(name, column is not None, files, now, m)
+    for partition in targets:
+        log.info("maintain %s: compacting %s (%d files)", name, partition or "the table", files[partition])
+        done = maintenance.compact(storage, path, {column: partition} if column else None)
+        outcome.compacted.append(partition)
+        outcome.files_compacted += done.files_removed
+    log.info("maintain %s: checkpoint", name)
+    maintenance.checkpoint(storage, path)
+    log.info("maintain %s: vacuum (retention %dh)", name, m.vacuum_retention_hours)
+    outcome.files_vacuumed = maintenance.vacuum(storage, path, timedelta(hours=m.vacuum_retention_hours))
+    outcome.files_after = _count(maintenance.files_by_partition(storage, path))
+    return outcome
+
+
+def _apply_retention(
+    storage: StorageSettings,
+    name: str,
+    path: str,
+    files: dict[str, int],
+    now: datetime,
+    keep: plan.Protected,
+    days: RetentionConfig,
+) -> int:
+    limit = plan.cutoff(name, int(getattr(days, name, 0)), now, keep)
+    if limit is None:
+        return 0
+    if name == "ledger" and not plan.older_partitions(list(files), limit):
+        return 0  # nothing that old: no commit (the property changes would cost the appender a retry)
+    if name != "ledger" and not _has_rows_before(storage, path, plan.TIME_COLUMNS[name], limit):
+        return 0
+    predicate = plan.retention_predicate(name, limit, keep)
+    log.info("maintain %s: deleting rows before %s", name, limit.isoformat())
+    return maintenance.delete_rows(storage, path, predicate, append_only=name in APPEND_ONLY_TABLES)
+
+
+def _has_rows_before(storage: StorageSettings, path: str, column: str, limit: datetime) -> bool:
+    """Whether any row's ``column`` is before ``limit``: read from that column alone, so that a table
+    with nothing to delete gets no commit."""
+    import pyarrow.compute as pc
+
+    old = facade.rows(
+        storage, path, pc.field(column) < limit, prune=pc.field(column) < limit, columns=[column]
+    )
+    return old is not None and old.num_rows > 0
+
+
+def summary_text(result: MaintenanceResult) -> str:
+    lines = [f"maintenance as of {result.now}"]
+    for t in result.tables:
+        if t.missing:
+            lines.append(f"  {t.table:<20} no table yet")
+            continue
+        lines.append(
+            f"  {t.table:<20} files {t.files_before:>6,d} -> {t.files_after:<6,d} "
+            f"deleted rows {t.rows_deleted:,d}, compacted {t.files_compacted:,d} files"
+            f" in {len(t.compacted)} partition(s), vacuumed {t.files_vacuumed:,d} files  ({t.seconds:.1f}s)"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""What a maintenance decides, from the config, the clock and the open incidents (no table touched)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from app.config import MaintenanceConfig, load_config
+from app.errors import ConfigError
+from app.maintenance import plan
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 3, 20, 2, 30, tzinfo=UTC)
+
+
+def test_a_closed_day_is_older_than_the_margin_and_holds_more_than_a_few_files() -> None:
+    files = {"2026-03-17": 9, "2026-03-18": 9, "2026-03-19": 50, "2026-03-20": 50, "2026-03-10": 3}
+    cfg = MaintenanceConfig(closed_after_days=1, compact_min_files=4)
+    # 03-19 is yesterday: a batch stamped before midnight may still be committing to it.
+    assert plan.closed_partitions(files, NOW, cfg) == ["2026-03-17", "2026-03-18"]
+
+
+def test_vacuum_below_deltas_safe_minimum_is_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config("local", ["maintenance.vacuum_retention_hours=24"], environ={})
+    assert raised.value.key == "maintenance.vacuum_retention_hours"
+    assert load_config("local", [], environ={}).maintenance.vacuum_retention_hours == 168
+
+
+def test_a_negative_retention_is_refused_naming_the_table() -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config("local", ["maintenance.retention_days.findings=-1"], environ={})
+    assert raised.value.key == "maintenance.retention_days.findings"
+
+
+def test_without_open_incidents_retention_counts_whole_days_back_from_today() -> None:
+    keep = plan.protected([], [], timedelta(days=7))
+    assert plan.cutoff("ledger", 30, NOW, keep) == datetime(2026, 2, 18, tzinfo=UTC)
+    assert plan.cutoff("findings", 0, NOW, keep) is None  # 0: forever
+    assert plan.cutoff("partition_summary", 30, NOW, keep) is None  # no time column: kept
+
+
+def test_an_open_incident_keeps_its_evidence_findings_runs_and_itself() -> None:
+    incident = {
+        "finding_ids": ["f-1", "f-2"],
+        "run_ids": ["run-1"],
+        "reconcile_run_id": "rec-1",
+        "first_evidence_at": datetime(2026, 1, 10, 5, tzinfo=UTC),
+    }
+    keep = plan.protected([incident], ["rec-9"], timedelta(days=7))
+    # The raw evidence from the incident's first evidence less the baseline lookback, a day boundary.
+    assert plan.cutoff("ledger", 30, NOW, keep) == datetime(2026, 1, 3, tzinfo=UTC)
+    assert plan.cutoff("group_commits", 30, NOW, keep) == datetime(2026, 1, 3, tzinfo=UTC)
+    # The audit tables keep their own retention; the cited rows are exempted one by one.
+    limit = plan.cutoff("findings", 30, NOW, keep)
+    assert limit == datetime(2026, 2, 18, tzinfo=UTC)
+    assert plan.retention_predicate("findings", limit, keep) == (
+        "\"detected_at\" < '2026-02-18T00:00:00+00:00' AND \"finding_id\" NOT IN ('f-1', 'f-2') "
+        "AND \"reconcile_run_id\" NOT IN ('rec-1', 'rec-9')"
+    )
+    assert plan.retention_predicate("incidents", limit, keep) == (
+        "\"last_evidence_at\" < '2026-02-18T00:00:00+00:00' AND \"status\" <> 'open'"
+    )
+    assert plan.retention_predicate("restarts", limit, keep).endswith("\"run_id\" NOT IN ('run-1')")
+    assert plan.retention_predicate("ledger", limit, keep) == "\"event_date\" < '2026-02-18'"
+
+
+def test_small_tables_are_compacted_whole_and_the_ingest_tables_never() -> None:
+    cfg = MaintenanceConfig(compact_min_files=4)
+    assert plan.compaction_targets("findings", False, {"": 5}, NOW, cfg) == [""]
+    assert plan.compaction_targets("findings", False, {"": 4}, NOW, cfg) == []
+    # One file per ingest run in time order: the window's reads skip the old ones by statistics.
+    assert plan.compaction_targets("group_commits", False, {"": 500}, NOW, cfg) == []
+    assert plan.compaction_targets("ledger", True, {"2026-03-01": 9}, NOW, cfg) == ["2026-03-01"]
