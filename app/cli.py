@@ -49,6 +49,7 @@ COMMANDS = {
     "check": "Great Expectations suites",
     "report": "the HTML dashboard",
     "nightly": "the nightly pipeline",
+    "watch": "the audit every --interval seconds in one long-lived process, alerting new incidents",
     "demo": "the scripted end-to-end demo",
 }
 
