@@ -156,10 +156,12 @@ class Watch:
         cycle = Cycle(number, new_cycle_id(now), now)
         started = time.monotonic()
         for name, step in self.steps:
+            log.info("cycle %d %s: %s ...", number, cycle.cycle_id, name)
             try:
                 cycle.summaries[name] = step(cycle)
             except Exception as exc:  # broad on purpose: any failure fails the cycle, not the watch
                 cycle.failed_step, cycle.error, cycle.error_kind = name, describe_error(exc), error_kind(exc)
+                log.error("cycle %d %s: %s failed: %s", number, cycle.cycle_id, name, cycle.error)
                 log.debug("cycle %s: step %s failed", cycle.cycle_id, name, exc_info=True)
                 break
         cycle.seconds = time.monotonic() - started
