@@ -1,5 +1,5 @@
-"""Which incidents `watch` alerts: once when one opens, again only when its impact changes; and the
-stop signal that ends the wait between cycles at once."""
+"""Which incidents `watch` alerts: once when one opens, again only when its impact changes; the
+stop signal that ends the wait between cycles at once; a failed step fails its cycle, not the watch."""
 
 from __future__ import annotations
 
@@ -7,15 +7,20 @@ import dataclasses
 import os
 import signal
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any, cast
 
 import pytest
+from pyspark.sql import SparkSession
 
+from app.config import load_config
 from app.contracts.vocabulary import INCIDENT_OPEN, INCIDENT_RESOLVED
+from app.errors import ConfigError, KafkaUnavailableError
 from app.incidents.incident import Impact, StoredIncident
 from app.incidents.remedy import RemedyPlan
 from app.watch.alerting import due_alerts, fingerprint
-from app.watch.loop import StopSignal
+from app.watch.loop import Cycle, StopSignal, Watch
 
 pytestmark = pytest.mark.unit
 
@@ -89,3 +94,42 @@ def test_the_wait_between_cycles_ends_at_a_signal_not_at_its_timeout() -> None:
 
 def test_the_wait_times_out_without_a_stop() -> None:
     assert StopSignal().wait(0.05) is False
+
+
+def watch_with(steps: list[tuple[str, Callable[[Cycle], dict[str, Any]]]], lines: list[str]) -> Watch:
+    cfg = load_config("local", overrides=[], environ={})
+    watch = Watch(cast(SparkSession, None), cfg, lambda: "unused:9092", 0.01, StopSignal(), lines.append)
+    watch.steps = steps
+    return watch
+
+
+def test_a_failed_step_ends_its_cycle_with_a_line_naming_it_and_the_next_cycle_runs_again() -> None:
+    calls: list[str] = []
+
+    def ingest(cycle: Cycle) -> dict[str, Any]:
+        calls.append(f"ingest {cycle.number}")
+        if cycle.number == 1:
+            raise KafkaUnavailableError("no broker answered at unused:9092")
+        return {}
+
+    def window(cycle: Cycle) -> dict[str, Any]:
+        calls.append(f"window {cycle.number}")
+        return {}
+
+    lines: list[str] = []
+    cycles = watch_with([("ingest-offsets", ingest), ("window", window)], lines).run(max_cycles=2)
+
+    assert calls == ["ingest 1", "ingest 2", "window 2"]  # the failed cycle never reached its window
+    assert cycles[0].failed_step == "ingest-offsets"
+    assert "failed at ingest-offsets" in lines[0]
+    assert "no broker answered" in lines[0]
+    assert " ok: " in lines[1]
+
+
+def test_a_usage_error_in_the_first_cycle_ends_the_watch() -> None:
+    def reconcile(cycle: Cycle) -> dict[str, Any]:
+        raise ConfigError("tables.sink", "no Delta table at /nowhere")
+
+    cycles = watch_with([("reconcile", reconcile)], []).run(max_cycles=5)
+    assert len(cycles) == 1
+    assert cycles[0].error_kind == "usage"
