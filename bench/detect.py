@@ -9,9 +9,10 @@
 2. Each injection stops the job (SIGTERM, a clean stop) while the producer goes on, waits
    --down-s seconds (the records produced then are what the restart skips), deletes the job's
    checkpoint and starts it again with `stream.startup_mode=latest`. From the restarted run's first
-   CHECKPOINT_COMPLETED in the ledger (its event time) it measures (a) the first sight of a new
-   incident row with records lost (the incidents table, polled every --poll-s seconds) and (b) the
-   webhook POST that opens that incident (received time). p50 / p95 over the injections.
+   CHECKPOINT_COMPLETED in the ledger (its event time) it measures (a) the first sight of the loss
+   in the incidents table (polled every --poll-s seconds: an incident row with records lost that
+   was not there before, new or changed) and (b) the first webhook POST that opens or changes an
+   incident with records lost (received time). p50 / p95 over the injections.
 3. Idle: the job and the producer stopped, watch's CPU time (its process and its Spark driver JVM,
    from /proc) over --idle-s seconds of wall time, as a share of one core.
 4. Resident memory of watch and its JVM, sampled every cycle over the whole run: first and last.
@@ -197,12 +198,20 @@ class Bench:
         )
         return sorted(rows.column("event_time").to_pylist())
 
-    def loss_incidents(self) -> set[str]:
+    def loss_incidents(self) -> set[tuple[str, int, tuple[str, ...]]]:
+        """Each incident with records lost, as (id, records lost, finding ids). A later loss may
+        land in an incident that exists already (its impact and findings change), so a new loss is
+        a new member of this set, not only a new incident id."""
         path = self.data / "tables" / "incidents"
         if not (path / "_delta_log").exists():
             return set()
-        rows = DeltaTable(str(path)).to_pyarrow_table(columns=["incident_id", "records_lost"]).to_pylist()
-        return {r["incident_id"] for r in rows if r["records_lost"]}
+        columns = ["incident_id", "records_lost", "finding_ids"]
+        rows = DeltaTable(str(path)).to_pyarrow_table(columns=columns).to_pylist()
+        return {
+            (r["incident_id"], int(r["records_lost"]), tuple(sorted(r["finding_ids"] or ())))
+            for r in rows
+            if r["records_lost"]
+        }
 
     def stop_job(self, job: subprocess.Popen[bytes]) -> None:
         job.send_signal(signal.SIGTERM)
@@ -238,7 +247,7 @@ class Bench:
                 row_at = now
             if post_at is None:
                 for at, body in self.webhook.received[posts_before:]:
-                    if any(i["impact"]["records_lost"] for i in body["opened"]):
+                    if any(i["impact"]["records_lost"] for i in body["opened"] + body["changed"]):
                         post_at = at
                         break
             if not self.rss or time.monotonic() - started - self.rss[-1][0] >= self.args.interval:
