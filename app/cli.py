@@ -50,6 +50,7 @@ COMMANDS = {
     "report": "the HTML dashboard",
     "nightly": "the nightly pipeline",
     "maintain": "compaction, log checkpoints, VACUUM and retention of every table we write",
+    "watch": "the audit every --interval seconds in one long-lived process, alerting new incidents",
     "demo": "the scripted end-to-end demo",
     "ledger-import": "backfill a job's ledger from an existing Spark checkpoint",
 }

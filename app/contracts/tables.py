@@ -165,6 +165,15 @@ AUDIT_RUNS_SCHEMA: Final = schema(
     """
 )
 
+# What `watch` last alerted for an incident: its fingerprint (severity, status and impact), so an
+# incident is alerted when it opens and again only when that changes, across restarts of watch.
+ALERT_STATE_SCHEMA: Final = schema(
+    """
+    incident_id STRING NOT NULL, fingerprint STRING NOT NULL, alerted_at TIMESTAMP NOT NULL,
+    cycle_id STRING NOT NULL
+    """
+)
+
 
 @dataclass(frozen=True)
 class TableLayout:

@@ -351,7 +351,9 @@ class Nightly:
 
         result = maintain(self.spark, self.cfg, self.now)
         return {
-            "tables": {t.table: [t.files_before, t.files_after] for t in result.tables if not t.missing},
+            "files_by_table": {
+                t.table: [t.files_before, t.files_after] for t in result.tables if not t.missing
+            },
             "rows_deleted": sum(t.rows_deleted for t in result.tables),
             "files_vacuumed": sum(t.files_vacuumed for t in result.tables),
         }
@@ -412,7 +414,7 @@ def _step_line(step: StepOutcome) -> str:
         failed = s.get("failed_by_severity", {})
         return f"{sum(failed.values())} failed expectations" if failed else "all expectations met"
     if step.step == "maintain":
-        files = s.get("tables", {}).values()
+        files = s.get("files_by_table", {}).values()
         before, after = sum(f[0] for f in files), sum(f[1] for f in files)
         return f"files {before} -> {after}, {s.get('rows_deleted', 0)} rows past retention deleted"
     return str(s.get("html", ""))

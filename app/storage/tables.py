@@ -29,6 +29,7 @@ TABLE_NAMES: Final = (
     "incidents",
     "audit_runs",
     "validation_results",
+    "alert_state",
 )
 
 
@@ -55,6 +56,7 @@ class Tables:
     incidents: str
     audit_runs: str
     validation_results: str
+    alert_state: str
     sink_by_job: Mapping[str, str] = field(default_factory=dict)
     sink_key: str = "tables.sink"
 

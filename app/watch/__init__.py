@@ -1,0 +1,1 @@
+"""`offset-audit watch`: the audit every few seconds in one long-lived process."""
