@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
@@ -18,6 +19,7 @@ from app.contracts.instants import instant
 from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA, INCIDENTS_SCHEMA, RESTARTS_SCHEMA
 from app.contracts.vocabulary import (
     COMMAND_RECONCILE,
+    INCIDENT_OPEN,
     INCIDENT_RESOLVED,
     RUN_FAILED,
     RUN_PENDING,
@@ -52,6 +54,31 @@ def merge_incidents(storage: StorageSettings, path: str, incidents: Sequence[Sto
 def resolved_incidents(spark: SparkSession, tables: Tables) -> set[str]:
     rows = facade.read_columns(spark, tables.incidents, ["incident_id", "status"]) or []
     return {r["incident_id"] for r in rows if r["status"] == INCIDENT_RESOLVED}
+
+
+def open_incident_findings(
+    storage: StorageSettings, tables: Tables, jobs: Sequence[str], found: set[str]
+) -> list[rc.StoredFinding]:
+    """The stored findings of ``jobs``' open incidents that this run did not find again.
+
+    They are grouped with this run's findings, so an open incident keeps what earlier windows found:
+    its impact is the sum over its life, never only the latest window's (two losses a night apart,
+    or a restart one watch cycle sees and the records it lost the next). Only open incidents: a
+    resolved one's findings stay behind it."""
+    if not jobs:
+        return []
+    incidents = facade.rows(
+        storage,
+        tables.incidents,
+        (pc.field("status") == INCIDENT_OPEN) & pc.field("job_name").isin(list(jobs)),
+        columns=["finding_ids", "status", "job_name"],
+    )
+    wanted = {fid for r in (incidents.to_pylist() if incidents else []) for fid in r["finding_ids"] or ()}
+    wanted -= found
+    if not wanted:
+        return []
+    rows = facade.rows(storage, tables.findings, pc.field("finding_id").isin(sorted(wanted)))
+    return [rc.StoredFinding.from_row(r) for r in (rows.to_pylist() if rows else [])]
 
 
 def after_repair(incident: StoredIncident, outcome: RepairOutcome) -> StoredIncident:

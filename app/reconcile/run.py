@@ -51,6 +51,7 @@ from app.reconcile.outputs import (
     drop_orphan_summaries,
     merge_findings,
     merge_incidents,
+    open_incident_findings,
     record_failed_run,
     record_run,
     resolve_scope,
@@ -190,12 +191,15 @@ def _reconcile_inputs(p: _Pass) -> None:
     log.info("ledger and commit findings: %d in %.1fs", len(ledger_local), time.monotonic() - started)
     sink_local, ranges, stats = _sink_and_restart_findings(p)
     local = rc.one_per_finding_id([*ledger_local, *sink_local])
-    found = incidents.group_findings(local)
+    jobs = sorted({r.job_name for r in ranges} | {f.job_name for f in local if f.job_name})
+    # Open incidents keep their earlier windows' findings; only this run's findings are stored.
+    earlier = open_incident_findings(spark, tables, jobs, {f.finding_id for f in local})
+    found = incidents.group_findings([*local, *earlier])
     result.incidents = incidents.carry_resolution(
         incidents.to_incidents(found, result.run_id, _completed_offsets(ranges)),
         resolved_incidents(spark, tables),
     )
-    result.audited_jobs = sorted({r.job_name for r in ranges} | {f.job_name for f in local if f.job_name})
+    result.audited_jobs = jobs
     # Everything is known before the first write: a failure above leaves the tables untouched.
     drop_orphan_summaries(spark, tables)
     merge_findings(spark, tables.findings, local)

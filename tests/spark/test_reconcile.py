@@ -622,3 +622,40 @@ def test_the_driver_input_readers_return_the_rows_spark_reads_for_the_window(
     )
     assert sorted(r["committed_offset"] for r in commits) == [5, 20]
     assert read_ledger_rows(spark, str(tmp_path / "nothing"), window, [], 0).num_rows == 0
+
+
+def test_an_open_incident_keeps_the_loss_earlier_windows_found(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+) -> None:
+    # Two windows, each finding ten records lost in the same job: its one open gap incident counts
+    # both, not only the latest window's (a later window must never overwrite an earlier loss).
+    cfg = config_for(app_config, tmp_path)
+    save(
+        ledger_df(
+            spark,
+            ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
+            checkpoint(1, 10, {0: 50}),
+            checkpoint(2, 1000, {0: 100}),
+        ),
+        cfg,
+        "ledger",
+    )
+    save(commits_df(spark, gc(12, 0, 50), gc(1002, 0, 100)), cfg, "group_commits")
+    save(
+        sink_df(spark, sink_rows(0, [o for o in range(100) if not (10 <= o < 20 or 60 <= o < 70)])),
+        cfg,
+        "sink",
+    )
+
+    def lost(gaps: Sequence[SuspectedGap]) -> list[dict[str, Any]]:
+        return [{"status": "confirmed", "data_records": g.end - g.start} for g in gaps]
+
+    reconcile(spark, cfg, "rec-first", confirmer=lost, since=at(-3600), until=at(500))
+    reconcile(spark, cfg, "rec-second", confirmer=lost, since=at(500), until=at(2000))
+    gap_findings = {
+        r.finding_id for r in read(spark, cfg, "findings").filter("finding_type = 'GAP'").collect()
+    }
+    assert len(gap_findings) == 2
+    gaps = read(spark, cfg, "incidents").filter(F.col("kind") == vocab.INCIDENT_GAP).collect()
+    assert len(gaps) == 1
+    assert (gaps[0].records_lost, set(gaps[0].finding_ids), gaps[0].status) == (20, gap_findings, "open")
