@@ -44,6 +44,8 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     for expected in outcome.expected:
         found = "found  " if expected not in outcome.missing else "MISSING"
         where = "" if expected.partition is None else f" partition {expected.partition}"
+        if expected.offset_start is not None:
+            where += f" [{expected.offset_start}, {expected.offset_end})"
         lines.append(
             f"  {found} {expected.severity:<8} {expected.finding_type:<20}{where} ({expected.incident})"
         )

@@ -3,12 +3,16 @@
 Everything lives under <data_dir>/demo (its own broker, tables and checkpoints), wiped at the start.
 The scripted incidents are real: a SIGKILL of the whole streaming job, a broker outage while a
 commit is being sent, a manual offset reset through the Admin API, a restart from `latest` after
-downtime, and a second writer appending records the sink already holds. Then the nightly pipeline
-runs and the demo compares what it found with what was injected.
+downtime, and a second writer appending records the sink already holds. Beside it runs a user's
+own job (app/demo/user_job.py: JSON payments into Spark's Delta sink, no coordinate columns),
+attached in one line and judged by its sink's transaction log (`delta_batches`), whose sink is
+restored to before its last batch. Then the nightly pipeline runs and the demo compares what it
+found with what was injected.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -19,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +38,7 @@ from app.contracts import vocabulary as vocab
 from app.contracts.offsets import TopicPartitionKey
 from app.contracts.tables import SINK_SCHEMA
 from app.contracts.vocabulary import EVENT_RUN_STARTED
+from app.demo import user_job
 from app.demo.local_kafka import LocalKafka
 from app.errors import InfrastructureError, KafkaUnavailableError
 from app.kafka.clients import kafka_error, plain_conf, retry_kafka
@@ -42,7 +48,7 @@ from app.runtime import jvm
 from app.storage import facade
 from app.storage.tables import tables_from_config
 from app.stream.job import StopWhen, StreamJob, StreamResult
-from app.stream.startup import batch_ids
+from app.stream.startup import batch_ids, parse_offset_log
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,16 @@ GROUP = "offset-audit-orders"
 JOB = "orders-audit"
 PARTITIONS = 3
 WARN_OR_ABOVE = vocab.severities_at_least(vocab.WARN)
+# The user's own job: its topic, its name in the audit, and the group attach commits its batches to.
+USER_TOPIC = "payments"
+USER_JOB = "payments"
+USER_GROUP = "payments-app"
+USER_BATCHES = 3  # the job reads them in one availableNow run; the last one is lost to the restore
+USER_INCIDENT = "user job's sink restored"
+
+
+def user_job_dir(data_dir: Path) -> Path:
+    return data_dir / "user-job"
 
 
 @dataclass(frozen=True)
@@ -111,8 +127,11 @@ def demo_overrides(data_dir: Path, scale: DemoScale) -> list[str]:
         "stream.trigger_interval=1 second",
         f"stream.max_offsets_per_trigger={scale.per_trigger}",
         "stream.startup_mode=earliest",
-        f"ingest.groups=[{GROUP}]",
-        f"reconcile.jobs=[{JOB}]",
+        f"ingest.groups=[{GROUP},{USER_GROUP}]",
+        f"reconcile.jobs=[{JOB},{USER_JOB}]",
+        # The user's job writes no coordinate columns: its sink is judged by its Delta log.
+        f"tables.sink_by_job.{USER_JOB}={user_job_dir(data_dir) / 'sink'}",
+        f"reconcile.sink_mode_by_job.{USER_JOB}={vocab.SINK_DELTA_BATCHES}",
     ]
 
 
@@ -307,6 +326,10 @@ class Demo:
                 self.restart_latest,
             ),
             ("incident 5: a second writer appends records the sink already holds", self.second_writer),
+            (
+                "incident 6: a user's own job, attached in one line, has its sink restored to before a batch",
+                self.user_job_restored,
+            ),
             ("nightly: ingest-offsets, reconcile, forensics, check, report", self.nightly),
         ]
         try:
@@ -326,14 +349,14 @@ class Demo:
             LocalKafka(self.cfg.paths.kafka_dir, []).stop()
             shutil.rmtree(self.data_dir)
         self.bootstrap = self.broker.start().bootstrap_servers
-        retry_kafka(self._create_topic, f"creating {TOPIC}", 30)
+        retry_kafka(partial(self._create_topic, TOPIC, PARTITIONS), f"creating {TOPIC}", 30)
         self.produce(self.scale.initial_per_partition)
         self.say(f"  produced {self.produced * PARTITIONS} records to '{TOPIC}' ({PARTITIONS} partitions)")
 
-    def _create_topic(self, timeout_s: float) -> None:
-        new = NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)
+    def _create_topic(self, topic: str, partitions: int, timeout_s: float) -> None:
+        new = NewTopic(topic, num_partitions=partitions, replication_factor=1)
         try:
-            self.admin().create_topics([new], request_timeout=timeout_s)[TOPIC].result(timeout_s)
+            self.admin().create_topics([new], request_timeout=timeout_s)[topic].result(timeout_s)
         except KafkaException as exc:
             error = kafka_error(exc)
             # A retry after a request that timed out but went through finds the topic there.
@@ -451,6 +474,45 @@ class Demo:
         self.say(f"  appended offsets [{start}, {start + self.scale.duplicated_rows}) of partition 1 again")
         self.outcome.incidents.append("second writer")
 
+    def user_job_restored(self) -> None:
+        """The user's job reads its topic in one run; then someone RESTOREs its sink to the version
+        before the last batch (a rollback of a bad deploy, say): the batch is in the checkpoint,
+        the ledger and the group's commits, and no longer in the sink."""
+        create = partial(self._create_topic, USER_TOPIC, user_job.PARTITIONS)
+        retry_kafka(create, f"creating {USER_TOPIC}", 30)
+        user_job.produce_payments(self.bootstrap, USER_TOPIC, USER_BATCHES * user_job.PER_TRIGGER)
+        where = user_job_dir(self.data_dir)
+        sink = where / "sink"
+        query_id = user_job.run_payments(
+            self.spark,
+            self.bootstrap,
+            USER_TOPIC,
+            where / "checkpoint",
+            sink,
+            job_name=USER_JOB,
+            ledger=tables_from_config(self.cfg).ledger,
+            group_id=USER_GROUP,
+        )
+        last = max(checkpoint_ends(where / "checkpoint"))
+        version = sink_version_of_batch(sink, query_id, last)
+        self.spark.sql(f"RESTORE TABLE delta.`{sink}` TO VERSION AS OF {version - 1}")
+        self.say(
+            f"  '{USER_JOB}' wrote {last + 1} batches, the last as sink version {version}; "
+            f"its sink restored to version {version - 1}"
+        )
+        self.outcome.incidents.append(USER_INCIDENT)
+
+    def user_lost_batch(self) -> dict[int, tuple[int, int]]:
+        """partition -> [start, end) of the user job's last batch, read from its checkpoint; empty
+        when the job has not run."""
+        checkpoint = user_job_dir(self.data_dir) / "checkpoint"
+        if not (checkpoint / "commits").is_dir():
+            return {}
+        ends = checkpoint_ends(checkpoint)
+        last = max(ends)
+        before = ends.get(last - 1, {})
+        return {p: (before.get((t, p), 0), end) for (t, p), end in ends[last].items() if t == USER_TOPIC}
+
     def nightly(self) -> None:
         self.restart_broker()
         self.outcome.nightly = Nightly(
@@ -490,6 +552,10 @@ class Demo:
             out.append(
                 ExpectedFinding(vocab.GAP, vocab.CRITICAL, p, lo, hi, hi - lo, incident="restart from latest")
             )
+        # The restored batch of the user's job, named per partition with its offsets.
+        for p, (start, end) in sorted(self.user_lost_batch().items()):
+            kind = vocab.BATCH_NOT_IN_SINK
+            out.append(ExpectedFinding(kind, vocab.CRITICAL, p, start, end, incident=USER_INCIDENT))
         return out
 
     def compare(self) -> None:
@@ -505,3 +571,20 @@ class Demo:
         self.outcome.unexpected = [
             r for r in shown if r["severity"] in WARN_OR_ABOVE and not any(e.matches(r) for e in expected)
         ]
+
+
+def checkpoint_ends(checkpoint: Path) -> dict[int, dict[TopicPartitionKey, int]]:
+    """The end offsets of every committed batch, from a query's checkpoint files."""
+    committed = batch_ids(os.listdir(checkpoint / "commits"))
+    return {b: parse_offset_log((checkpoint / "offsets" / str(b)).read_text()) for b in committed}
+
+
+def sink_version_of_batch(sink: Path, app_id: str, batch: int) -> int:
+    """The Delta version whose commit carries ``batch``'s transaction id (Spark's Delta sink writes
+    the query id as the app id and the batch id as the version)."""
+    for path in sorted((sink / "_delta_log").glob("*.json")):
+        for line in path.read_text().splitlines():
+            txn = json.loads(line).get("txn")
+            if txn and (txn["appId"], txn["version"]) == (app_id, batch):
+                return int(path.stem)
+    raise InfrastructureError(f"no commit of batch {batch} in {sink}")

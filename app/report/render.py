@@ -53,7 +53,8 @@ class ReportData:
     reconcile_run_id: str | None = None
     findings_by_day: Sequence[Row] = ()  # day, finding_type, severity, count
     groups: Sequence[Row] = ()  # group_id, lag_offsets, lag_seconds, completed, skipped, skip_rate
-    completeness: Sequence[Row] = ()  # job_name, topic, partition, present, missing, completeness
+    completeness: Sequence[Row] = ()  # job_name, topic, partition, present, missing, completeness (None:
+    # the job's sink rows are not counted)
     restarts: Sequence[Row] = ()  # job_name, run_id, started_at, classification, replayed, skipped
     findings: Sequence[Row] = ()  # the findings table's rows (non-benign), most severe first
     incidents: Sequence[Row] = ()  # incident_rows(): most severe first
@@ -71,13 +72,17 @@ def completeness_rows(
     summary: Iterable[Row], missing: Mapping[tuple[str, str, int], int]
 ) -> list[dict[str, Any]]:
     """Share of the records that should be in the sink and are: distinct sink offsets against
-    those plus the offsets of unresolved GAP findings (``missing``, per job/topic/partition)."""
+    those plus the offsets of unresolved GAP findings (``missing``, per job/topic/partition).
+
+    A job whose sink rows are not counted (sink mode `delta_batches` or `none`: its summary's
+    ``sink_distinct`` is null) has no share at all: ``present`` and ``completeness`` are None, shown
+    as "not counted", since 0 present would read as everything lost and 100% as all verified."""
     out = []
     for r in summary:
         key = (r["job_name"], r["topic"], r["partition"])
-        present = int(r.get("sink_distinct") or 0)
+        distinct = r.get("sink_distinct")
         lost = int(missing.get(key, 0))
-        total = present + lost
+        present = None if distinct is None else int(distinct)
         out.append(
             {
                 "job_name": key[0],
@@ -85,10 +90,14 @@ def completeness_rows(
                 "partition": key[2],
                 "present": present,
                 "missing": lost,
-                "completeness": 1.0 if total == 0 else present / total,
+                "completeness": None if present is None else _share(present, present + lost),
             }
         )
     return sorted(out, key=lambda r: (r["job_name"], r["topic"], r["partition"]))
+
+
+def _share(part: int, total: int) -> float:
+    return 1.0 if total == 0 else part / total  # nothing expected yet: nothing missing
 
 
 def group_rows(lags: Iterable[Row], checkpoints: Mapping[str, tuple[int, int]]) -> list[dict[str, Any]]:

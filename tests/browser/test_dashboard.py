@@ -95,6 +95,24 @@ def sample_data() -> rp.ReportData:
             finding_ids=(),
             reconcile_run_id="reconcile-test",
         ),
+        # A user's own job judged by its sink's transaction log (delta_batches): a lost batch.
+        StoredIncident(
+            incident_id="inc-lost-batch-0003",
+            kind="lost_batch",
+            severity="critical",
+            status="open",
+            job_name="payments",
+            group_id="payments-app",
+            run_ids=("payments-run-1",),
+            first_evidence_at=T0 + timedelta(days=4),
+            last_evidence_at=T0 + timedelta(days=4),
+            partitions=2,
+            impact=Impact(records_lost=40),
+            cause="Batch 2 of payments is not in its sink (Delta version 2 was restored away).",
+            remedy=RemedyPlan((ReplayStep(tuple(OffsetRange("payments", p, 40, 60) for p in range(2))),)),
+            finding_ids=(),
+            reconcile_run_id="reconcile-test",
+        ),
     ]
     return rp.ReportData(
         title="Offset audit (browser test)",
@@ -113,8 +131,15 @@ def sample_data() -> rp.ReportData:
         ),
         completeness=rp.completeness_rows(
             [
-                {"job_name": "orders-audit", "topic": "orders", "partition": p, "sink_distinct": 1000}
-                for p in range(3)
+                *(
+                    {"job_name": "orders-audit", "topic": "orders", "partition": p, "sink_distinct": 1000}
+                    for p in range(3)
+                ),
+                # Its sink rows are not counted in that mode: reconcile stores null.
+                *(
+                    {"job_name": "payments", "topic": "payments", "partition": p, "sink_distinct": None}
+                    for p in range(2)
+                ),
             ],
             {("orders-audit", "orders", 1): 35},
         ),
@@ -168,7 +193,7 @@ def test_every_chart_draws_and_the_findings_table_fills(page: Path) -> None:
     assert 'data-rows="20"' in dom
     assert 'id="data-docs-link"' in dom
     # Incidents first, each findings row of an incident links to it.
-    assert 'data-incidents="2"' in dom
+    assert 'data-incidents="3"' in dom
     assert 'id="incident-inc-restart-0001"' in dom
     assert dom.count('href="#incident-inc-restart-0001"') == 5  # the five GAP findings
     assert dom.index('id="incidents"') < dom.index('id="chart-records-impact"') < dom.index('id="findings"')
@@ -181,6 +206,14 @@ def test_every_chart_draws_and_the_findings_table_fills(page: Path) -> None:
     impact = section(dom, 'id="chart-records-impact"', "</section>")
     assert "<title>2026-03-03 · lost: 35</title>" in impact
     assert "<title>2026-03-04 · duplicated: 20</title>" in impact
+    # The user's job is on the page beside the reference job: its incident, and its partitions in
+    # the completeness chart as "not counted", never as a share.
+    assert "payments" in section(dom, '<tr id="incident-inc-lost-batch-0003">', "</tr>")
+    completeness = section(dom, 'id="chart-completeness"', "</section>")
+    assert completeness.count(">not counted<") == 2
+    for p in range(2):
+        assert f"<title>payments payments/{p}: sink rows not counted" in completeness
+    assert "<title>orders-audit orders/0: 1000 present, 0 missing</title>" in completeness
 
 
 def section(dom: str, start: str, end: str) -> str:

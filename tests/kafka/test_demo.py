@@ -1,6 +1,7 @@
 """End to end: `offset-audit demo` tells its story in few lines and its real incidents yield exactly the
-findings they should; its nightly tells monitoring about them, and a clean run of the same pipeline
-yields none at warn or above."""
+findings they should, the reference job's and those of a user's own job attached beside it; its
+nightly tells monitoring about them, and a clean run of the same pipeline yields none at warn or
+above."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.config import AppConfig, load_config
-from app.demo.story import WARN_OR_ABOVE, Demo, DemoScale
+from app.contracts import vocabulary as vocab
+from app.demo.story import USER_JOB, USER_TOPIC, WARN_OR_ABOVE, Demo, DemoScale
 from app.incidents import repair
 from app.kafka.gaps import kafka_gap_confirmer
 from app.nightly.run import Nightly
@@ -81,6 +83,7 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
         "manual offset reset",
         "restart from latest",
         "second writer",
+        "user job's sink restored",
     ]
     (nightly_line,) = [line for line in lines if line.startswith("nightly ")]
     nightly_run_id = nightly_line.split()[1]
@@ -105,6 +108,13 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
     assert ("GAP", 0, skip_lo, skip_hi) in by_type
     assert ("RESTART_SKIP", 2, skip_lo, skip_hi) in by_type
     assert ("DUPLICATE", 1, *demo.duplicated) in by_type
+    # The user's job: its last batch, restored away from its sink, named on each partition with the
+    # offsets its checkpoint gives that batch.
+    lost = demo.user_lost_batch()
+    assert sorted(lost) == [0, 1]
+    assert all(end > start for start, end in lost.values())
+    for p, (start, end) in lost.items():
+        assert (vocab.BATCH_NOT_IN_SINK, p, start, end) in by_type
 
     # One incident per injected event, with its impact in records.
     incidents = {i.kind: i for i in read_incidents(spark, demo.cfg)}
@@ -114,7 +124,15 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
         "external_offset_change": "error",
         "restart": "critical",
         "second_writer": "error",
+        "lost_batch": "critical",
     }
+    # The user's job's incident, named with its Delta version, its offsets lost and how to replay.
+    user = incidents["lost_batch"]
+    assert user.job_name == USER_JOB
+    assert user.impact.records_lost == sum(end - start for start, end in lost.values())
+    assert "Delta version" in user.cause
+    (told,) = [line for line in lines if user.incident_id in line]  # the demo's own output names it
+    assert told.split()[:2] == ["critical", "lost_batch"], told
     assert incidents["restart"].impact.records_lost == 3 * (skip_hi - skip_lo)
     assert incidents["restart"].partitions == 3
     assert incidents["second_writer"].impact.records_duplicated == scale.duplicated_rows
@@ -137,9 +155,16 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
     lags = {
         dict(labels)["partition"]: value
         for (name, labels), value in metrics.items()
-        if name == "offset_audit_commit_lag_offsets"
+        if name == "offset_audit_commit_lag_offsets" and dict(labels)["group"] == demo.cfg.stream.group_id
     }
     assert lags == {"0": 0, "1": 0, "2": 0}  # the last run committed its last checkpoint
+    # The user's job committed its batches to its group (attach with group_id), its last one too.
+    user_lags = {
+        dict(labels)["partition"]: value
+        for (name, labels), value in metrics.items()
+        if name == "offset_audit_commit_lag_offsets" and dict(labels)["topic"] == USER_TOPIC
+    }
+    assert user_lags == {"0": 0, "1": 0}
     assert metrics[("offset_audit_nightly_success", ())] == 1
     assert ("offset_audit_last_success_timestamp_seconds", ()) in metrics
     # The webhook got the nightly's JSON summary: each incident with its id, ranges, impact and

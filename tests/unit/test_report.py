@@ -22,7 +22,7 @@ def test_completeness_counts_unresolved_gap_records_against_the_sink() -> None:
     summary = [
         {"job_name": "job-a", "topic": "orders", "partition": 1, "sink_distinct": 90},
         {"job_name": "job-a", "topic": "orders", "partition": 0, "sink_distinct": 100},
-        {"job_name": "job-a", "topic": "orders", "partition": 2, "sink_distinct": None},
+        {"job_name": "job-a", "topic": "orders", "partition": 2, "sink_distinct": 0},
     ]
     missing = {("job-a", "orders", 1): 10}
 
@@ -32,6 +32,22 @@ def test_completeness_counts_unresolved_gap_records_against_the_sink() -> None:
         (0, 100, 0, 1.0),
         (1, 90, 10, 0.9),
         (2, 0, 0, 1.0),  # nothing expected yet: nothing missing
+    ]
+
+
+def test_completeness_of_a_job_whose_sink_rows_are_not_counted_is_unknown_not_zero_or_full() -> None:
+    # delta_batches and none sinks: reconcile stores their sink counts as null.
+    summary = [
+        {"job_name": "payments", "topic": "payments", "partition": 0, "sink_distinct": None},
+        {"job_name": "payments", "topic": "payments", "partition": 1, "sink_distinct": None},
+    ]
+    missing = {("payments", "payments", 1): 7}
+
+    rows = rp.completeness_rows(summary, missing)
+
+    assert [(r["partition"], r["present"], r["missing"], r["completeness"]) for r in rows] == [
+        (0, None, 0, None),
+        (1, None, 7, None),
     ]
 
 

@@ -178,8 +178,14 @@
     },
     "completeness": function (h) {
       return hbars(h, D.completeness.map(function (p) {
-        var c = p.completeness;
-        return {label: p.job_name + " " + p.topic + "/" + p.partition, value: c, note: pct(c),
+        var c = p.completeness, label = p.job_name + " " + p.topic + "/" + p.partition;
+        // A sink judged by its transaction log, or not read: its rows are not counted, so there
+        // is no share to draw (0% would say everything is lost, 100% that everything was checked).
+        if (c === null) {
+          return {label: label, value: 0, note: "not counted" + (p.missing ? " · " + p.missing + " missing" : ""),
+            title: "sink rows not counted (sink mode delta_batches or none), " + p.missing + " missing"};
+        }
+        return {label: label, value: c, note: pct(c),
           color: c >= 1 ? "#2e9d5b" : (c >= 0.999 ? "#f2c12e" : "#b3261e"),
           title: p.present + " present, " + p.missing + " missing"};
       }), {max: 1, format: pct, color: "#2e9d5b", empty: "no partitions summarized yet"});
