@@ -176,8 +176,9 @@ def submit_env(s3: S3Server, event_log_dir: Path, local_dir: Path) -> dict[str, 
 
 def start_script(script: str, env: dict[str, str], cwd: Path, job: str, event_log_dir: Path) -> Running:
     """``script`` run by bash in ``cwd``, in a process group of its own; its output goes to files
-    named after ``job`` beside its event log."""
-    name = f"{job}-cluster"
+    named after ``job`` and the submit's number beside its event log, so a second submit of the same
+    job keeps the first one's output for the post-mortem."""
+    name = f"{job}-{event_log_dir.name.rsplit('-', 1)[1]}-cluster"
     work_dir = event_log_dir.parent
     out, err = work_dir / f"{name}.stdout", work_dir / f"{name}.stderr"
     (work_dir / f"{name}.sh").write_text(script)  # for a failure's post-mortem
