@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -88,11 +89,7 @@ def spark_submit(
 ) -> Running:
     """Starts README's block with its `submit <job>` line and ``args`` appended, as bash in a copy of
     the repository root, with an event log of its own; the caller may do other work before ``finish``."""
-    event_log_dir = work_dir / f"events-{job}-{len(list(work_dir.glob(f'events-{job}-*')))}"
-    event_log_dir.mkdir(parents=True)
-    spark_conf_dir = event_log_dir.with_name(event_log_dir.name.replace("events-", "spark-conf-"))
-    spark_conf_dir.mkdir()
-    (spark_conf_dir / "spark-defaults.conf").write_text(SPARK_DEFAULTS.format(event_log_dir=event_log_dir))
+    event_log_dir = new_event_log_dir(work_dir, job)
     root = working_copy(work_dir)
     script = readme.cluster_block().script(
         job,
@@ -109,12 +106,62 @@ def spark_submit(
         cluster.master_url,
         jars,
     )
+    return start_script(
+        script, submit_env(s3, event_log_dir, work_dir / f"local-{job}"), root, job, event_log_dir
+    )
+
+
+def submit_user_job(
+    cluster: SparkCluster,
+    s3: S3Server,
+    jars: Sequence[Path],
+    py_files: Path,
+    job_file: Path,
+    args: Sequence[str],
+    work_dir: Path,
+) -> Running:
+    """Starts a user's own job file as README's "Audit your own job" submits one: the library as
+    ``py_files`` (the zip `make dist` builds), Delta and the Kafka connector (and, for s3a://,
+    hadoop-aws) as ``jars``, the job's arguments after its file. The keys of the object store are in
+    the environment, where the job reads them."""
+    name = job_file.stem
+    event_log_dir = new_event_log_dir(work_dir, name)
+    argv = [
+        "spark-submit", "--master", cluster.master_url, "--jars", ",".join(map(str, jars)),
+        "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
+        "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "--py-files", str(py_files), str(job_file), *args,
+    ]  # fmt: skip
+    env = submit_env(s3, event_log_dir, work_dir / f"local-{name}")
+    env.update(
+        AWS_ACCESS_KEY_ID=S3_ACCESS_KEY, AWS_SECRET_ACCESS_KEY=S3_SECRET_KEY, PYSPARK_PYTHON=sys.executable
+    )
+    return start_script(shlex.join(argv), env, work_dir, name, event_log_dir)
+
+
+def new_event_log_dir(work_dir: Path, job: str) -> Path:
+    """An empty event log directory for one submit of ``job``, and beside it the SPARK_CONF_DIR
+    whose spark-defaults.conf points there."""
+    event_log_dir = work_dir / f"events-{job}-{len(list(work_dir.glob(f'events-{job}-*')))}"
+    event_log_dir.mkdir(parents=True)
+    spark_conf_dir = spark_conf_dir_of(event_log_dir)
+    spark_conf_dir.mkdir()
+    (spark_conf_dir / "spark-defaults.conf").write_text(SPARK_DEFAULTS.format(event_log_dir=event_log_dir))
+    return event_log_dir
+
+
+def spark_conf_dir_of(event_log_dir: Path) -> Path:
+    return event_log_dir.with_name(event_log_dir.name.replace("events-", "spark-conf-"))
+
+
+def submit_env(s3: S3Server, event_log_dir: Path, local_dir: Path) -> dict[str, str]:
+    """spark-submit's environment: this one without AWS, Spark or PySpark settings of its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SPARK_", "PYSPARK_"))}
     env.update(
         # `python` and `spark-submit` as a shell with the project's virtualenv active finds them.
         PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
         SPARK_HOME=str(PYSPARK_HOME),
-        SPARK_CONF_DIR=str(spark_conf_dir),
+        SPARK_CONF_DIR=str(spark_conf_dir_of(event_log_dir)),
         SPARK_LOCAL_IP="127.0.0.1",
         # What conf/cluster.yaml reads besides README's exports: an S3-compatible server on plain
         # HTTP, a broker without SASL, and where the dashboard and Data Docs go.
@@ -122,14 +169,22 @@ def spark_submit(
         S3_PATH_STYLE_ACCESS="true",
         AWS_REGION=S3_REGION,
         KAFKA_SECURITY_PROTOCOL="PLAINTEXT",
-        OFFSET_AUDIT_LOCAL_DIR=str(work_dir / f"local-{job}"),
+        OFFSET_AUDIT_LOCAL_DIR=str(local_dir),
     )
-    name = f"{job}-cluster"
+    return env
+
+
+def start_script(script: str, env: dict[str, str], cwd: Path, job: str, event_log_dir: Path) -> Running:
+    """``script`` run by bash in ``cwd``, in a process group of its own; its output goes to files
+    named after ``job`` and the submit's number beside its event log, so a second submit of the same
+    job keeps the first one's output for the post-mortem."""
+    name = f"{job}-{event_log_dir.name.rsplit('-', 1)[1]}-cluster"
+    work_dir = event_log_dir.parent
     out, err = work_dir / f"{name}.stdout", work_dir / f"{name}.stderr"
     (work_dir / f"{name}.sh").write_text(script)  # for a failure's post-mortem
     with out.open("wb") as stdout, err.open("wb") as stderr:
         process = subprocess.Popen(
-            ["bash", "-e", "-c", script], env=env, cwd=root, stdin=subprocess.DEVNULL, stdout=stdout,
+            ["bash", "-e", "-c", script], env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout,
             stderr=stderr, start_new_session=True, preexec_fn=parent_death_preexec(),
         )  # fmt: skip
     return Running(process, name, out, err, event_log_dir)
