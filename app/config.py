@@ -159,6 +159,7 @@ class TablesConfig:
     audit_runs: str = ""  # one row per successful reconcile run: the default start of the next window
     validation_results: str = ""
     alert_state: str = ""  # what `watch` last alerted per incident: a restarted watch does not repeat it
+    completeness: str = ""  # per job, topic, partition and event-time window: expected, landed, lost
     sink_by_job: dict[str, str] = field(default_factory=dict)  # job name -> its sink, wins over sink
 
     def __post_init__(self) -> None:

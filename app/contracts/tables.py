@@ -21,7 +21,7 @@ from app.errors import SchemaMismatchError
 # The column types the contracts use, by their Spark SQL names.
 _TYPES: Final[dict[str, DataType]] = {
     "STRING": t.StringType(), "BIGINT": t.LongType(), "INT": t.IntegerType(), "BOOLEAN": t.BooleanType(),
-    "DATE": t.DateType(), "TIMESTAMP": t.TimestampType(), "BINARY": t.BinaryType(),
+    "DATE": t.DateType(), "DOUBLE": t.DoubleType(), "TIMESTAMP": t.TimestampType(), "BINARY": t.BinaryType(),
 }  # fmt: skip
 
 
@@ -162,6 +162,25 @@ AUDIT_RUNS_SCHEMA: Final = schema(
     run_id STRING NOT NULL, command STRING NOT NULL, jobs STRING, window_start TIMESTAMP,
     window_end TIMESTAMP NOT NULL, started_at TIMESTAMP NOT NULL, finished_at TIMESTAMP NOT NULL,
     status STRING NOT NULL
+    """
+)
+
+# Completeness per job, topic, partition and event-time window (CONTRACTS.md section 4). The window's
+# offsets are [offset_start, offset_end), its bounds mapped by the broker's offsets-for-times lookup.
+# expected = landed + lost + unverifiable + pending (data records only: transaction markers, aborted and
+# compacted offsets are excluded); pending = offsets not yet judged (beyond the job's last completed
+# checkpoint). completeness = landed / expected. Columns a sink mode cannot know are null, never guessed:
+# `delta_batches` knows lost batches (lost, unverifiable) and offsets_in_sink_batches, not landed rows.
+# final: the window is past the job's lateness and its offsets are below the last completed checkpoint;
+# a final row is never recomputed, so re-running yields the same rows.
+COMPLETENESS_SCHEMA: Final = schema(
+    """
+    job_name STRING NOT NULL, topic STRING NOT NULL, partition INT NOT NULL,
+    window_start TIMESTAMP NOT NULL, window_end TIMESTAMP NOT NULL, offset_start BIGINT,
+    offset_end BIGINT, sink_mode STRING NOT NULL, expected BIGINT, landed BIGINT, lost BIGINT,
+    unverifiable BIGINT, duplicated BIGINT, pending BIGINT, offsets_in_sink_batches BIGINT,
+    completeness DOUBLE, latency_p50_ms BIGINT, latency_p95_ms BIGINT, final BOOLEAN NOT NULL,
+    computed_at TIMESTAMP NOT NULL, reconcile_run_id STRING NOT NULL
     """
 )
 

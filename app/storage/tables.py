@@ -30,6 +30,7 @@ TABLE_NAMES: Final = (
     "audit_runs",
     "validation_results",
     "alert_state",
+    "completeness",
 )
 
 
@@ -57,6 +58,7 @@ class Tables:
     audit_runs: str
     validation_results: str
     alert_state: str
+    completeness: str
     sink_by_job: Mapping[str, str] = field(default_factory=dict)
     sink_key: str = "tables.sink"
 
