@@ -456,6 +456,28 @@ class MaintenanceConfig:
 
 
 @dataclass(frozen=True)
+class CompletenessConfig:
+    """Completeness per event-time window (the `completeness` table, written by every reconcile)."""
+
+    window_minutes: int = 10
+    # A window stays provisional (recomputed) this long after its end: records still in flight.
+    # 0 = the job's lateness: twice its trigger interval plus 5 minutes.
+    lateness_seconds: int = 0
+    lookback_hours: int = 24  # the first run of a job starts this far back (later runs: where it ended)
+    floor: float = 1.0  # the check: a final window's completeness is at least this
+
+    def __post_init__(self) -> None:
+        if self.window_minutes < 1:
+            raise ConfigError("completeness.window_minutes", "must be at least 1")
+        if self.lateness_seconds < 0:
+            raise ConfigError("completeness.lateness_seconds", "must be 0 (the job's) or positive")
+        if self.lookback_hours < 1:
+            raise ConfigError("completeness.lookback_hours", "must be at least 1")
+        if not 0.0 <= self.floor <= 1.0:
+            raise ConfigError("completeness.floor", f"must be between 0 and 1, got {self.floor}")
+
+
+@dataclass(frozen=True)
 class AppConfig:
     env: str
     paths: PathsConfig = field(default_factory=PathsConfig)
@@ -471,6 +493,7 @@ class AppConfig:
     report: ReportConfig = field(default_factory=ReportConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+    completeness: CompletenessConfig = field(default_factory=CompletenessConfig)
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
