@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from app import __version__
-from app.commands.outcome import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, emit
+from app.commands.outcome import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK, EXIT_READER_GONE, EXIT_USAGE, emit
 from app.config import AppConfig, load_config
 from app.errors import (
     ConfigError,
@@ -246,6 +246,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("offset-audit: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader of our output went away (`offset-audit incidents | head`): not a failure of the
+        # audit, and nobody is left to tell. Later flushes of stdout must not raise again.
+        _silence_stdout()
+        return EXIT_READER_GONE
     except Exception as exc:  # broad on purpose: the top of the program turns failures into exit codes
         log.debug("unhandled exception", exc_info=True)
         kind = error_kind(exc)
@@ -253,6 +258,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = "" if kind == "infrastructure" else " (a bug: --log-level DEBUG shows the traceback)"
         print(f"offset-audit: {label}: {describe_error(exc)}{hint}", file=sys.stderr)
         return EXIT_INFRA
+
+
+def _silence_stdout() -> None:
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def run_and_exit(argv: Sequence[str] | None = None) -> NoReturn:

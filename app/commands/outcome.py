@@ -15,6 +15,7 @@ EXIT_FINDINGS: Final = 1  # findings (or failed checks) at or above --fail-on
 EXIT_USAGE: Final = 2  # usage or configuration error
 EXIT_INFRA: Final = 3  # infrastructure (or internal) error; a failed nightly step
 EXIT_INTERRUPTED: Final = 130  # the shell's code for SIGINT
+EXIT_READER_GONE: Final = 141  # the shell's code for SIGPIPE: the output's reader closed it (`| head`)
 
 
 def emit(args: argparse.Namespace, summary: dict[str, Any], text: str) -> None:

@@ -74,3 +74,16 @@ def test_an_unknown_log_level_is_a_usage_error(capsys: pytest.CaptureFixture[str
     assert cli.main(["config", "show", "--set", "log_level=LOUD"]) == 2
     assert "log_level" in capsys.readouterr().err
     assert cli.main(["config", "show", "--log-level", "debug"]) == 0
+
+
+def test_a_reader_that_closed_the_output_ends_quietly_with_the_sigpipe_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`offset-audit incidents | head`: the reader leaving is not an infrastructure error (3)."""
+
+    def writing_to_a_closed_pipe(args: object, cfg: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "cmd_config_show", writing_to_a_closed_pipe)
+    assert cli.main(["config", "show"]) == 141
+    assert capsys.readouterr().err == ""
