@@ -43,8 +43,8 @@ _CHECKPOINT_COLUMNS = ("event_type", "group_id", "job_name", "run_id", "checkpoi
 # What the heatmap, the latency line and the window gauges show of a completeness row.
 WINDOW_COLUMNS = (
     "job_name", "topic", "partition", "window_start", "window_end", "sink_mode", "expected", "landed",
-    "lost", "unverifiable", "duplicated", "pending", "completeness", "latency_p50_ms",
-    "latency_p95_ms", "final",
+    "lost", "unverifiable", "duplicated", "pending", "offsets_in_sink_batches", "completeness",
+    "latency_p50_ms", "latency_p95_ms", "final",
 )  # fmt: skip
 
 

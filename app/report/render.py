@@ -154,6 +154,8 @@ def window_cells(windows: Iterable[Row]) -> list[dict[str, Any]]:
             "completeness": None if completeness is None else float(completeness),
             "latency_p50_ms": _optional_int(w.get("latency_p50_ms")),
             "latency_p95_ms": _optional_int(w.get("latency_p95_ms")),
+            # What a sink without coordinates knows: offsets of batches that reached it.
+            "offsets_in_sink_batches": _optional_int(w.get("offsets_in_sink_batches")),
             "colour": completeness_colour(None if completeness is None else float(completeness)),
         }
         cell.update({c: _optional_int(w.get(c)) for c in WINDOW_COUNTS})

@@ -70,7 +70,7 @@ WINDOWS: list[dict[str, Any]] = [
     *(
         window(
             "payments", 0, m, sink_mode="delta_batches", landed=None, duplicated=None, completeness=None,
-            latency_p50_ms=None, latency_p95_ms=None,
+            latency_p50_ms=None, latency_p95_ms=None, offsets_in_sink_batches=100,
         )
         for m in (0, 10, 20)
     ),
@@ -267,6 +267,7 @@ def test_the_completeness_heatmap_draws_a_cell_per_partition_and_window_coloured
     assert 'fill="#9aa5b1"' in unknown  # grey: never drawn as 0 or 100%
     assert "completeness unknown" in unknown
     assert "landed unknown" in unknown
+    assert "offsets in batches that reached the sink 100" in unknown  # what that sink mode knows
     provisional = cell(cells, "orders-audit orders/2|2026-03-05 12:20")
     assert 'class="cell provisional"' in provisional
     assert 'fill-opacity="0.5"' in provisional

@@ -141,7 +141,9 @@
       "completeness " + (c.completeness === null ? "unknown" : pct(c.completeness)) + " · " +
       ["expected", "landed", "lost", "unverifiable", "duplicated", "pending"].map(function (k) {
         return k + " " + known(c[k]);
-      }).join(", ") + "\n" +
+      }).join(", ") +
+      (c.landed === null && c.offsets_in_sink_batches !== null ?
+        " · offsets in batches that reached the sink " + c.offsets_in_sink_batches : "") + "\n" +
       "latency p50 " + known(c.latency_p50_ms, "s") + ", p95 " + known(c.latency_p95_ms, "s");
   }
   function windowAxis(cells) {
