@@ -184,7 +184,7 @@
                     "class": "hatch", "pointer-events": "none"}, s);
       }
     });
-    var every = Math.ceil(cols.length / 12);
+    var every = Math.ceil(70 / cw);  // a label is about 70 px wide: one every so many columns
     cols.forEach(function (w, i) {
       if (i % every === 0) {
         text(s, L + i * cw, H - B + 16, w.slice(5), {"text-anchor": "start"});
@@ -211,7 +211,7 @@
     cols.sort();
     var colOf = {};
     cols.forEach(function (w, i) { colOf[w] = i; });
-    var W = 1240, H = 240, L = 54, R = 10, T = 10, B = 34, pw = W - L - R, ph = H - T - B;
+    var W = 1240, H = 240, L = 54, R = 40, T = 10, B = 34, pw = W - L - R, ph = H - T - B;
     var max = niceMax(Math.max.apply(null, lines.map(function (l) {
       return Math.max.apply(null, l.points.map(function (p) { return (p.p95_ms || 0) / 1000; }));
     })));
@@ -225,7 +225,7 @@
     var colours = {};
     lines.forEach(function (l, i) {
       var name = l.job_name + " " + l.topic, colour = PALETTE[i % PALETTE.length];
-      colours[name] = colour;
+      if (l.points.some(function (p) { return p.p95_ms !== null; })) { colours[name] = colour; }
       var run = [];
       function flush() {
         if (run.length > 1) {
@@ -245,7 +245,7 @@
       });
       flush();
     });
-    var every = Math.ceil(cols.length / 12);
+    var every = Math.ceil(cols.length / 14);
     cols.forEach(function (w, i) {
       if (i % every === 0) { text(s, xOf(w), H - B + 16, w.slice(5), {"text-anchor": "middle"}); }
     });
