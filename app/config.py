@@ -369,10 +369,15 @@ class ReportConfig:
     output: str = ""  # default <data_dir>/report/index.html (a local file)
     title: str = "Offset audit"
     max_findings: int = 5000  # rows in the findings table, most severe and newest first
+    # The completeness heatmap, the latency line and the window gauges read the windows that start
+    # in the last this many hours only, so their cost does not grow with the table's history.
+    window_hours: int = 24
 
     def __post_init__(self) -> None:
         if self.max_findings < 1:
             raise ConfigError("report.max_findings", "must be at least 1")
+        if self.window_hours < 1:
+            raise ConfigError("report.window_hours", "must be at least 1")
 
 
 @dataclass(frozen=True)

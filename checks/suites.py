@@ -9,12 +9,16 @@ offending rows:
 - ``commits_vs_checkpoints``: per audited partition, the group's latest committed offset next to the
   latest completed checkpoint's offset, both as the latest reconcile run computed them
   (``partition_summary``), so the check and the dashboard's commit lag share one definition;
-- ``confirmed_gaps``: the confirmed GAP findings of the latest reconcile run.
+- ``confirmed_gaps``: the confirmed GAP findings of the latest reconcile run;
+- ``completeness_floor``: the final windows of the completeness table whose completeness is known,
+  ``window_below_floor`` naming ('job/topic/partition/window start') each under the configured
+  floor (`completeness.floor`), so a failure names the windows.
 
 Every check carries a severity from ``app.contracts.vocabulary.SEVERITIES``; `offset-audit check --fail-on`
 compares against it. Structural invariants are 'error', a commit beyond the completed checkpoints is
 'critical' (like the COMMITTED_AHEAD finding: a manual restart from the group would skip data),
-commit lag over its threshold is 'warn' (lag alone loses nothing).
+commit lag over its threshold is 'warn' (lag alone loses nothing), a final window under the
+completeness floor is 'error' (records expected that did not land: lost or unverifiable).
 
 The suites know the audit tables' vocabulary (``app.contracts``) and nothing else of the
 application: their bounds come in as ``Thresholds``, which the caller fills from its configuration.
@@ -230,6 +234,11 @@ def partition_summary_suite(limits: Thresholds) -> SuiteSpec:
     return SuiteSpec("partition_summary", "partition_summary", "partition_summary", tuple(checks))
 
 
+def completeness_suite() -> SuiteSpec:
+    checks = [check(gxe.ExpectColumnValuesToBeNull, column="window_below_floor")]
+    return SuiteSpec("completeness.floor", "completeness", "completeness_floor", tuple(checks))
+
+
 def all_suites(limits: Thresholds) -> list[SuiteSpec]:
     return [
         ledger_suite(),
@@ -239,4 +248,5 @@ def all_suites(limits: Thresholds) -> list[SuiteSpec]:
         findings_suite(),
         confirmed_gaps_suite(limits),
         partition_summary_suite(limits),
+        completeness_suite(),
     ]

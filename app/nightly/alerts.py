@@ -4,6 +4,10 @@ Metrics in Prometheus' text exposition format, built with ``prometheus_client`` 
 their own: written atomically to a file for node_exporter's textfile collector and/or pushed to a
 Pushgateway. The nightly JSON summary can be POSTed to a webhook. The webhook URL is treated as a
 secret (chat webhooks carry their token in the URL): messages name only its host.
+
+The window gauges (``WINDOW_METRICS``) describe each job and topic's last closed completeness
+window; `watch` refreshes them in the nightly's textfile every cycle (``refresh_window_metrics``),
+keeping the nightly's other metrics as they are.
 """
 
 from __future__ import annotations
@@ -12,20 +16,151 @@ import json
 import logging
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
 from urllib.parse import urlparse
 
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
-from app.config import AlertsConfig
+from app.config import AlertsConfig, AppConfig
 from app.contracts.vocabulary import INCIDENT_KINDS, SEVERITIES
 from app.errors import InfrastructureError
 from app.incidents.incident import IncidentSummary
+from app.report.gather import recent_windows
+from app.storage.backend import StorageSettings
+from app.storage.tables import tables_from_config
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ClosedWindow:
+    """A job and topic's last closed window, over its partitions; None where the sink mode cannot
+    know the value (it is then not exported: no number stands for unknown)."""
+
+    job_name: str
+    topic: str
+    window_start: datetime
+    window_end: datetime
+    completeness: float | None  # landed / expected over the partitions
+    lost: int | None
+    latency_p95_ms: int | None  # the worst partition's p95
+
+    @property
+    def labels(self) -> tuple[str, str]:
+        return (self.job_name, self.topic)
+
+
+def _closed_window(job: str, topic: str, rows: Sequence[Mapping[str, Any]]) -> ClosedWindow:
+    expected = [r.get("expected") for r in rows]
+    landed = [r.get("landed") for r in rows]
+    known = all(v is not None for v in (*expected, *landed)) and all(
+        r.get("completeness") is not None for r in rows
+    )
+    total = sum(int(v) for v in expected if v is not None)
+    completeness = None
+    if known:
+        # Nothing expected: nothing missing (as the dashboard counts it).
+        completeness = 1.0 if total == 0 else sum(int(v) for v in landed if v is not None) / total
+    lost = [r.get("lost") for r in rows]
+    p95 = [int(r["latency_p95_ms"]) for r in rows if r.get("latency_p95_ms") is not None]
+    return ClosedWindow(
+        job_name=job,
+        topic=topic,
+        window_start=rows[0]["window_start"],
+        window_end=max(r["window_end"] for r in rows),
+        completeness=completeness,
+        lost=None if any(v is None for v in lost) else sum(int(v) for v in lost if v is not None),
+        latency_p95_ms=max(p95, default=None),
+    )
+
+
+def last_closed_windows(rows: Iterable[Mapping[str, Any]]) -> list[ClosedWindow]:
+    """Per job and topic, the latest window whose every partition's row is final (a window some
+    partition still recomputes is not closed), summed over its partitions."""
+    windows: dict[tuple[str, str], dict[datetime, list[Mapping[str, Any]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for r in rows:
+        windows[(str(r["job_name"]), str(r["topic"]))][r["window_start"]].append(r)
+    out = []
+    for (job, topic), by_start in sorted(windows.items()):
+        closed = [start for start, part in by_start.items() if all(bool(r["final"]) for r in part)]
+        if closed:
+            out.append(_closed_window(job, topic, by_start[max(closed)]))
+    return out
+
+
+def read_closed_windows(storage: StorageSettings, cfg: AppConfig, now: datetime) -> list[ClosedWindow]:
+    """The last closed window per job and topic among the recent ones (``report.window_hours``):
+    a bounded read, whatever the table's history; none when there is no completeness table."""
+    path = tables_from_config(cfg).completeness
+    table = recent_windows(storage, path, now - timedelta(hours=cfg.report.window_hours))
+    return [] if table is None else last_closed_windows(table.to_pylist())
+
+
+# The window gauges, by name: what `watch` replaces in the nightly's textfile.
+WINDOW_COMPLETENESS: Final = "offset_audit_window_completeness_ratio"
+WINDOW_LOST: Final = "offset_audit_window_records_lost"
+WINDOW_LATENCY: Final = "offset_audit_window_latency_p95_seconds"
+WINDOW_END: Final = "offset_audit_window_end_timestamp_seconds"
+WINDOW_METRICS: Final = (WINDOW_COMPLETENESS, WINDOW_LOST, WINDOW_LATENCY, WINDOW_END)
+
+
+def add_window_gauges(registry: CollectorRegistry, windows: Iterable[ClosedWindow]) -> None:
+    """The last closed window's gauges per job and topic; an unknown value has no sample."""
+    labels = ["job", "topic"]
+    ratio = Gauge(
+        WINDOW_COMPLETENESS,
+        "Records landed / expected in the last closed completeness window",
+        labels,
+        registry=registry,
+    )
+    lost = Gauge(WINDOW_LOST, "Records lost (confirmed) in the last closed window", labels, registry=registry)
+    latency = Gauge(
+        WINDOW_LATENCY,
+        "End-to-end p95 latency in the last closed window (worst partition)",
+        labels,
+        registry=registry,
+    )
+    end = Gauge(
+        WINDOW_END, "End of the last closed window the other gauges describe", labels, registry=registry
+    )
+    for w in windows:
+        end.labels(*w.labels).set(w.window_end.timestamp())
+        if w.completeness is not None:
+            ratio.labels(*w.labels).set(w.completeness)
+        if w.lost is not None:
+            lost.labels(*w.labels).set(w.lost)
+        if w.latency_p95_ms is not None:
+            latency.labels(*w.labels).set(w.latency_p95_ms / 1000)
+
+
+class _Families:
+    """A collector of metric families as parsed from a textfile: the nightly's, kept as written."""
+
+    def __init__(self, families: Sequence[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Sequence[Metric]:
+        return self.families
+
+
+def refresh_window_metrics(textfile: str, windows: Iterable[ClosedWindow]) -> None:
+    """Replace the window gauges in ``textfile`` (atomically), keeping every other metric in it."""
+    path = Path(textfile)
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    kept = [f for f in text_string_to_metric_families(text) if f.name not in WINDOW_METRICS]
+    registry = CollectorRegistry()
+    registry.register(_Families(kept))
+    add_window_gauges(registry, windows)
+    write_to_textfile(textfile, registry)
 
 
 @dataclass(frozen=True)
@@ -37,6 +172,7 @@ class NightlyFacts:
     last_success_at: datetime | None
     incidents: Sequence[IncidentSummary]  # of this night's reconcile
     partitions: Sequence[Mapping[str, Any]]  # partition_summary rows of this night's reconcile
+    windows: Sequence[ClosedWindow] = ()  # each job and topic's last closed completeness window
 
 
 def registry_for(facts: NightlyFacts) -> CollectorRegistry:
@@ -96,6 +232,7 @@ def registry_for(facts: NightlyFacts) -> CollectorRegistry:
             "When the last nightly that finished every step ended",
             registry=registry,
         ).set(facts.last_success_at.timestamp())
+    add_window_gauges(registry, facts.windows)
     return registry
 
 

@@ -187,14 +187,16 @@ class Nightly:
         started = time.monotonic()
         succeeded = result.failed_step is None
         try:
+            finished_at = datetime.now(UTC)
             facts = alerts.NightlyFacts(
                 succeeded=succeeded,
-                finished_at=datetime.now(UTC),
+                finished_at=finished_at,
                 last_success_at=self._last_success(),
                 incidents=[
                     IncidentSummary.from_json(i) for s in result.steps for i in s.summary.get("incidents", [])
                 ],
                 partitions=self._partitions(),
+                windows=alerts.read_closed_windows(self.spark, self.cfg, finished_at),
             )
             done = alerts.deliver(a, facts, asdict(result))
             result.steps.append(

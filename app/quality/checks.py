@@ -58,7 +58,7 @@ def run_checks(
     inputs = read_inputs(spark, cfg, opts.since, opts.driver_max_rows)
     suites, docs = validate_suites(
         all_suites(thresholds(cfg.checks)),
-        build_frames(inputs, reconcile_run),
+        build_frames(inputs, reconcile_run, cfg.completeness.floor),
         run_id=run_id,
         now=evaluated_at,
         data_docs_dir=data_docs_dir(cfg) if opts.build_docs else None,

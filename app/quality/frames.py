@@ -23,7 +23,12 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from app.contracts.tables import FINDINGS_SCHEMA, LEDGER_SCHEMA, PARTITION_SUMMARY_SCHEMA
+from app.contracts.tables import (
+    COMPLETENESS_SCHEMA,
+    FINDINGS_SCHEMA,
+    LEDGER_SCHEMA,
+    PARTITION_SUMMARY_SCHEMA,
+)
 from app.contracts.vocabulary import (
     CONFIRMED,
     EVENT_CHECKPOINT_COMPLETED,
@@ -109,6 +114,22 @@ WHERE {_OF_RUN}
 """
 
 
+# The final windows whose completeness is known (a sink mode that cannot know it is not judged),
+# each named 'job/topic/partition/window start' in ``window_below_floor`` when its completeness is
+# under the floor. A provisional window may still fill up: it is judged once final. The window is
+# named in UTC as both engines print a timestamp without its zone.
+COMPLETENESS_FLOOR_SQL: Final = """
+SELECT job_name, topic, `partition`, window_start, window_end, expected, landed, lost, unverifiable,
+    completeness,
+    CASE WHEN completeness < CAST(:floor AS DOUBLE)
+        THEN concat_ws('/', job_name, topic, CAST(`partition` AS STRING),
+            CAST(CAST(window_start AS TIMESTAMP) AS STRING)) END AS window_below_floor
+FROM completeness
+WHERE final AND completeness IS NOT NULL
+ORDER BY job_name, topic, `partition`, window_start
+"""
+
+
 def ledger_frame(ledger: Relation) -> Relation:
     require(ledger, LEDGER_SCHEMA.fieldNames(), "ledger")
     return run(LEDGER_SQL, {"ledger": ledger})
@@ -142,6 +163,13 @@ def summary_of_run(summary: Relation, reconcile_run_id: str | None = None) -> Re
     return run(PARTITION_SUMMARY_SQL, {"partition_summary": summary}, {"reconcile_run_id": reconcile_run_id})
 
 
+def completeness_floor(completeness: Relation, floor: float) -> Relation:
+    """The judged windows (``COMPLETENESS_FLOOR_SQL``); ``window_below_floor`` names those under
+    ``floor``, null for the others."""
+    require(completeness, COMPLETENESS_SCHEMA.fieldNames(), "completeness")
+    return run(COMPLETENESS_FLOOR_SQL, {"completeness": completeness}, {"floor": floor})
+
+
 def as_stored(table: Relation) -> Relation:
     return table
 
@@ -162,6 +190,7 @@ class CheckInputs:
     group_commits: Relation | None = None
     findings: Relation | None = None
     partition_summary: Relation | None = None
+    completeness: Relation | None = None
     since: datetime | None = None  # the window's start (checkpoint completion), None: whole tables
 
 
@@ -182,9 +211,10 @@ def as_pandas(table: pa.Table) -> pd.DataFrame:
 
 
 def frame_rules(
-    reconcile_run_id: str | None, since: datetime | None
+    reconcile_run_id: str | None, since: datetime | None, floor: float = 1.0
 ) -> dict[str, tuple[str, Callable[[Relation], Relation]]]:
-    """Suite frame (``SuiteSpec.frame``) -> the CheckInputs field it is made from and its rule."""
+    """Suite frame (``SuiteSpec.frame``) -> the CheckInputs field it is made from and its rule;
+    ``floor`` is the least completeness of a final window (``completeness.floor``)."""
     run_id = reconcile_run_id
     return {
         "ledger": ("ledger", ledger_frame),
@@ -194,14 +224,17 @@ def frame_rules(
         "findings": ("findings", as_stored),
         "confirmed_gaps": ("findings", lambda t: confirmed_gaps(t, run_id)),
         "partition_summary": ("partition_summary", lambda t: summary_of_run(t, run_id)),
+        "completeness_floor": ("completeness", lambda t: completeness_floor(t, floor)),
     }
 
 
-def build_frames(inputs: CheckInputs, reconcile_run_id: str | None) -> dict[str, Frame | None]:
+def build_frames(
+    inputs: CheckInputs, reconcile_run_id: str | None, completeness_floor: float = 1.0
+) -> dict[str, Frame | None]:
     """The frame of every suite: pandas for a table read on the driver, Spark for a large one; None
     where its table does not exist."""
     frames: dict[str, Frame | None] = {}
-    for name, (field, rule) in frame_rules(reconcile_run_id, inputs.since).items():
+    for name, (field, rule) in frame_rules(reconcile_run_id, inputs.since, completeness_floor).items():
         table = getattr(inputs, field)
         if table is None:
             frames[name] = None

@@ -8,7 +8,8 @@ None, which skips its suites.
 
 The ledger and the group commits only grow, so a night validates its window of them (``since``: the
 night's reconcile window, which a failed night does not move), with an overlap for rows written
-late; findings and partition summaries are read whole and validated by reconcile run.
+late; findings and partition summaries are read whole and validated by reconcile run; completeness
+rows by when they were computed (a final row never is again).
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ OR (commit_time IS NULL AND log_time IS NULL)
 """
 
 
+# Completeness rows computed from :start on: a final row is never recomputed, so one that became
+# final before the window was judged by an earlier night.
+COMPLETENESS_WINDOW: Final = """
+CAST(:start AS TIMESTAMP) IS NULL OR computed_at >= CAST(:start AS TIMESTAMP)
+"""
+
+
 @dataclass(frozen=True)
 class Read:
     """The rows of a table a check reads: ``where`` (SQL over the table's columns, the same text
@@ -120,6 +128,10 @@ def checkpoint_events(start: datetime | None) -> Read:
 
 def commits_window(start: datetime | None) -> Read:
     return Read(COMMITS_WINDOW, {"start": start})
+
+
+def completeness_window(start: datetime | None) -> Read:
+    return Read(COMPLETENESS_WINDOW, {"start": start})
 
 
 def read_for_check(
@@ -166,6 +178,7 @@ def read_inputs(spark: SparkSession, cfg: AppConfig, since: datetime | None, max
         group_commits=read_for_check(spark, t.group_commits, max_rows, commits_window(start)),
         findings=read_for_check(spark, t.findings, max_rows),
         partition_summary=read_for_check(spark, t.partition_summary, max_rows),
+        completeness=read_for_check(spark, t.completeness, max_rows, completeness_window(start)),
         since=start,
     )
 

@@ -16,7 +16,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,12 @@ _FINDING_COLUMNS = (
     "checkpoint_id", "run_id", "offset_start", "offset_end", "record_count", "detected_at", "evidence",
 )  # fmt: skip
 _CHECKPOINT_COLUMNS = ("event_type", "group_id", "job_name", "run_id", "checkpoint_id")
+# What the heatmap, the latency line and the window gauges show of a completeness row.
+WINDOW_COLUMNS = (
+    "job_name", "topic", "partition", "window_start", "window_end", "sink_mode", "expected", "landed",
+    "lost", "unverifiable", "duplicated", "pending", "offsets_in_sink_batches", "completeness",
+    "latency_p50_ms", "latency_p95_ms", "final",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class ReportTables:
     restarts: pa.Table | None
     validation_results: pa.Table | None
     incidents: pa.Table | None = None
+    windows: pa.Table | None = None  # completeness rows of the recent windows (``recent_windows``)
 
 
 def _read(
@@ -65,8 +72,27 @@ def _read(
     return table
 
 
-def read_tables(storage: StorageSettings, cfg: AppConfig) -> ReportTables:
+def recent_windows(storage: StorageSettings, path: str, since: datetime) -> pa.Table | None:
+    """The completeness rows of the windows starting at ``since`` or later (``WINDOW_COLUMNS``),
+    None when there is no table yet. The filter is pushed down to the files' statistics, so the
+    read is bounded by the recent windows, not by the table's history."""
+    start = pa.scalar(since.astimezone(UTC), type=pa.timestamp("us", tz="UTC"))
+    return _read(storage, path, WINDOW_COLUMNS, pc.field("window_start") >= start)
+
+
+def window_rows(windows: pa.Table) -> list[dict[str, Any]]:
+    """The rows, windows as UTC text to the minute (the page names them as UTC)."""
+    cols = ", ".join(f'"{c}"' for c in WINDOW_COLUMNS if c not in ("window_start", "window_end"))
+    return _query(
+        "SELECT strftime(window_start, '%Y-%m-%d %H:%M') AS window_start, "
+        f"strftime(window_end, '%Y-%m-%d %H:%M') AS window_end, {cols} FROM windows",
+        windows=windows,
+    )
+
+
+def read_tables(storage: StorageSettings, cfg: AppConfig, now: datetime | None = None) -> ReportTables:
     t = tables_from_config(cfg)
+    since = (now or datetime.now(UTC)) - timedelta(hours=cfg.report.window_hours)
     completed = (
         (pc.field("event_type") == EVENT_CHECKPOINT_COMPLETED)
         & pc.field("group_id").is_valid()
@@ -79,6 +105,7 @@ def read_tables(storage: StorageSettings, cfg: AppConfig) -> ReportTables:
         restarts=_read(storage, t.restarts),
         validation_results=_read(storage, t.validation_results),
         incidents=_read(storage, t.incidents),
+        windows=recent_windows(storage, t.completeness, since),
     )
 
 
@@ -231,7 +258,7 @@ def gather(
     now: datetime | None = None,
     tables: ReportTables | None = None,
 ) -> rp.ReportData:
-    t = tables or read_tables(storage, cfg)
+    t = tables or read_tables(storage, cfg, now)
     reconcile_run = latest_reconcile_run(storage, tables_from_config(cfg).audit_runs)
     notes = [
         f"table {name} does not exist yet: its section is empty"
@@ -241,6 +268,7 @@ def gather(
             ("restarts", t.restarts),
             ("ledger", t.ledger),
             ("validation_results", t.validation_results),
+            ("completeness", t.windows),
         )
         if df is None
     ]
@@ -250,6 +278,7 @@ def gather(
     lags = [] if summary is None else group_lags(summary)
     counts = {} if t.ledger is None else checkpoint_commit_counts(t.ledger, t.findings)
     check_run, checks = (None, []) if t.validation_results is None else latest_checks(t.validation_results)
+    cells = [] if t.windows is None else rp.window_cells(window_rows(t.windows))
     return rp.ReportData(
         title=cfg.report.title,
         generated_at=now or datetime.now(UTC),
@@ -266,6 +295,9 @@ def gather(
         if t.incidents is None
         else rp.incident_rows(top_incidents(t.incidents, cfg.report.max_findings)),
         impact=[] if t.incidents is None else incident_impact(t.incidents),
+        windows=cells,
+        latency=rp.latency_lines(cells),
+        window_hours=cfg.report.window_hours,
         checks=checks,
         check_run_id=check_run,
         data_docs_href=docs_href(Path(data_docs_dir(cfg)) / "index.html", output),

@@ -32,8 +32,12 @@ CHART_IDS: Final = (
     "commit-lag",
     "skip-rate",
     "completeness",
+    "completeness-windows",
+    "latency-p95",
     "restarts",
 )
+# Charts as wide as the page: a heatmap needs the width for a day of windows.
+WIDE_CHARTS: Final = frozenset({"completeness-windows", "latency-p95"})
 # Most telling first: a skip loses data, a replay duplicates it, unknown is unexplained.
 _RESTART_RANK: Final = (
     vocab.RESTART_SKIPPED,
@@ -59,6 +63,9 @@ class ReportData:
     findings: Sequence[Row] = ()  # the findings table's rows (non-benign), most severe first
     incidents: Sequence[Row] = ()  # incident_rows(): most severe first
     impact: Sequence[Row] = ()  # impact_by_day() over every incident: day, lost, duplicated
+    windows: Sequence[Row] = ()  # window_cells(): one per partition and window, recent ones only
+    latency: Sequence[Row] = ()  # latency_lines(): p95 per window, per job and topic
+    window_hours: int = 24  # how far back the windows go (report.window_hours)
     checks: Sequence[Row] = ()  # suite, evaluated, failed
     check_run_id: str | None = None
     data_docs_href: str | None = None
@@ -98,6 +105,81 @@ def completeness_rows(
 
 def _share(part: int, total: int) -> float:
     return 1.0 if total == 0 else part / total  # nothing expected yet: nothing missing
+
+
+# The heatmap's colours: green only for a complete window; a window with any loss is amber (just
+# short of complete) to red (at or below ``_RED_AT``), so no lossy window can pass for complete at a
+# glance; grey where the sink mode cannot know (null completeness), never 0 or 100%.
+COMPLETE_COLOUR: Final = "#2e9d5b"
+UNKNOWN_COLOUR: Final = "#9aa5b1"
+_AMBER: Final = (0xF2, 0xC1, 0x2E)
+_RED: Final = (0xB3, 0x26, 0x1E)
+_RED_AT: Final = 0.9
+
+# The counts a heatmap cell's hover shows, in order; a null count is shown as unknown.
+WINDOW_COUNTS: Final = ("expected", "landed", "lost", "unverifiable", "duplicated", "pending")
+
+
+def completeness_colour(completeness: float | None) -> str:
+    """The heatmap colour of a window's completeness (see ``COMPLETE_COLOUR``)."""
+    if completeness is None:
+        return UNKNOWN_COLOUR
+    if completeness >= 1.0:
+        return COMPLETE_COLOUR
+    # 1.0 (exclusive) .. _RED_AT: amber to red, linearly; below it red.
+    t = min(1.0, max(0.0, (1.0 - completeness) / (1.0 - _RED_AT)))
+    r, g, b = (round(a + (z - a) * t) for a, z in zip(_AMBER, _RED, strict=True))
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def window_cells(windows: Iterable[Row]) -> list[dict[str, Any]]:
+    """The heatmap's cells: one per completeness row (job, topic, partition, window), ordered by
+    row label and window, each with its colour. Nulls stay null (unknown), never 0."""
+    out = []
+    for w in windows:
+        completeness = w.get("completeness")
+        cell = {
+            "row": f"{w['job_name']} {w['topic']}/{w['partition']}",
+            "job_name": w["job_name"],
+            "topic": w["topic"],
+            "partition": int(w["partition"]),
+            "window_start": str(w["window_start"]),
+            "window_end": str(w["window_end"]),
+            "sink_mode": w.get("sink_mode"),
+            "final": bool(w["final"]),
+            "completeness": None if completeness is None else float(completeness),
+            "latency_p50_ms": _optional_int(w.get("latency_p50_ms")),
+            "latency_p95_ms": _optional_int(w.get("latency_p95_ms")),
+            # What a sink without coordinates knows: offsets of batches that reached it.
+            "offsets_in_sink_batches": _optional_int(w.get("offsets_in_sink_batches")),
+            "colour": completeness_colour(None if completeness is None else float(completeness)),
+        }
+        cell.update({c: _optional_int(w.get(c)) for c in WINDOW_COUNTS})
+        out.append(cell)
+    return sorted(out, key=lambda c: (c["job_name"], c["topic"], c["partition"], c["window_start"]))
+
+
+def latency_lines(cells: Iterable[Row]) -> list[dict[str, Any]]:
+    """p95 latency per window, one line per job and topic: the worst partition's p95 (percentiles
+    of partitions do not combine into the topic's), null where no partition measured one (a sink
+    mode without coordinates). A window is final only when all its partitions are."""
+    lines: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+    for c in cells:
+        point = lines[(c["job_name"], c["topic"])].setdefault(
+            c["window_start"], {"window_start": c["window_start"], "p95_ms": None, "final": True}
+        )
+        p95 = c.get("latency_p95_ms")
+        if p95 is not None:
+            point["p95_ms"] = p95 if point["p95_ms"] is None else max(point["p95_ms"], p95)
+        point["final"] = point["final"] and bool(c["final"])
+    return [
+        {"job_name": job, "topic": topic, "points": [points[w] for w in sorted(points)]}
+        for (job, topic), points in sorted(lines.items())
+    ]
 
 
 def group_rows(lags: Iterable[Row], checkpoints: Mapping[str, tuple[int, int]]) -> list[dict[str, Any]]:
@@ -246,11 +328,13 @@ def render_html(data: ReportData) -> str:
         "commit-lag": "Commit lag per group (offsets, worst partition)",
         "skip-rate": "Skipped commits per group (share of completed checkpoints)",
         "completeness": "Completeness per partition (sink vs. unresolved gaps)",
+        "completeness-windows": f"Completeness per partition and window (last {data.window_hours} h)",
+        "latency-p95": f"End-to-end latency per window, p95 (last {data.window_hours} h)",
         "restarts": "Restarts: records replayed and skipped",
     }
     chart_html = "".join(
-        f'<section class="panel"><h2>{esc(title)}</h2><div class="chart" id="chart-{cid}" '
-        f'data-chart="{cid}"></div></section>'
+        f'<section class="panel{" wide" if cid in WIDE_CHARTS else ""}"><h2>{esc(title)}</h2>'
+        f'<div class="chart" id="chart-{cid}" data-chart="{cid}"></div></section>'
         for cid, title in charts.items()
     )
     open_incidents = sum(1 for i in data.incidents if i.get("status") == vocab.INCIDENT_OPEN)

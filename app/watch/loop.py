@@ -229,6 +229,12 @@ class Watch:
             post_json(url, due.payload(cycle.cycle_id), self.cfg.alerts.timeout_s)
         if not due.empty:
             alerting.record_sent(self.spark, path, due, cycle.cycle_id, datetime.now(UTC))
+        textfile = self.cfg.alerts.textfile
+        if textfile:
+            # The window gauges move every cycle; the nightly's other metrics stay as it wrote them.
+            from app.nightly.alerts import read_closed_windows, refresh_window_metrics
+
+            refresh_window_metrics(textfile, read_closed_windows(self.spark, self.cfg, cycle.now))
         return {"opened": len(due.opened), "changed": len(due.changed), "posted": bool(url and not due.empty)}
 
     def _report(self, cycle: Cycle) -> dict[str, Any]:

@@ -4,6 +4,7 @@ when Chromium is missing: CI installs it (make system-deps), so its absence is a
 
 from __future__ import annotations
 
+import re
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -45,6 +46,35 @@ def finding(i: int, ftype: str, severity: str, status: str, day: int) -> dict[st
         "detected_at": str(T0 + timedelta(days=day)),
         "evidence": '{"why": "test"}',
     }
+
+
+def window(job: str, partition: int, minute: int, **over: Any) -> dict[str, Any]:
+    """A completeness row as the report reads it: a complete, final 10-minute window."""
+    row: dict[str, Any] = dict(
+        job_name=job, topic=job.split("-")[0], partition=partition,
+        window_start=f"2026-03-05 12:{minute:02d}", window_end=f"2026-03-05 12:{minute + 10:02d}",
+        sink_mode="coordinates", expected=100, landed=100, lost=0, unverifiable=0, duplicated=0,
+        pending=0, completeness=1.0, latency_p50_ms=900, latency_p95_ms=2500, final=True,
+    )  # fmt: skip
+    row.update(over)
+    return row
+
+
+# Three partitions of orders-audit over three windows (one lossy, the last provisional) and the
+# payments job's partition, whose delta_batches sink cannot know completeness.
+WINDOWS: list[dict[str, Any]] = [
+    *(window("orders-audit", p, m) for p in (0, 2) for m in (0, 10)),
+    window("orders-audit", 1, 0),
+    window("orders-audit", 1, 10, landed=65, lost=35, completeness=0.65, latency_p95_ms=7000),
+    *(window("orders-audit", p, 20, final=False, landed=80, pending=20, completeness=0.8) for p in range(3)),
+    *(
+        window(
+            "payments", 0, m, sink_mode="delta_batches", landed=None, duplicated=None, completeness=None,
+            latency_p50_ms=None, latency_p95_ms=None, offsets_in_sink_batches=100,
+        )
+        for m in (0, 10, 20)
+    ),
+]  # fmt: skip
 
 
 def sample_data() -> rp.ReportData:
@@ -164,6 +194,8 @@ def sample_data() -> rp.ReportData:
             },
         ],
         findings=findings,
+        windows=rp.window_cells(WINDOWS),
+        latency=rp.latency_lines(rp.window_cells(WINDOWS)),
         incidents=rp.incident_rows(incidents),
         impact=rp.impact_by_day(incidents),
         checks=[
@@ -214,6 +246,40 @@ def test_every_chart_draws_and_the_findings_table_fills(page: Path) -> None:
     for p in range(2):
         assert f"<title>payments payments/{p}: sink rows not counted" in completeness
     assert "<title>orders-audit orders/0: 1000 present, 0 missing</title>" in completeness
+
+
+def test_the_completeness_heatmap_draws_a_cell_per_partition_and_window_coloured_by_completeness(
+    page: Path,
+) -> None:
+    dom = browser.dump_dom(page)
+
+    heatmap = section(dom, 'id="chart-completeness-windows"', "</section>")
+    cells = re.findall(r'<rect [^>]*class="cell [^"]*"[^>]*>.*?</rect>', heatmap, re.S)
+    keys = set(re.findall(r'class="cell [^"]*" data-key="([^"]*)"', heatmap))
+    assert keys == {f"{w['job_name']} {w['topic']}/{w['partition']}|{w['window_start']}" for w in WINDOWS}
+    assert len(cells) == 4 * 3
+    lossy = cell(cells, "orders-audit orders/1|2026-03-05 12:10")
+    assert 'fill="#b3261e"' in lossy  # the low end of the scale
+    assert "expected 100, landed 65, lost 35, unverifiable 0, duplicated 0, pending 0" in lossy
+    assert "latency p50 0.9 s, p95 7.0 s" in lossy
+    assert 'fill="#2e9d5b"' in cell(cells, "orders-audit orders/0|2026-03-05 12:10")
+    unknown = cell(cells, "payments payments/0|2026-03-05 12:00")
+    assert 'fill="#9aa5b1"' in unknown  # grey: never drawn as 0 or 100%
+    assert "completeness unknown" in unknown
+    assert "landed unknown" in unknown
+    assert "offsets in batches that reached the sink 100" in unknown  # what that sink mode knows
+    provisional = cell(cells, "orders-audit orders/2|2026-03-05 12:20")
+    assert 'class="cell provisional"' in provisional
+    assert 'fill-opacity="0.5"' in provisional
+    assert heatmap.count('class="hatch"') == 3  # orders' three 12:20 windows
+    # The latency line: p95 per window, the worst partition's, one line per job and topic.
+    latency = section(dom, 'id="chart-latency-p95"', "</section>")
+    assert "<title>orders-audit orders · 2026-03-05 12:10 UTC · p95 7.0 s</title>" in latency
+    assert latency.count('class="latency"') == 1  # payments has no latency to draw
+
+
+def cell(cells: list[str], key: str) -> str:
+    return next(c for c in cells if f'data-key="{key}"' in c)
 
 
 def section(dom: str, start: str, end: str) -> str:

@@ -17,7 +17,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from app.config import AppConfig, PathsConfig
-from app.contracts.tables import FINDINGS_SCHEMA, LEDGER_SCHEMA, PARTITION_SUMMARY_SCHEMA, RESTARTS_SCHEMA
+from app.contracts.tables import (
+    COMPLETENESS_SCHEMA,
+    FINDINGS_SCHEMA,
+    LEDGER_SCHEMA,
+    PARTITION_SUMMARY_SCHEMA,
+    RESTARTS_SCHEMA,
+)
 from app.quality import checks as q
 from app.quality import frames
 from app.quality import io as check_io
@@ -68,6 +74,19 @@ def summary(**over: Any) -> dict[str, Any]:
         sink_count=20, sink_distinct=20, sink_min_offset=0, sink_max_offset=19, last_checkpoint_id=2,
         last_checkpoint_offset=20, last_committed_offset=20, last_commit_time=at(12),
         commit_lag_offsets=0, commit_lag_seconds=0, findings_by_type="{}",
+    )  # fmt: skip
+    row.update(over)
+    return row
+
+
+def window(partition: int, start: float, **over: Any) -> dict[str, Any]:
+    """A completeness row: a final, complete 10-minute window from ``at(start)``."""
+    row: dict[str, Any] = dict(
+        job_name=JOB, topic=TOPIC, partition=partition, window_start=at(start),
+        window_end=at(start + 600), offset_start=0, offset_end=99, sink_mode="coordinates",
+        expected=100, landed=100, lost=0, unverifiable=0, duplicated=0, pending=0,
+        offsets_in_sink_batches=100, completeness=1.0, latency_p50_ms=500, latency_p95_ms=900,
+        final=True, computed_at=at(3000), reconcile_run_id="rec-1",
     )  # fmt: skip
     row.update(over)
     return row
@@ -286,6 +305,7 @@ def clean_tables(spark: SparkSession, cfg: AppConfig) -> None:
     save(frame(spark, [finding("f1"), benign_gap], FINDINGS_SCHEMA), cfg, "findings")
     save(frame(spark, [summary(), summary(partition=1, commit_lag_offsets=3)], PARTITION_SUMMARY_SCHEMA),
          cfg, "partition_summary")  # fmt: skip
+    save(frame(spark, [window(0, 0), window(1, 0)], COMPLETENESS_SCHEMA), cfg, "completeness")
 
 
 def test_clean_tables_pass_every_suite_and_the_report_shows_them(spark: SparkSession, cfg: AppConfig) -> None:
@@ -336,6 +356,10 @@ def test_clean_tables_pass_every_suite_and_the_report_shows_them(spark: SparkSes
     assert [(r["run_id"], r["classification"], r["replayed"]) for r in data.restarts] == [
         ("run-2", "replay", 5)
     ]
+    assert [(w["row"], w["window_start"], w["completeness"]) for w in data.windows] == [
+        (f"{JOB} {TOPIC}/0", "2026-03-01 12:00", 1.0),
+        (f"{JOB} {TOPIC}/1", "2026-03-01 12:00", 1.0),
+    ]
     assert data.check_run_id == "check-clean"
     assert {c["suite"]: c["failed"] for c in data.checks}["ledger"] == 0
     assert data.data_docs_href == "../data_docs/index.html"
@@ -375,6 +399,8 @@ def seeded_tables(spark: SparkSession, cfg: AppConfig) -> None:
     # A commit of 25 beyond the checkpoint's 20: the commit check reads it from the summary.
     bad = summary(commit_lag_offsets=50_000, sink_count=19, last_committed_offset=25)
     save(frame(spark, [bad], PARTITION_SUMMARY_SCHEMA), cfg, "partition_summary")
+    lossy = window(1, 600, landed=65, lost=35, completeness=0.65)
+    save(frame(spark, [window(0, 0), lossy], COMPLETENESS_SCHEMA), cfg, "completeness")
 
 
 def test_seeded_violations_fail_the_expectation_that_guards_them(spark: SparkSession, cfg: AppConfig) -> None:
@@ -401,6 +427,7 @@ def test_seeded_violations_fail_the_expectation_that_guards_them(spark: SparkSes
         ("partition_summary", "expect_column_pair_values_a_to_be_greater_than_b(sink_count >= sink_distinct)",
          "error"),
         ("partition_summary", "expect_column_values_to_be_between(commit_lag_offsets)", "warn"),
+        ("completeness.floor", "expect_column_values_to_be_null(window_below_floor)", "error"),
     }  # fmt: skip
     assert {e.label for e in result.failed("error")} == {e.label for e in result.failed()} - {
         "expect_column_values_to_be_between(commit_lag_offsets)"
@@ -412,6 +439,34 @@ def test_seeded_violations_fail_the_expectation_that_guards_them(spark: SparkSes
     stored = spark.read.format("delta").load(results_path(cfg)).where("not success")
     assert stored.count() == len(failed)
     assert all(json.loads(r.observed) for r in stored.collect())
+
+
+def test_a_final_window_under_the_completeness_floor_fails_naming_it_a_provisional_one_passes(
+    spark: SparkSession, cfg: AppConfig
+) -> None:
+    def floor_check(rows: list[dict[str, Any]], floor: float = 1.0, route: int = 10_000) -> Any:
+        save(frame(spark, rows, COMPLETENESS_SCHEMA), cfg, "completeness")
+        checked = dataclasses.replace(cfg, completeness=dataclasses.replace(cfg.completeness, floor=floor))
+        options = q.CheckOptions(build_docs=False, write_results=False, driver_max_rows=route)
+        result = q.run_checks(spark, checked, "check-floor", now=at(4000), options=options)
+        return next(e for e in result.outcomes if e.suite == "completeness.floor")
+
+    unknown = window(2, 600, sink_mode="delta_batches", landed=None, completeness=None, lost=40)
+    provisional = window(1, 1200, final=False, landed=40, pending=60, completeness=0.4)
+    lossy = window(1, 600, landed=65, lost=35, completeness=0.65)
+
+    passing = floor_check([window(0, 0), provisional, unknown])
+    on_driver = floor_check([window(0, 0), lossy, provisional, unknown])
+    on_spark = floor_check([window(0, 0), lossy, provisional, unknown], route=0)
+    lower_floor = floor_check([window(0, 0), lossy, provisional, unknown], floor=0.6)
+
+    assert passing.success
+    assert passing.observed["element_count"] == 1  # the provisional and the unknown are not judged
+    for failed in (on_driver, on_spark):
+        assert not failed.success
+        assert failed.severity == "error"
+        assert failed.observed["partial_unexpected_list"] == [f"{JOB}/{TOPIC}/1/2026-03-01 12:10:00"]
+    assert lower_floor.success
 
 
 def test_missing_tables_skip_their_suites_instead_of_failing(spark: SparkSession, cfg: AppConfig) -> None:
@@ -427,6 +482,7 @@ def test_missing_tables_skip_their_suites_instead_of_failing(spark: SparkSession
         "findings": False,
         "findings.confirmed_gaps": False,
         "partition_summary": False,
+        "completeness.floor": False,
     }
     assert result.failed() == []
 

@@ -104,6 +104,83 @@ def test_restart_rows_sum_partitions_and_keep_the_most_telling_class() -> None:
     ]
 
 
+def window(partition: int, start: str, **over: object) -> dict[str, object]:
+    """A completeness row as the report reads it (COMPLETENESS_SCHEMA's columns it shows)."""
+    row: dict[str, object] = dict(
+        job_name="job-a", topic="orders", partition=partition, window_start=start,
+        window_end=start[:-2] + "10", sink_mode="coordinates", expected=100, landed=100, lost=0,
+        unverifiable=0, duplicated=0, pending=0, completeness=1.0, latency_p50_ms=800,
+        latency_p95_ms=2000, final=True,
+    )  # fmt: skip
+    row.update(over)
+    return row
+
+
+def test_completeness_colour_is_green_only_when_complete_amber_to_red_with_loss_grey_when_unknown() -> None:
+    assert rp.completeness_colour(1.0) == rp.COMPLETE_COLOUR
+    assert rp.completeness_colour(None) == rp.UNKNOWN_COLOUR
+    assert rp.completeness_colour(0.9999) == "#f2c12e"  # the smallest loss is amber, not green
+    assert rp.completeness_colour(0.95) == "#d27326"  # about halfway to red
+    assert rp.completeness_colour(0.9) == rp.completeness_colour(0.0) == "#b3261e"
+    assert len({rp.completeness_colour(c) for c in (1.0, 0.99, 0.95, 0.5, None)}) == 5
+
+
+def test_window_cells_keep_unknown_counts_null_and_order_partitions_then_windows() -> None:
+    rows = [
+        window(1, "2026-03-01 12:10", landed=65, lost=35, completeness=0.65),
+        window(0, "2026-03-01 12:10", final=False, pending=40, landed=60, completeness=0.6),
+        window(0, "2026-03-01 12:00"),
+        window(
+            0, "2026-03-01 12:00", job_name="payments", topic="payments", sink_mode="delta_batches",
+            landed=None, duplicated=None, completeness=None, latency_p50_ms=None, latency_p95_ms=None,
+        ),
+    ]  # fmt: skip
+
+    cells = rp.window_cells(rows)
+
+    assert [(c["row"], c["window_start"]) for c in cells] == [
+        ("job-a orders/0", "2026-03-01 12:00"),
+        ("job-a orders/0", "2026-03-01 12:10"),
+        ("job-a orders/1", "2026-03-01 12:10"),
+        ("payments payments/0", "2026-03-01 12:00"),
+    ]
+    lossy, unknown = cells[2], cells[3]
+    assert (lossy["expected"], lossy["landed"], lossy["lost"], lossy["colour"]) == (100, 65, 35, "#b3261e")
+    assert (unknown["landed"], unknown["duplicated"], unknown["completeness"]) == (None, None, None)
+    assert (unknown["lost"], unknown["colour"]) == (0, rp.UNKNOWN_COLOUR)  # delta_batches knows its losses
+    assert [c["final"] for c in cells] == [True, False, True, True]
+
+
+def test_latency_line_takes_the_worst_partitions_p95_per_window_and_leaves_unknown_null() -> None:
+    cells = rp.window_cells(
+        [
+            window(0, "2026-03-01 12:00", latency_p95_ms=2000),
+            window(1, "2026-03-01 12:00", latency_p95_ms=5000),
+            window(0, "2026-03-01 12:10", latency_p95_ms=None, final=False),
+            window(1, "2026-03-01 12:10", latency_p95_ms=None),
+            window(0, "2026-03-01 12:00", topic="refunds", latency_p95_ms=700),
+        ]
+    )
+
+    lines = rp.latency_lines(cells)
+
+    assert lines == [
+        {
+            "job_name": "job-a",
+            "topic": "orders",
+            "points": [
+                {"window_start": "2026-03-01 12:00", "p95_ms": 5000, "final": True},
+                {"window_start": "2026-03-01 12:10", "p95_ms": None, "final": False},
+            ],
+        },
+        {
+            "job_name": "job-a",
+            "topic": "refunds",
+            "points": [{"window_start": "2026-03-01 12:00", "p95_ms": 700, "final": True}],
+        },
+    ]
+
+
 def test_page_is_self_contained_and_embeds_data_that_cannot_break_out_of_its_script() -> None:
     hostile = "</script><script>alert(1)</script>"
     data = rp.ReportData(

@@ -130,6 +130,130 @@
     return s;
   }
 
+  // A count for a hover text: null is what the sink mode cannot know, never 0.
+  function known(v, unit) {
+    if (v === null || v === undefined) { return "unknown"; }
+    return unit ? (v / 1000).toFixed(1) + " s" : String(v);
+  }
+  function windowTitle(c) {
+    return c.row + " · " + c.window_start + "–" + c.window_end.slice(11) + " UTC · " +
+      (c.final ? "final" : "provisional (may still change)") + " · " + c.sink_mode + "\n" +
+      "completeness " + (c.completeness === null ? "unknown" : pct(c.completeness)) + " · " +
+      ["expected", "landed", "lost", "unverifiable", "duplicated", "pending"].map(function (k) {
+        return k + " " + known(c[k]);
+      }).join(", ") +
+      (c.landed === null && c.offsets_in_sink_batches !== null ?
+        " · offsets in batches that reached the sink " + c.offsets_in_sink_batches : "") + "\n" +
+      "latency p50 " + known(c.latency_p50_ms, "s") + ", p95 " + known(c.latency_p95_ms, "s");
+  }
+  function windowAxis(cells) {
+    var seen = {};
+    cells.forEach(function (c) { seen[c.window_start] = true; });
+    return Object.keys(seen).sort();
+  }
+
+  // Partitions (rows) x windows (columns), coloured by completeness (the server picks the colour:
+  // render.completeness_colour); a provisional window is lighter and hatched.
+  function heatmap(host, cells) {
+    if (!cells.length) {
+      return empty(host, "no completeness windows in the last " + D.window_hours + " hours");
+    }
+    var rows = [], rowSeen = {};
+    cells.forEach(function (c) { if (!rowSeen[c.row]) { rowSeen[c.row] = true; rows.push(c.row); } });
+    var cols = windowAxis(cells), colOf = {};
+    cols.forEach(function (w, i) { colOf[w] = i; });
+    var L = 190, R = 10, T = 6, B = 34, W = 1240, rowH = 16;
+    var cw = Math.max(3, Math.min(40, (W - L - R) / cols.length));
+    var H = T + rows.length * rowH + B;
+    var s = svgRoot(host, W, H);
+    var defs = el("defs", {}, s);
+    var hatch = el("pattern", {id: "hatch", patternUnits: "userSpaceOnUse", width: 5, height: 5,
+                               patternTransform: "rotate(45)"}, defs);
+    el("line", {x1: 0, y1: 0, x2: 0, y2: 5, stroke: "#ffffff", "stroke-width": 2}, hatch);
+    rows.forEach(function (r, i) { text(s, L - 6, T + i * rowH + 12, r, {"text-anchor": "end"}); });
+    cells.forEach(function (c) {
+      var x = L + colOf[c.window_start] * cw, y = T + rows.indexOf(c.row) * rowH;
+      var attrs = {x: x, y: y + 1, width: Math.max(1, cw - 1), height: rowH - 2, fill: c.colour,
+                   "class": "cell " + (c.final ? "final" : "provisional"),
+                   "data-key": c.row + "|" + c.window_start};
+      if (!c.final) { attrs["fill-opacity"] = 0.5; }
+      var r = el("rect", attrs, s);
+      el("title", {}, r).textContent = windowTitle(c);
+      if (!c.final) {
+        el("rect", {x: x, y: y + 1, width: Math.max(1, cw - 1), height: rowH - 2, fill: "url(#hatch)",
+                    "class": "hatch", "pointer-events": "none"}, s);
+      }
+    });
+    var every = Math.ceil(70 / cw);  // a label is about 70 px wide: one every so many columns
+    cols.forEach(function (w, i) {
+      if (i % every === 0) {
+        text(s, L + i * cw, H - B + 16, w.slice(5), {"text-anchor": "start"});
+      }
+    });
+    legend(host, ["complete", "lossy (amber to red at 90%)", "unknown (sink mode)", "provisional: lighter, hatched"],
+           {"complete": "#2e9d5b", "lossy (amber to red at 90%)": "#b3261e",
+            "unknown (sink mode)": "#9aa5b1", "provisional: lighter, hatched": "rgba(46,157,91,0.45)"});
+    return s;
+  }
+
+  // p95 latency per window, one line per job/topic; a gap where it is unknown, hollow points
+  // for provisional windows.
+  function latencyLines(host, lines) {
+    var cols = [], seen = {};
+    lines.forEach(function (l) {
+      l.points.forEach(function (p) {
+        if (p.p95_ms !== null && !seen[p.window_start]) { seen[p.window_start] = true; cols.push(p.window_start); }
+      });
+    });
+    if (!cols.length) {
+      return empty(host, "no latency measured in the last " + D.window_hours + " hours");
+    }
+    cols.sort();
+    var colOf = {};
+    cols.forEach(function (w, i) { colOf[w] = i; });
+    var W = 1240, H = 240, L = 54, R = 40, T = 10, B = 34, pw = W - L - R, ph = H - T - B;
+    var max = niceMax(Math.max.apply(null, lines.map(function (l) {
+      return Math.max.apply(null, l.points.map(function (p) { return (p.p95_ms || 0) / 1000; }));
+    })));
+    var s = svgRoot(host, W, H);
+    for (var g = 0; g <= 4; g++) {
+      var y = T + ph - ph * g / 4;
+      el("line", {x1: L, x2: W - R, y1: y, y2: y, stroke: "#e3e7ec"}, s);
+      text(s, L - 6, y + 4, fmt(max * g / 4) + " s", {"text-anchor": "end"});
+    }
+    function xOf(w) { return L + (cols.length === 1 ? pw / 2 : pw * colOf[w] / (cols.length - 1)); }
+    var colours = {};
+    lines.forEach(function (l, i) {
+      var name = l.job_name + " " + l.topic, colour = PALETTE[i % PALETTE.length];
+      if (l.points.some(function (p) { return p.p95_ms !== null; })) { colours[name] = colour; }
+      var run = [];
+      function flush() {
+        if (run.length > 1) {
+          el("polyline", {points: run.join(" "), fill: "none", stroke: colour, "stroke-width": 1.5,
+                          "class": "latency"}, s);
+        }
+        run = [];
+      }
+      l.points.forEach(function (p) {
+        if (p.p95_ms === null) { flush(); return; }
+        var x = xOf(p.window_start), y = T + ph - ph * Math.min(1, p.p95_ms / 1000 / max);
+        run.push(x + "," + y);
+        var dot = el("circle", {cx: x, cy: y, r: 2.5, stroke: colour, fill: p.final ? colour : "#fff",
+                                "class": "point"}, s);
+        el("title", {}, dot).textContent = name + " · " + p.window_start + " UTC · p95 " +
+          known(p.p95_ms, "s") + (p.final ? "" : " (provisional)");
+      });
+      flush();
+    });
+    var every = Math.ceil(cols.length / 14);
+    cols.forEach(function (w, i) {
+      if (i % every === 0) { text(s, xOf(w), H - B + 16, w.slice(5), {"text-anchor": "middle"}); }
+    });
+    el("line", {x1: L, x2: W - R, y1: T + ph, y2: T + ph, stroke: "#9aa5b1"}, s);
+    legend(host, Object.keys(colours), colours);
+    return s;
+  }
+
   function byDay(key, order) {
     var days = {}, seen = {};
     D.findings_by_day.forEach(function (r) {
@@ -190,6 +314,8 @@
           title: p.present + " present, " + p.missing + " missing"};
       }), {max: 1, format: pct, color: "#2e9d5b", empty: "no partitions summarized yet"});
     },
+    "completeness-windows": function (h) { return heatmap(h, D.windows); },
+    "latency-p95": function (h) { return latencyLines(h, D.latency); },
     "restarts": function (h) {
       return hbars(h, D.restarts.map(function (r) {
         return {label: r.job_name + " " + r.run_id, value: r.replayed, value2: r.skipped,
