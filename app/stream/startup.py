@@ -251,14 +251,14 @@ def recovery_events(
     for batch in sorted(offset_log):
         if batch not in facts.snapshot_ids:
             when = times.get(("offsets", batch), now)
-            events += owner.partition_events(
-                EVENT_CHECKPOINT_SNAPSHOT, when, batch, dict(offset_log[batch]), detail
+            events += owner.checkpoint_events(
+                EVENT_CHECKPOINT_SNAPSHOT, when, batch, offset_log[batch], detail
             )
     for batch in sorted(set(committed_batches)):
         if batch in offset_log and batch not in facts.completed_ids:
             when = times.get(("commits", batch), now)
-            events += owner.partition_events(
-                EVENT_CHECKPOINT_COMPLETED, when, batch, dict(offset_log[batch]), detail
+            events += owner.checkpoint_events(
+                EVENT_CHECKPOINT_COMPLETED, when, batch, offset_log[batch], detail
             )
     for (run_id, attempt), checkpoint_id in sorted(facts.open_commit_attempts.items()):
         unknown = {
