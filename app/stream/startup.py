@@ -200,13 +200,20 @@ def plan_checkpoint_resume(
 
 
 def restored_events(
-    plan: StartupPlan, job_name: str, run_id: str, group_id: str | None, now: datetime
+    plan: StartupPlan,
+    job_name: str,
+    run_id: str,
+    group_id: str | None,
+    now: datetime,
+    extra: Mapping[str, object] | None = None,
 ) -> list[LedgerEvent]:
+    """A run's OFFSETS_RESTORED, one per partition of ``plan`` (grouped by where each starts), with
+    ``extra`` in their detail: the reference job's, an attached run's and an import's."""
     writer = EventSource(job_name, run_id, ENGINE, group_id)
     events: list[LedgerEvent] = []
     for source in sorted({s.source for s in plan.starts.values()}):
         offsets = {tp: s.offset for tp, s in plan.starts.items() if s.source == source}
-        detail = {DETAIL_SOURCE: source, "mode": plan.mode}
+        detail = {DETAIL_SOURCE: source, "mode": plan.mode, **(extra or {})}
         events += writer.partition_events(
             EVENT_OFFSETS_RESTORED, now, plan.restored_checkpoint_id, offsets, detail
         )

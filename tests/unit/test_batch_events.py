@@ -20,7 +20,8 @@ from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.kafka.commit_outcome import CommitResult
 from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events
 from app.stream.committer import OffsetCommitter
-from app.stream.startup import ENGINE, LedgerFacts, recovery_events
+from app.stream.ledger_import import run_start_events
+from app.stream.startup import ENGINE, LedgerFacts, PartitionStart, StartupPlan, recovery_events
 
 pytestmark = pytest.mark.unit
 
@@ -158,4 +159,25 @@ def test_a_committer_that_does_not_record_checkpoints_records_only_its_commit_de
         (vocab.EVENT_COMMIT_SKIPPED, 5),
         (vocab.EVENT_COMMIT_SUCCEEDED, 0),
         (vocab.EVENT_COMMIT_SUCCEEDED, 0),
+    ]
+
+
+def test_an_imports_offsets_restored_are_the_shared_builders_with_imported_in_detail() -> None:
+    plan = StartupPlan(
+        mode=vocab.RESTORE_SPECIFIC,
+        starts={tp: PartitionStart(o, vocab.RESTORE_SPECIFIC) for tp, o in OFFSETS_0.items()},
+    )
+    source = EventSource("orders-job", "query-1", ENGINE, None)
+
+    _, *restored = run_start_events(source, plan, T0, "cp", "query-1")
+
+    assert [(e.event_type, e.topic, e.partition, e.offset, e.detail_json) for e in restored] == [
+        (
+            vocab.EVENT_OFFSETS_RESTORED,
+            "orders",
+            p,
+            o,
+            '{"imported":true,"mode":"specific","source":"specific"}',
+        )
+        for (_, p), o in sorted(OFFSETS_0.items())
     ]
