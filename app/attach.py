@@ -89,9 +89,6 @@ CLOSE_TIMEOUT_S: Final = 120.0
 COMMIT_ANSWER_TIMEOUT_S: Final = 30.0
 # How long the run's end waits for the commit in flight before recording it as outcome-unknown.
 COMMIT_CLOSE_TIMEOUT_S: Final = 30.0
-# The committer's own records of a checkpoint: an attached run writes these from the checkpoint
-# files (stamped when Spark wrote them), so only the committer's COMMIT_* events are taken.
-_CHECKPOINT_EVENTS: Final = (vocab.EVENT_CHECKPOINT_SNAPSHOT, vocab.EVENT_CHECKPOINT_COMPLETED)
 
 _WAKE: Final = "wake"
 _T = TypeVar("_T")
@@ -162,8 +159,9 @@ class GroupCommits:
     consumer: Consumer
 
     def take_outcomes(self) -> list[LedgerEvent]:
-        """The committer's COMMIT_* events recorded so far (its checkpoint records left out)."""
-        return [e for e in self.committer.drain() if e.event_type not in _CHECKPOINT_EVENTS]
+        """The committer's COMMIT_* events recorded so far (it records no checkpoint events: those
+        come from the checkpoint, `checkpoint.batch_events`)."""
+        return self.committer.drain()
 
     def close(self) -> list[LedgerEvent]:
         """Wait for the commit in flight (bounded), close out what is left unanswered, close the
@@ -594,7 +592,12 @@ def group_commits(job_name: str, run_id: str, group_id: str, conf: Mapping[str, 
             f"attach: the Kafka client refused kafka_options: {redacted(str(exc), conf)}"
         ) from exc
     committer = OffsetCommitter(
-        job_name=job_name, run_id=run_id, engine=ENGINE, group_id=group_id, commit_fn=commit_fn
+        job_name=job_name,
+        run_id=run_id,
+        engine=ENGINE,
+        group_id=group_id,
+        commit_fn=commit_fn,
+        records_checkpoints=False,
     )
     return GroupCommits(group_id, committer, consumer)
 

@@ -308,3 +308,21 @@ class EventSource:
             )
             for (topic, partition), raw in sorted(offsets.items())
         ]
+
+    def checkpoint_events(
+        self,
+        event_type: str,
+        event_time: datetime,
+        checkpoint_id: int,
+        offsets: Mapping[TopicPartitionKey, int],
+        detail: Mapping[str, object],
+    ) -> list[LedgerEvent]:
+        """One checkpoint's events of ``event_type`` (its CHECKPOINT_SNAPSHOT, CHECKPOINT_COMPLETED or
+        a commit decision about it): one per partition of ``offsets``, the rule every writer of
+        checkpoint events follows (the reference job, an attached query, an import, recovery).
+
+        A checkpoint of no partitions still happened: one checkpoint-level event keeps it visible
+        (without it, a later completion would look like "completed without snapshot")."""
+        if not offsets:
+            return [self.event(event_type, event_time, checkpoint_id, detail)]
+        return self.partition_events(event_type, event_time, checkpoint_id, offsets, detail)

@@ -103,22 +103,25 @@ def batch_events(
     completed: bool,
     now: datetime,
     detail: Mapping[str, object] | None = None,
+    snapshot: bool = True,
 ) -> list[LedgerEvent]:
-    """Checkpoint batch ``batch_id`` as ledger events: its CHECKPOINT_SNAPSHOT and, when
-    ``completed``, its CHECKPOINT_COMPLETED, one per partition of ``offsets`` (its entry in the
-    offset log). The one place an attached run and an import turn a batch into events.
+    """Checkpoint batch ``batch_id`` as ledger events: its CHECKPOINT_SNAPSHOT (unless not
+    ``snapshot``) and, when ``completed``, its CHECKPOINT_COMPLETED, one per partition of
+    ``offsets`` (its entry in the offset log). The one place a batch becomes events: the reference
+    job's batches, an attached run's and an import's (recovery follows the same rule,
+    `startup.recovery_events`).
 
     Each is stamped when Spark wrote the batch's file (`offsets/<n>`, `commits/<n>`), as recovery
     stamps its events, so an event written late (a slow listener, an import months later) keeps the
     batch's own time; ``now`` only for a file whose time cannot be read."""
     extra = dict(detail or {})
-    logs = [(vocab.EVENT_CHECKPOINT_SNAPSHOT, OFFSETS)]
+    logs = [(vocab.EVENT_CHECKPOINT_SNAPSHOT, OFFSETS)] if snapshot else []
     if completed:
         logs.append((vocab.EVENT_CHECKPOINT_COMPLETED, COMMITS))
     events: list[LedgerEvent] = []
     for event_type, log_name in logs:
         when = checkpoint.written_at(log_name, batch_id) or now
-        events += source.partition_events(event_type, when, batch_id, dict(offsets), extra)
+        events += source.checkpoint_events(event_type, when, batch_id, offsets, extra)
     return events
 
 

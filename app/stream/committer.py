@@ -66,6 +66,8 @@ class OffsetCommitter:
     its output is durable, ``drain`` to collect the ledger events, and ``close`` at shutdown.
     Methods may be called from any thread; the Kafka call runs on one worker thread (or, with
     ``autostart=False``, in whichever thread calls ``run_once``), never more than one at a time.
+    With ``records_checkpoints=False`` it records only its commit decisions (COMMIT_*): the caller
+    writes the checkpoints' own events from Spark's checkpoint (`stream.checkpoint.batch_events`).
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class OffsetCommitter:
         listener: Callable[[LedgerEvent], None] | None = None,
         commit_enabled: bool = True,
         autostart: bool = True,
+        records_checkpoints: bool = True,
     ) -> None:
         offset_semantics_for(engine)  # unknown engines fail here, not at the first checkpoint
         if max_pending < 1:
@@ -95,6 +98,7 @@ class OffsetCommitter:
         self._clock = clock
         self._listener = listener
         self._commit_enabled = commit_enabled
+        self._records_checkpoints = records_checkpoints
 
         # One condition guards all mutable state below; the worker waits on it for work and
         # close() waits on it for the worker to go idle.
@@ -124,7 +128,9 @@ class OffsetCommitter:
         with self._cond:
             self._check_open()
             now = self._now()
-            events = self._partition_events(vocab.EVENT_CHECKPOINT_SNAPSHOT, checkpoint_id, captured, now, {})
+            events = self._checkpoint_record(
+                vocab.EVENT_CHECKPOINT_SNAPSHOT, checkpoint_id, captured, now, {}
+            )
             # Re-snapshotting an id (a retried micro-batch) replaces its offsets in place, like
             # Flink's LinkedMap.put keeps the key's position.
             self._pending[checkpoint_id] = captured
@@ -155,7 +161,7 @@ class OffsetCommitter:
                 # the engine still says the checkpoint completed, so both facts are recorded.
                 logger.warning("Received confirmation for unknown checkpoint id %d", checkpoint_id)
                 events = [
-                    self._event(vocab.EVENT_CHECKPOINT_COMPLETED, checkpoint_id, now, {}),
+                    *self._checkpoint_record(vocab.EVENT_CHECKPOINT_COMPLETED, checkpoint_id, {}, now, {}),
                     self._event(
                         vocab.EVENT_COMMIT_SKIPPED,
                         checkpoint_id,
@@ -182,7 +188,11 @@ class OffsetCommitter:
         for cid in older:
             del self._pending[cid]
         completed_detail: dict[str, object] = {vocab.DETAIL_DISCARDED_PENDING: older} if older else {}
-        events = self._partition_events(
+        if older and not self._records_checkpoints:
+            # Only the completion row carries the discard; its writer hands completions in the
+            # order of Spark's commit log, so this is not expected: the log keeps it visible.
+            logger.warning("checkpoint %d completed before pending checkpoints %s", checkpoint_id, older)
+        events = self._checkpoint_record(
             vocab.EVENT_CHECKPOINT_COMPLETED, checkpoint_id, offsets, now, completed_detail
         )
 
@@ -478,6 +488,21 @@ class OffsetCommitter:
         """A checkpoint-level event: no partition is known or concerned."""
         return self._source.event(event_type, now, checkpoint_id, detail)
 
+    def _checkpoint_record(
+        self,
+        event_type: str,
+        checkpoint_id: int,
+        offsets: Mapping[TopicPartitionKey, int],
+        now: datetime,
+        detail: Mapping[str, object],
+    ) -> list[LedgerEvent]:
+        """The committer's own CHECKPOINT_SNAPSHOT/COMPLETED, unless its caller writes those from
+        the checkpoint (``records_checkpoints=False``: the reference job and attached queries, see
+        `stream.checkpoint.batch_events`); then it records only its commit decisions."""
+        if not self._records_checkpoints:
+            return []
+        return self._partition_events(event_type, checkpoint_id, offsets, now, detail)
+
     def _partition_events(
         self,
         event_type: str,
@@ -486,11 +511,7 @@ class OffsetCommitter:
         now: datetime,
         detail: Mapping[str, object],
     ) -> list[LedgerEvent]:
-        if not offsets:
-            # A checkpoint of no partitions still happened; one row keeps it visible (otherwise
-            # a later completion would look like "completed without snapshot").
-            return [self._event(event_type, checkpoint_id, now, detail)]
-        return self._source.partition_events(event_type, now, checkpoint_id, offsets, detail)
+        return self._source.checkpoint_events(event_type, now, checkpoint_id, offsets, detail)
 
     def _tp_event(
         self,

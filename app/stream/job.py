@@ -6,6 +6,10 @@ Per micro-batch (= checkpoint N):
   2. the sink append, idempotent through Delta's txnAppId/txnVersion (a retried batch writes nothing);
   3. one ledger append with everything buffered so far (this snapshot, earlier completions and
      commit outcomes), idempotent the same way: exactly one extra Delta commit per batch.
+A checkpoint's snapshot and completion are built from Spark's checkpoint files by
+`checkpoint.batch_events`, as an attached query's and an import's are; the committer records only
+its commit decisions. RUN_STARTED names the query's id (known once the query starts), as an
+attached run's does, so `ledger-import` of the job's checkpoint finds the runs that recorded it.
 Completion of N is Spark's commit log entry `commits/N`; a query listener (and, as a fallback, the
 next batch and the shutdown) hands completed checkpoints to the committer, which commits them
 asynchronously, at most one in flight, newer requests superseding older unsent ones.
@@ -25,7 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import FrameType
 from typing import Any, Final
@@ -54,7 +58,7 @@ from app.kafka.commit_outcome import CommitFn
 from app.storage import facade
 from app.storage.tables import tables_from_config
 from app.stream.batch_gate import BatchGate
-from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, recover_unrecorded
+from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events, recover_unrecorded
 from app.stream.committer import OffsetCommitter
 from app.stream.ledger import LedgerWriter
 from app.stream.startup import (
@@ -216,6 +220,14 @@ class StreamJob:
         self._batch_writer: LedgerWriter | None = None
         self._lock = threading.Lock()
         self._committer: OffsetCommitter | None = None
+        # The end offsets of the batches handed to the committer and not completed yet, and the
+        # completions recorded since the last ledger write (both guarded by _lock).
+        self._planned: dict[int, dict[TopicPartitionKey, int]] = {}
+        self._completions: list[LedgerEvent] = []
+        # The run's RUN_STARTED and OFFSETS_RESTORED, written once the query's id is known: by the
+        # main thread right after the query starts, or by its first batch if that comes first.
+        self._run_start: list[LedgerEvent] = []
+        self._run_start_lock = threading.Lock()
         self._query_id: str | None = None
         self._batches = 0
         self._last_batch_id: int | None = None
@@ -290,6 +302,23 @@ class StreamJob:
             for checkpoint_id in sorted(pending):
                 if checkpoint_id in done:
                     committer.notify_checkpoint_complete(checkpoint_id)
+                    self._completions += batch_events(
+                        self._checkpoint,
+                        self._events,
+                        checkpoint_id,
+                        self._planned[checkpoint_id],
+                        snapshot=False,
+                        completed=True,
+                        now=self.clock(),
+                    )
+            still_pending = set(committer.pending_checkpoint_ids)
+            self._planned = {b: o for b, o in self._planned.items() if b in still_pending}
+
+    def _take_recorded(self, committer: OffsetCommitter) -> list[LedgerEvent]:
+        """The completions and the committer's decisions recorded since the last ledger write."""
+        with self._lock:
+            events, self._completions = [*self._completions, *committer.drain()], []
+        return events
 
     def _process_batch(self, batch_df: DataFrame, batch_id: int) -> None:
         # Held at its end while the job stops the query, refused unwritten once it is being
@@ -334,9 +363,14 @@ class StreamJob:
         offsets = self._checkpoint.offsets_of(batch_id)
         if offsets is None:
             raise InfrastructureError(f"Spark's offset log has no entry for batch {batch_id}")
+        snapshot = batch_events(
+            self._checkpoint, self._events, batch_id, offsets, completed=False, now=self.clock()
+        )
         with self._lock:
             committer.snapshot(batch_id, offsets)
-        events = committer.drain()
+            self._planned[batch_id] = offsets
+        events = [*snapshot, *self._take_recorded(committer)]
+        self._write_run_start()
         # The ledger append runs beside the sink append, so its small Delta commit hides behind the
         # sink's write instead of adding to the batch time (it is not even a Spark job: the ledger
         # writer, app.stream.ledger, commits it with delta-rs).
@@ -409,6 +443,7 @@ class StreamJob:
             self.spark.streams.addListener(listener)
             try:
                 query = self._start_query(plan, partitions)
+                self._started(query)
                 self._last_batch_at = time.monotonic()
                 result.stop_reason = self._await(query, stop)
                 self._count_input_rows(query)
@@ -432,9 +467,15 @@ class StreamJob:
             max_pending=self.scfg.max_pending_checkpoints,
             clock=self.clock,
             commit_enabled=self.scfg.commit_offsets,
+            # A batch's own events come from the checkpoint (`checkpoint.batch_events`), as an
+            # attached query's do: the committer records only its commit decisions.
+            records_checkpoints=False,
         )
 
     def _write_startup_events(self, plan: StartupPlan, partitions: list[TopicPartitionKey]) -> int:
+        """What the previous run left unwritten, now, before the query starts (the checkpoint as
+        that run left it); the run's start is kept for `_write_run_start`. Returns how many events
+        were recovered."""
         now = self.clock()
         recovered: list[LedgerEvent] = []
         if plan.mode == vocab.RESTORE_CHECKPOINT:
@@ -448,6 +489,9 @@ class StreamJob:
                 self.run_id,
                 now,
             )
+        self._ledger.write_new(recovered)
+        if recovered:
+            log.warning("recovered %d ledger events the previous run had not flushed", len(recovered))
         started = self._events.event(
             vocab.EVENT_RUN_STARTED,
             now,
@@ -458,20 +502,41 @@ class StreamJob:
                 "app_version": __version__,
                 "topics": list(self.scfg.topics),
                 "partitions": len(partitions),
+                "checkpoint": self.checkpoint_dir,
                 "notes": list(plan.notes),
             },
         )
-        events = [
-            *recovered,
+        self._run_start = [
             started,
             *restored_events(plan, self.scfg.job_name, self.run_id, self.scfg.group_id, now),
         ]
-        self._ledger.write_new(events)
-        if recovered:
-            log.warning("recovered %d ledger events the previous run had not flushed", len(recovered))
         starts = ", ".join(f"{t}-{p}@{s.offset}({s.source})" for (t, p), s in sorted(plan.starts.items()))
         log.info("run %s starts (%s): %s", self.run_id, plan.mode, starts)
         return len(recovered)
+
+    def _started(self, query: StreamingQuery) -> None:
+        """The query runs: its id is known (Spark creates a new checkpoint's `metadata` as the
+        query starts), so the run's start can name it."""
+        if self._query_id is None:
+            self._query_id = str(query.id)
+        if not self.audited:
+            return
+        try:
+            self._write_run_start()
+        except BaseException:
+            query.stop()  # a run that cannot record its start must not run unrecorded
+            raise
+
+    def _write_run_start(self) -> None:
+        """RUN_STARTED (with the query's id, as attached and imported runs say it: `ledger-import`
+        of this checkpoint then knows the run) and OFFSETS_RESTORED, once."""
+        with self._run_start_lock:
+            if not self._run_start:
+                return
+            started, *restored = self._run_start
+            detail = {**started.detail, vocab.DETAIL_QUERY_ID: self._query_scope()}
+            self._ledger.write_new([replace(started, detail=detail), *restored])
+            self._run_start = []
 
     def _start_query(self, plan: StartupPlan, partitions: list[TopicPartitionKey]) -> StreamingQuery:
         assign: dict[str, list[int]] = {}
@@ -607,7 +672,7 @@ class StreamJob:
                 "failed_commits": committer.failed_commits,
             },
         )
-        self._ledger.write_new([*committer.drain(), stopped])
+        self._ledger.write_new([*self._take_recorded(committer), stopped])
         result.successful_commits = committer.successful_commits
         result.failed_commits = committer.failed_commits
         log.info(

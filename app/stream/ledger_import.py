@@ -33,7 +33,7 @@ from app.storage.backend import StorageSettings
 from app.storage.files import modification_time_ms, read_text
 from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events
 from app.stream.ledger import LedgerWriter, QueryRecord
-from app.stream.startup import ENGINE, PartitionStart, StartupPlan, plan_checkpoint_resume
+from app.stream.startup import ENGINE, PartitionStart, StartupPlan, plan_checkpoint_resume, restored_events
 
 log = logging.getLogger(__name__)
 
@@ -131,14 +131,7 @@ def run_start_events(
             **imported,
         },
     )
-    events = [started]
-    for origin in sorted({s.source for s in plan.starts.values()}):
-        offsets = {tp: s.offset for tp, s in plan.starts.items() if s.source == origin}
-        detail = {vocab.DETAIL_SOURCE: origin, "mode": plan.mode, **imported}
-        events += source.partition_events(
-            vocab.EVENT_OFFSETS_RESTORED, when, plan.restored_checkpoint_id, offsets, detail
-        )
-    return events
+    return [started, *restored_events(plan, source.job_name, source.run_id, source.group_id, when, imported)]
 
 
 def import_checkpoint(

@@ -200,13 +200,20 @@ def plan_checkpoint_resume(
 
 
 def restored_events(
-    plan: StartupPlan, job_name: str, run_id: str, group_id: str | None, now: datetime
+    plan: StartupPlan,
+    job_name: str,
+    run_id: str,
+    group_id: str | None,
+    now: datetime,
+    extra: Mapping[str, object] | None = None,
 ) -> list[LedgerEvent]:
+    """A run's OFFSETS_RESTORED, one per partition of ``plan`` (grouped by where each starts), with
+    ``extra`` in their detail: the reference job's, an attached run's and an import's."""
     writer = EventSource(job_name, run_id, ENGINE, group_id)
     events: list[LedgerEvent] = []
     for source in sorted({s.source for s in plan.starts.values()}):
         offsets = {tp: s.offset for tp, s in plan.starts.items() if s.source == source}
-        detail = {DETAIL_SOURCE: source, "mode": plan.mode}
+        detail = {DETAIL_SOURCE: source, "mode": plan.mode, **(extra or {})}
         events += writer.partition_events(
             EVENT_OFFSETS_RESTORED, now, plan.restored_checkpoint_id, offsets, detail
         )
@@ -251,14 +258,14 @@ def recovery_events(
     for batch in sorted(offset_log):
         if batch not in facts.snapshot_ids:
             when = times.get(("offsets", batch), now)
-            events += owner.partition_events(
-                EVENT_CHECKPOINT_SNAPSHOT, when, batch, dict(offset_log[batch]), detail
+            events += owner.checkpoint_events(
+                EVENT_CHECKPOINT_SNAPSHOT, when, batch, offset_log[batch], detail
             )
     for batch in sorted(set(committed_batches)):
         if batch in offset_log and batch not in facts.completed_ids:
             when = times.get(("commits", batch), now)
-            events += owner.partition_events(
-                EVENT_CHECKPOINT_COMPLETED, when, batch, dict(offset_log[batch]), detail
+            events += owner.checkpoint_events(
+                EVENT_CHECKPOINT_COMPLETED, when, batch, offset_log[batch], detail
             )
     for (run_id, attempt), checkpoint_id in sorted(facts.open_commit_attempts.items()):
         unknown = {

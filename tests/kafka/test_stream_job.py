@@ -3,7 +3,8 @@
 Covers the job's guarantees (README, CONTRACTS.md section 4) end to end: every record in the sink
 exactly once, a snapshot and a completion for every checkpoint, the group's committed offsets equal
 to the last completed checkpoint, a hard kill and restart without duplicate sink or ledger rows,
-and a restart from the group's offsets after the checkpoint is gone.
+a restart from the group's offsets after the checkpoint is gone, and `ledger-import` of the job's
+own checkpoint adding nothing.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from app import cli
 from app.errors import InfrastructureError
 from app.reconcile.forensics_run import run_forensics
 from app.reconcile.outputs import AuditRun
@@ -185,6 +188,50 @@ def test_fresh_start_from_group_offsets_after_checkpoint_loss(
     assert duplicated_sink_coordinates(sink) == []
     assert sink.where(F.col("_run_id") == "run-2").count() == 60
     assert group_offsets(bootstrap, group, topic, PARTITIONS) == {0: 120, 1: 120, 2: 120}
+
+
+def test_ledger_import_of_the_reference_jobs_checkpoint_adds_nothing(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    """The reference job writes its batches as an attached query does and names its query in
+    RUN_STARTED, so an import of its checkpoint recognises every run of it and adds no row."""
+    topic, group = f"imp-{unique}", f"imp-{unique}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, 300, PARTITIONS)
+    cfg = job_config(tmp_path, bootstrap, topic, group, "imp-job", "stream.max_offsets_per_trigger=150")
+    StreamJob(spark, cfg, bootstrap, run_id="run-1").run(until_all_read(bootstrap, topic, PARTITIONS))
+    produce(bootstrap, topic, 60, PARTITIONS, start=300)
+    second = StreamJob(spark, cfg, bootstrap, run_id="run-2").run(
+        until_all_read(bootstrap, topic, PARTITIONS)
+    )
+    assert second.startup_mode == "checkpoint"  # two runs of one query
+    ledger_path = tables_from_config(cfg).ledger
+    before = DeltaTable(ledger_path)
+    rows_before, version_before = before.to_pyarrow_table().num_rows, before.version()
+    query_id = json.loads((tmp_path / "checkpoints" / "imp-job" / "metadata").read_text())["id"]
+    starts = read(spark, cfg, "ledger").where(F.col("event_type") == "RUN_STARTED")
+    assert {(r.run_id, json.loads(r.detail)["query_id"]) for r in starts.collect()} == {
+        ("run-1", query_id),
+        ("run-2", query_id),
+    }
+
+    code = cli.main(
+        [
+            "ledger-import",
+            "--checkpoint",
+            str(tmp_path / "checkpoints" / "imp-job"),
+            "--job",
+            "imp-job",
+            "--ledger",
+            ledger_path,
+            "--set",
+            f"paths.data_dir={tmp_path}",
+        ]
+    )
+
+    assert code == 0
+    after = DeltaTable(ledger_path)
+    assert (after.to_pyarrow_table().num_rows, after.version()) == (rows_before, version_before)
 
 
 class _DiesInItsFirstCheckpoint(StreamJob):

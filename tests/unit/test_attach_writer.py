@@ -166,7 +166,13 @@ class Client:
 def with_commits(writer: Writer, commit_fn: CommitFn) -> Attachment:
     # Without a worker thread the committer sends at close(), inline: the steps are deterministic.
     committer = OffsetCommitter(
-        job_name="payments", run_id="run-1", engine=ENGINE, group_id="g", commit_fn=commit_fn, autostart=False
+        job_name="payments",
+        run_id="run-1",
+        engine=ENGINE,
+        group_id="g",
+        commit_fn=commit_fn,
+        autostart=False,
+        records_checkpoints=False,  # as attach's own (group_commits): batches come from the checkpoint
     )
     commits = GroupCommits("g", committer, cast(Any, Client()))
     return Attachment(
