@@ -293,6 +293,7 @@ class ReconcileConfig:
     sink_offset_column: str = "kafka_offset"
     sink_checkpoint_column: str = "_checkpoint_id"  # optional in the sink: evidence only
     sink_run_column: str = "_run_id"  # optional in the sink: evidence only
+    sink_timestamp_column: str = "kafka_timestamp"  # optional in the sink: completeness latencies
     jobs: list[str] = field(default_factory=list)  # empty: every job in the ledger window
     groups: list[str] = field(default_factory=list)  # empty: every group the audited jobs commit to
     commit_match_window_s: float = 300.0
