@@ -36,6 +36,7 @@ from app.contracts.vocabulary import (
 )
 from app.errors import (
     ConfigError,
+    KafkaUnavailableError,
     error_kind,
 )
 from app.incidents import grouping as incidents
@@ -210,11 +211,7 @@ def _reconcile_inputs(p: _Pass) -> None:
         resolved_incidents(spark, tables),
     )
     result.audited_jobs = jobs
-    windows = None
-    if p.times is not None:
-        windows = completeness_rows(
-            CompletenessPass(spark, p.cfg, tables, audit, result.run_id, now, p.confirmer, p.times, local)
-        )
+    windows = _completeness(p, local)
     # Everything is known before the first write: a failure above leaves the tables untouched.
     drop_orphan_summaries(spark, tables)
     merge_findings(spark, tables.findings, local)
@@ -235,6 +232,23 @@ def _reconcile_inputs(p: _Pass) -> None:
     _write_summary(spark, tables, result.run_id, summary)
     if windows is not None:
         result.completeness_windows = store_completeness(spark, tables, windows)
+
+
+def _completeness(p: _Pass, local: Sequence[rc.StoredFinding]) -> list[dict[str, Any]] | None:
+    """The completeness rows of the windows not yet final, or None when the source cannot be asked:
+    the table then stays as it is and the next run computes the same windows (a run's window of
+    findings does not bound them), so a broker away for a while costs the table no window."""
+    if p.times is None:
+        return None
+    try:
+        return completeness_rows(
+            CompletenessPass(
+                p.spark, p.cfg, p.tables, p.audit, p.result.run_id, p.now, p.confirmer, p.times, local
+            )
+        )
+    except KafkaUnavailableError as exc:
+        log.warning("completeness not computed this run, the source could not be read: %s", exc)
+        return None
 
 
 def _sink_and_restart_findings(
