@@ -413,6 +413,7 @@ class RetentionConfig:
     restarts: int = 400
     audit_runs: int = 400
     validation_results: int = 400
+    completeness: int = 400  # by window_end
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
