@@ -181,12 +181,14 @@ def _windows(
             broker = cw.resolved_offset(found[t][tp], high)
             return cw.bound_at(t, broker, low, sink_starts.get(tp, []))
 
+        leading = not stored.get((job, tp))  # a first run: no window of the partition stored yet
         for w in wanted[tp]:
             lo, hi = max(at(w.start), job_lo), at(w.end)
-            if hi <= job_lo:
-                continue  # before the job's first offset: not the job's records
+            if hi <= job_lo or (leading and lo >= hi):
+                continue  # before the job's first offset (or the source's first record): not the job's
             if lo >= checkpoint:
                 continue  # after the window holding the job's latest completed offset: its turn comes
+            leading = False
             facts = cw.WindowFacts(w, (lo, max(lo, hi)), checkpoint, cw.is_closed(w, late, p.now))
             plan.facts[(tp, w.start)] = facts
     if plan.mode == SINK_COORDINATES and sink_df is not None:
