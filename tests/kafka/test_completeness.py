@@ -25,11 +25,13 @@ from app.completeness.windows import window_of
 from app.config import AppConfig, CompletenessConfig, KafkaConfig
 from app.contracts.offsets import EventSource, LedgerEvent
 from app.contracts.tables import LEDGER_SCHEMA, SINK_SCHEMA
+from app.contracts.vocabulary import SINK_DELTA_BATCHES
 from app.kafka.clients import plain_conf
 from app.kafka.gaps import kafka_gap_confirmer
 from app.kafka.times import KafkaTimes
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
+from app.storage.tables import tables_from_config
 from tests.spark.test_reconcile import config_for, read, save
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -109,6 +111,7 @@ def counts(rows: Sequence[dict[str, Any]], *cols: str) -> list[tuple[Any, ...]]:
 
 @dataclass(frozen=True)
 class Story:
+    topic: str
     base: datetime  # the first window's start
     provisional: list[
         dict[str, Any]
@@ -140,7 +143,7 @@ def story(
     second = reconcile(spark, cfg, bootstrap, "rec-2", datetime.now(UTC))
     final = table(spark, cfg)
     third = reconcile(spark, cfg, bootstrap, "rec-3", datetime.now(UTC) + timedelta(minutes=1))
-    return Story(base, provisional, final, table(spark, cfg), (first, second, third))
+    return Story(topic, base, provisional, final, table(spark, cfg), (first, second, third))
 
 
 def test_each_window_counts_exactly_its_records_with_the_gap_and_the_copy_in_their_own_window(
@@ -190,6 +193,44 @@ def test_a_window_inside_its_lateness_is_provisional_then_final(story: Story) ->
 def test_rerunning_reconcile_yields_the_same_rows(story: Story) -> None:
     assert story.rerun == story.final
     assert story.written[2] == 0
+
+
+def test_a_delta_batches_sink_counts_the_records_of_its_lost_batch_and_never_rows(
+    spark: SparkSession, app_config: AppConfig, tmp_path: Path, bootstrap: str, story: Story
+) -> None:
+    """The story's topic read in 4 batches of 5 offsets, one per window; the sink (Spark's Delta
+    writer with txn ids) holds batches 1, 3 and 4: batch 2's records (window 1) are lost."""
+    cfg = config_for(
+        app_config, tmp_path, sink_mode=SINK_DELTA_BATCHES, sink_app_id_by_job={JOB: "orders-app"}
+    )
+    base = story.base
+    cks = [(b, 5 * b, base + b * WINDOW + timedelta(seconds=1)) for b in range(1, 5)]
+    save(spark.createDataFrame(ledger(story.topic, base, cks), LEDGER_SCHEMA), cfg, "ledger")
+    sink = tables_from_config(cfg).sink
+    for batch in (1, 3, 4):
+        writer = spark.range(5).write.format("delta").mode("append").option("txnAppId", "orders-app")
+        writer.option("txnVersion", str(batch)).save(sink)
+
+    assert reconcile(spark, cfg, bootstrap, "rec-batches", datetime.now(UTC)) == 4
+    rows = table(spark, cfg)
+    cols = (
+        "offset_start",
+        "offset_end",
+        "lost",
+        "unverifiable",
+        "pending",
+        "offsets_in_sink_batches",
+        "final",
+    )
+    assert counts(rows, *cols) == [
+        (0, 5, 0, 0, 0, 5, True),
+        (5, 10, 5, 0, 0, 0, True),
+        (10, 15, 0, 0, 0, 5, True),
+        (15, 20, 0, 0, 0, 5, True),
+    ]
+    unknown = ("expected", "landed", "duplicated", "completeness", "latency_p50_ms", "latency_p95_ms")
+    assert set(counts(rows, *unknown)) == {(None,) * len(unknown)}
+    assert {r["sink_mode"] for r in rows} == {SINK_DELTA_BATCHES}
 
 
 # --- a transactional source ----------------------------------------------------------------------
