@@ -27,10 +27,10 @@ from typing import Any, Final
 
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import Window as SparkWindow
 from pyspark.sql import functions as F
 
 from app.completeness import windows as cw
+from app.completeness.sink_stats import StatsPlan, window_stats, window_stats_by_spark
 from app.config import AppConfig
 from app.contracts.instants import instant
 from app.contracts.tables import COMPLETENESS_SCHEMA
@@ -46,6 +46,7 @@ from app.kafka.times import SourceTimes
 from app.reconcile import ledger_audit as la
 from app.reconcile.findings import StoredFinding
 from app.reconcile.sink import SinkColumns, sink_columns
+from app.routes import DRIVER, examine_route, examine_tasks
 from app.storage import facade
 from app.storage.tables import Tables
 
@@ -283,19 +284,16 @@ def _sink_windows(
     facts: Mapping[Cell, cw.WindowFacts],
     parts: Mapping[PartitionKey, list[tuple[int, datetime]]],
 ) -> dict[Cell, cw.SinkWindow]:
-    """One Spark query over the windows' offsets of the sink: per window the distinct offsets, the
-    rows, those beyond the last completed checkpoint, the holes between the offsets it holds and the
-    latencies (completion of the checkpoint that passed a record minus the record's timestamp)."""
+    """The sink's rows of the windows' offsets, read once through its coordinate filters, and the
+    statistics of each window (`app.completeness.sink_stats`) on the engine `routes.examine_route`
+    names for that many offsets."""
     cells = [(cell, f) for cell, f in facts.items() if f.offsets[1] > f.offsets[0]]
     if not cells:
         return {}
     spark, cols = p.spark, sink_columns(p.cfg)
     win = spark.createDataFrame(
-        [
-            (i, t, part, f.offsets[0], f.offsets[1], f.judged[1])
-            for i, (((t, part), _), f) in enumerate(cells)
-        ],
-        "_w int, _w_topic string, _w_partition int, _w_lo long, _w_hi long, _w_ck long",
+        [(i, t, part, f.offsets[0], f.offsets[1]) for i, (((t, part), _), f) in enumerate(cells)],
+        "_w int, _w_topic string, _w_partition int, _w_lo long, _w_hi long",
     )
     spans: dict[PartitionKey, cw.Range] = {}
     for (tp, _), f in cells:
@@ -313,58 +311,28 @@ def _sink_windows(
         & (F.col("_offset") >= F.col("_w_lo"))
         & (F.col("_offset") < F.col("_w_hi"))
     )
-    per_offset = (
-        sink.join(F.broadcast(win), on=inside, how="inner")
-        .groupBy("_w", "_w_topic", "_w_partition", "_w_ck", "_offset")
-        .agg(F.count(F.lit(1)).alias("_copies"), F.min("_ts").alias("_ts"))
+    rows = sink.join(F.broadcast(win), on=inside, how="inner").select(
+        F.col("_w"), F.col("_offset"), F.unix_millis(F.col("_ts")).alias("_ts_ms")
     )
-    intervals = [
-        (t, part, lo, hi, int(at.timestamp() * 1000))
-        for (t, part), cks in parts.items()
-        for lo, hi, at in cw.checkpoint_intervals(cks)
-    ]
-    passed = spark.createDataFrame(
-        intervals, "_c_topic string, _c_partition int, _c_lo long, _c_hi long, _c_ms long"
-    )
-    by_checkpoint = (
-        (F.col("_w_topic") == F.col("_c_topic"))
-        & (F.col("_w_partition") == F.col("_c_partition"))
-        & (F.col("_offset") >= F.col("_c_lo"))
-        & (F.col("_offset") < F.col("_c_hi"))
-    )
-    latency = F.col("_c_ms") - F.unix_millis(F.col("_ts"))
-    ordered = SparkWindow.partitionBy("_w").orderBy("_offset")
-    rows = (
-        per_offset.join(F.broadcast(passed), on=by_checkpoint, how="left")
-        .withColumn("_latency", latency)
-        .withColumn("_prev", F.lag("_offset").over(ordered))
-        .groupBy("_w")
-        .agg(
-            F.count(F.lit(1)).alias("landed"),
-            F.sum("_copies").alias("rows"),
-            F.sum(F.when(F.col("_offset") >= F.col("_w_ck"), 1).otherwise(0)).alias("landed_pending"),
-            F.min("_offset").alias("lowest"),
-            F.max("_offset").alias("highest"),
-            F.collect_list(
-                F.when(
-                    F.col("_offset") - F.col("_prev") > 1,
-                    F.struct((F.col("_prev") + 1).alias("s"), F.col("_offset").alias("e")),
-                )
-            ).alias("holes"),
-            F.percentile_approx("_latency", F.array(F.lit(0.5), F.lit(0.95))).alias("latency"),
-        )
-        .collect()
-    )
+    passed = {
+        tp: tuple((lo, hi, int(at.timestamp() * 1000)) for lo, hi, at in cw.checkpoint_intervals(cks))
+        for tp, cks in parts.items()
+    }
+    plans = [StatsPlan(f.judged[1], passed[tp]) for (tp, _), f in cells]
+    size = sum(f.offsets[1] - f.offsets[0] for _, f in cells)
+    if examine_route(size) == DRIVER:
+        stats = window_stats(rows.toArrow(), plans)
+    else:
+        tasks = examine_tasks(size, spark.sparkContext.defaultParallelism)
+        stats = window_stats_by_spark(rows, plans, tasks).toArrow()
     out: dict[Cell, cw.SinkWindow] = {}
-    for r in rows:
-        cell = cells[int(r["_w"])][0]
-        lat = r["latency"] or [None, None]
-        out[cell] = cw.SinkWindow(
+    for r in stats.to_pylist():
+        out[cells[int(r["w"])][0]] = cw.SinkWindow(
             landed=int(r["landed"]),
             rows=int(r["rows"]),
             landed_pending=int(r["landed_pending"]),
-            latency_p50_ms=None if lat[0] is None else int(lat[0]),
-            latency_p95_ms=None if lat[1] is None else int(lat[1]),
+            latency_p50_ms=r["p50"],
+            latency_p95_ms=r["p95"],
             lowest=int(r["lowest"]),
             highest=int(r["highest"]),
             holes=tuple((int(h["s"]), int(h["e"])) for h in r["holes"]),

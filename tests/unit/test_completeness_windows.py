@@ -1,14 +1,16 @@
-"""Completeness per window, the pure rules (app.completeness.windows): windows aligned to the epoch,
-which windows a run computes, bounds from the broker or the sink, missing offsets, verdicts, counts
-and finality."""
+"""Completeness per window, the pure rules (app.completeness.windows, app.completeness.sink_stats):
+windows aligned to the epoch, which windows a run computes, bounds from the broker or the sink,
+missing offsets, verdicts, counts, finality and what the sink holds of each window."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pyarrow as pa
 import pytest
 
 from app.completeness import windows as cw
+from app.completeness.sink_stats import ROWS_SCHEMA, StatsPlan, window_stats
 from app.config import CompletenessConfig
 from app.errors import ConfigError
 
@@ -160,3 +162,40 @@ def test_delta_batches_counts_know_lost_batches_and_offsets_in_sink_batches_neve
     )
     none = cw.offsets_counts(f)
     assert (none.pending, none.expected, none.lost, none.final) == (2, None, None, False)
+
+
+def stats_rows(*rows: tuple[int, int, int | None]) -> pa.Table:
+    return pa.table(
+        {"_w": [r[0] for r in rows], "_offset": [r[1] for r in rows], "_ts_ms": [r[2] for r in rows]},
+        schema=ROWS_SCHEMA,
+    )
+
+
+def test_window_stats_count_distinct_offsets_copies_holes_and_latencies_per_window() -> None:
+    # Window 0: offsets 10-14 with 12 missing and 13 twice (its copies at 3_000 and 2_500 ms).
+    # Window 1: offsets 20, 21, the second without a timestamp, beyond its pending start 21.
+    rows = stats_rows(
+        (0, 10, 1_000),
+        (0, 11, 2_000),
+        (0, 13, 3_000),
+        (0, 13, 2_500),
+        (0, 14, None),
+        (1, 21, None),
+        (1, 20, 4_000),
+    )
+    intervals = ((-1, 12, 10_000), (12, 30, 20_000))
+    plans = [StatsPlan(pending_from=15, intervals=intervals), StatsPlan(pending_from=21, intervals=intervals)]
+    got = {r["w"]: r for r in window_stats(rows, plans).to_pylist()}
+    assert (got[0]["landed"], got[0]["rows"], got[0]["landed_pending"]) == (4, 5, 0)
+    assert (got[0]["lowest"], got[0]["highest"], got[0]["holes"]) == (10, 14, [{"s": 12, "e": 13}])
+    # Latencies 9_000, 8_000 (checkpoint at 10 s) and 17_500 (the earliest copy, checkpoint at 20 s).
+    assert (got[0]["p50"], got[0]["p95"]) == (9_000, 17_500)
+    assert (got[1]["landed"], got[1]["landed_pending"], got[1]["holes"]) == (2, 1, [])
+    assert (got[1]["p50"], got[1]["p95"]) == (16_000, 16_000)
+    assert window_stats(stats_rows(), plans).num_rows == 0
+
+
+def test_window_stats_leave_latencies_null_without_a_checkpoint_or_a_timestamp() -> None:
+    rows = stats_rows((0, 5, None), (0, 40, 1_000))
+    got = window_stats(rows, [StatsPlan(pending_from=50, intervals=((-1, 10, 5_000),))]).to_pylist()
+    assert (got[0]["p50"], got[0]["p95"], got[0]["landed"]) == (None, None, 2)
