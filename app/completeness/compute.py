@@ -6,12 +6,13 @@ Per job and partition, the windows not yet final are computed: from the earliest
 window stored (else the first after the last final one; a partition's first run from the window
 holding ``now - completeness.lookback_hours``) up to the window holding the job's latest completed
 offset. Their bounds become offsets by the broker's offsets-for-times lookup; where retention has
-deleted the start of the log, by the sink's own timestamps. The sink is read by Spark for those
-offsets only (a `coordinates` sink); the offsets it lacks below the last completed checkpoint are
-read back from the source by the GAP confirmation (`app.kafka.gaps`), which tells lost data records
-from markers, aborted and compacted offsets (not expected) and from what retention deleted
-(unverifiable). Rows are MERGEd by (job, topic, partition, window_start); final windows are never
-computed again, so re-running yields the same rows.
+deleted the start of the log, by the sink's own timestamps. The sink is read for those offsets only
+(a `coordinates` sink; its statistics per window by `app.completeness.sink_stats`); the offsets it
+lacks below the last completed checkpoint are read back from the source by the GAP confirmation
+(`app.kafka.gaps`), which tells lost data records from markers, aborted and compacted offsets (not
+expected) and from what retention deleted (unverifiable). Rows are MERGEd by (job, topic,
+partition, window_start); final windows are never computed again, so re-running yields the same
+rows.
 """
 
 from __future__ import annotations
