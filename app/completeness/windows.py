@@ -154,29 +154,40 @@ def checkpoint_intervals(checkpoints: Iterable[tuple[int, datetime]]) -> list[tu
 class Verdicts:
     """What reading the missing offsets of a window back from the source showed (the GAP
     confirmation of `app.kafka.gaps`): data records lost, offsets below the log start unverifiable,
-    the rest (markers, aborted, compacted) not expected. ``known`` False: some range was not read,
-    or its count was capped."""
+    the rest (markers, aborted, compacted) not expected. ``read`` False: some range was not read
+    back (no confirmation this run: the window stays provisional). ``capped``: some range held more
+    data records than the confirmation counts (`reconcile.confirm_max_records`): the loss is
+    certain, its size not, so the counts stay null, and the window may still become final (reading
+    the same cap again would tell nothing new)."""
 
     lost: int = 0
     unverifiable: int = 0
     excluded: int = 0
-    known: bool = True
+    read: bool = True
+    capped: bool = False
+
+    @property
+    def known(self) -> bool:
+        return self.read and not self.capped
 
 
 def verdict_counts(ranges: Sequence[Range], verdicts: Sequence[Mapping[str, Any] | None]) -> Verdicts:
     """The counts of `app.kafka.gaps.verdict` answers, one per range (None: not confirmed)."""
     lost = unverifiable = excluded = 0
-    known = True
+    read, capped = True, False
     for (start, end), v in zip(ranges, verdicts, strict=True):
-        if v is None or v.get("data_records_capped"):
-            known = False
+        if v is None:
+            read = False
+            continue
+        if v.get("data_records_capped"):
+            capped = True
             continue
         found = int(v["data_records"])
         gone = int(v["offsets_below_log_start"]) + int(v["offsets_beyond_high_watermark"])
         lost += found
         unverifiable += gone
         excluded += max(0, end - start - found - gone)
-    return Verdicts(lost, unverifiable, excluded, known)
+    return Verdicts(lost, unverifiable, excluded, read, capped)
 
 
 @dataclass(frozen=True)
@@ -200,10 +211,10 @@ class WindowFacts:
         """The window's offsets beyond the last completed checkpoint: not yet judged."""
         return (self.judged[1], self.offsets[1])
 
-    def is_final(self, known: bool) -> bool:
-        """Final: past the lateness, every offset below the last completed checkpoint and every
-        count known. A final window is never recomputed."""
-        return self.closed and self.judged[1] >= self.offsets[1] and known
+    def is_final(self, read: bool) -> bool:
+        """Final: past the lateness, every offset below the last completed checkpoint, and every
+        missing offset read back from the source. A final window is never recomputed."""
+        return self.closed and self.judged[1] >= self.offsets[1] and read
 
 
 def is_closed(window: Window, late: timedelta, now: datetime) -> bool:
@@ -269,7 +280,7 @@ def coordinates_counts(facts: WindowFacts, sink: SinkWindow, judged: Verdicts) -
         pending=pending,
         latency_p50_ms=sink.latency_p50_ms,
         latency_p95_ms=sink.latency_p95_ms,
-        final=facts.is_final(judged.known),
+        final=facts.is_final(judged.read),
     )
 
 
@@ -289,7 +300,7 @@ def batches_counts(
         unverifiable=judged.unverifiable + gone if judged.known else None,
         pending=overlap(facts.pending, facts.offsets),
         offsets_in_sink_batches=max(0, judged_range[1] - judged_range[0] - not_in_sink),
-        final=facts.is_final(judged.known),
+        final=facts.is_final(judged.read),
     )
 
 

@@ -99,9 +99,11 @@ def verdict(found: int, below: int = 0, capped: bool = False) -> dict[str, objec
 
 def test_verdicts_split_missing_offsets_into_lost_unverifiable_and_not_expected() -> None:
     counts = cw.verdict_counts([(0, 5), (10, 14)], [verdict(2), verdict(0, below=3)])
-    assert counts == cw.Verdicts(lost=2, unverifiable=3, excluded=4, known=True)
-    assert not cw.verdict_counts([(0, 5)], [None]).known
-    assert not cw.verdict_counts([(0, 5)], [verdict(5, capped=True)]).known
+    assert counts == cw.Verdicts(lost=2, unverifiable=3, excluded=4)
+    assert counts.known
+    assert not cw.verdict_counts([(0, 5)], [None]).read
+    capped = cw.verdict_counts([(0, 5)], [verdict(5, capped=True)])
+    assert (capped.read, capped.capped, capped.known) == (True, True, False)
     assert cw.verdict_counts([], []).known
 
 
@@ -127,7 +129,7 @@ def test_coordinates_counts_add_up_and_duplicates_are_extra_copies() -> None:
 
 def test_unknown_verdicts_leave_lost_expected_and_completeness_null_and_the_window_open() -> None:
     counts = cw.coordinates_counts(
-        facts((0, 10), 10), cw.SinkWindow(landed=8, rows=8), cw.Verdicts(known=False)
+        facts((0, 10), 10), cw.SinkWindow(landed=8, rows=8), cw.Verdicts(read=False)
     )
     assert (counts.expected, counts.lost, counts.unverifiable, counts.completeness) == (
         None,
@@ -136,6 +138,12 @@ def test_unknown_verdicts_leave_lost_expected_and_completeness_null_and_the_wind
         None,
     )
     assert not counts.final
+
+
+def test_a_loss_beyond_the_confirmation_cap_stays_null_but_the_window_can_close() -> None:
+    sink = cw.SinkWindow(landed=2, rows=2)
+    counts = cw.coordinates_counts(facts((0, 10), 10), sink, cw.Verdicts(capped=True))
+    assert (counts.expected, counts.lost, counts.completeness, counts.final) == (None, None, None, True)
 
 
 def test_a_window_is_final_once_past_lateness_and_below_the_last_completed_checkpoint() -> None:
