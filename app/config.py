@@ -293,6 +293,7 @@ class ReconcileConfig:
     sink_offset_column: str = "kafka_offset"
     sink_checkpoint_column: str = "_checkpoint_id"  # optional in the sink: evidence only
     sink_run_column: str = "_run_id"  # optional in the sink: evidence only
+    sink_timestamp_column: str = "kafka_timestamp"  # optional in the sink: completeness latencies
     jobs: list[str] = field(default_factory=list)  # empty: every job in the ledger window
     groups: list[str] = field(default_factory=list)  # empty: every group the audited jobs commit to
     commit_match_window_s: float = 300.0
@@ -417,6 +418,7 @@ class RetentionConfig:
     restarts: int = 400
     audit_runs: int = 400
     validation_results: int = 400
+    completeness: int = 400  # by window_end
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

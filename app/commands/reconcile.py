@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _windows_text(written: int | None) -> str:
+    return "none (the source could not be asked)" if written is None else str(written)
+
+
 def summary_text(result: Any, fail_on: str) -> str:
     w = result.window
     lines = [
@@ -30,6 +35,7 @@ def summary_text(result: Any, fail_on: str) -> str:
         f"window [{w.since.isoformat() if w.since else 'beginning'}, {w.until.isoformat()})",
         f"  partitions audited: {result.partitions}; suspected gaps: {result.gaps_suspected} "
         f"(confirmation: {result.confirmation}); {result.seconds:.1f}s",
+        f"  completeness windows written: {_windows_text(result.completeness_windows)}",
     ]
     if not result.counts:
         lines.append("  no findings")
@@ -54,6 +60,7 @@ def summary_text(result: Any, fail_on: str) -> str:
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.incidents.incident import summaries_json
     from app.kafka.gaps import kafka_gap_confirmer, unavailable_confirmer
+    from app.kafka.times import KafkaTimes
     from app.reconcile.run import run_reconcile
     from app.runtime.session import kafka_bootstrap, spark_session
 
@@ -72,12 +79,13 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         except KafkaUnavailableError as exc:
             # Kafka is needed only if there are gaps to confirm: the run fails then, not before.
             confirmer = unavailable_confirmer(exc)
+    times = None
+    # No source to map windows to offsets: the completeness table stays as it is.
+    with contextlib.suppress(KafkaUnavailableError):
+        times = KafkaTimes(cfg.kafka, kafka_bootstrap(cfg), cfg.reconcile.confirm_timeout_s)
     spark = spark_session(cfg)
     result = run_reconcile(
-        spark,
-        cfg,
-        audit_run(args, COMMAND_RECONCILE, now),
-        confirmer=confirmer,
+        spark, cfg, audit_run(args, COMMAND_RECONCILE, now), confirmer=confirmer, times=times
     )
     failing = sum(n for (_, sev), n in result.counts.items() if severity_at_least(sev, args.fail_on))
     summary = {
@@ -95,6 +103,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         "failing_findings": failing,
         "incidents": summaries_json(result.incidents),
         "fail_on": args.fail_on,
+        "completeness_windows": result.completeness_windows,
         "seconds": round(result.seconds, 2),
     }
     emit(args, summary, summary_text(result, args.fail_on))

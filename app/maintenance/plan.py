@@ -37,6 +37,7 @@ TIME_COLUMNS: Final = {
     "restarts": "started_at",
     "audit_runs": "finished_at",
     "validation_results": "evaluated_at",
+    "completeness": "window_end",
 }
 # The tables ingest appends one file per run, in time order. Their window reads skip the files
 # before the window by their min/max statistics (`reconcile.inputs`); compacting one whole would

@@ -33,6 +33,7 @@ from app.contracts.vocabulary import (
 from app.errors import describe_error, error_kind
 from app.incidents.incident import IncidentSummary, summaries_json
 from app.kafka.gaps import kafka_gap_confirmer
+from app.kafka.times import KafkaTimes
 from app.reconcile.forensics_run import run_forensics
 from app.reconcile.outputs import AuditRun, confirm_runs
 from app.reconcile.run import run_reconcile
@@ -275,8 +276,10 @@ class Nightly:
             self.cfg,
             AuditRun(run_id=self.run_id, now=self.now, since=None, until=self.now, status=RUN_PENDING),
             confirmer=confirmer,
+            times=KafkaTimes(self.cfg.kafka, self.bootstrap(), self.cfg.reconcile.confirm_timeout_s),
         )
         return {
+            "completeness_windows": outcome.completeness_windows,
             "partitions": outcome.partitions,
             "gaps_suspected": outcome.gaps_suspected,
             "confirmation": outcome.confirmation,
@@ -407,7 +410,8 @@ def _step_line(step: StepOutcome) -> str:
         return f"read {read}, decoded {decoded}, quarantined {quarantined}"
     if step.step == COMMAND_RECONCILE:
         gaps = f"{s.get('gaps_suspected', 0)} suspected gaps ({s.get('confirmation')})"
-        return f"{s.get('partitions', 0)} partitions, {gaps}"
+        windows = f"{s.get('completeness_windows')} completeness windows"
+        return f"{s.get('partitions', 0)} partitions, {gaps}, {windows}"
     if step.step == COMMAND_FORENSICS:
         return "restarts: " + (
             ", ".join(f"{k} {v}" for k, v in sorted(s.get("restarts", {}).items())) or "none"

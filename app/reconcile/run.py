@@ -20,6 +20,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from app.completeness.compute import CompletenessPass, completeness_rows, store_completeness
 from app.config import AppConfig, ReconcileConfig
 from app.contracts.instants import instant
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
@@ -35,11 +36,13 @@ from app.contracts.vocabulary import (
 )
 from app.errors import (
     ConfigError,
+    KafkaUnavailableError,
     error_kind,
 )
 from app.incidents import grouping as incidents
 from app.incidents.incident import StoredIncident
 from app.kafka.gaps import GapConfirmer, SuspectedGap
+from app.kafka.times import SourceTimes
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile import ledger_audit as la
@@ -98,6 +101,7 @@ class ReconcileResult:
     sink_seconds: float = 0.0  # of `seconds`, spent reading the sink
     incidents: list[StoredIncident] = field(default_factory=list)
     audited_jobs: list[str] = field(default_factory=list)  # the jobs the window held
+    completeness_windows: int | None = None  # window rows written; None: no source to ask
 
     def worst(self) -> str | None:
         present = {sev for (_, sev), n in self.counts.items() if n}
@@ -142,13 +146,19 @@ def open_ledger_audit(
 
 
 def run_reconcile(
-    spark: SparkSession, cfg: AppConfig, run: AuditRun, confirmer: GapConfirmer | None = None
+    spark: SparkSession,
+    cfg: AppConfig,
+    run: AuditRun,
+    confirmer: GapConfirmer | None = None,
+    times: SourceTimes | None = None,
 ) -> ReconcileResult:
     """The whole reconciliation: read, detect, confirm gaps, MERGE findings, write partition_summary.
 
-    ``confirmer`` None leaves gaps 'open' and says so in their evidence. An audit that cannot see
-    (a missing sink table: ConfigError; Kafka unreachable for confirmation, storage, Spark:
-    InfrastructureError) raises before it writes any finding, and its run never moves the window.
+    ``confirmer`` None leaves gaps 'open' and says so in their evidence. ``times`` (the source's
+    offsets by time) None leaves the completeness table as it is: its windows cannot be mapped. An
+    audit that cannot see (a missing sink table: ConfigError; Kafka unreachable for confirmation,
+    storage, Spark: InfrastructureError) raises before it writes any finding, and its run never
+    moves the window.
     """
     started = time.monotonic()
     r = cfg.reconcile
@@ -159,7 +169,7 @@ def run_reconcile(
     try:
         audit = open_ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
         try:
-            _reconcile_inputs(_Pass(spark, cfg, tables, audit, result, now, confirmer))
+            _reconcile_inputs(_Pass(spark, cfg, tables, audit, result, now, confirmer, times))
         finally:
             audit.close()
     except Exception as exc:  # broad on purpose: a run that could not see is recorded, then re-raised
@@ -182,6 +192,7 @@ class _Pass:
     result: ReconcileResult
     now: datetime
     confirmer: GapConfirmer | None
+    times: SourceTimes | None
 
 
 def _reconcile_inputs(p: _Pass) -> None:
@@ -200,6 +211,7 @@ def _reconcile_inputs(p: _Pass) -> None:
         resolved_incidents(spark, tables),
     )
     result.audited_jobs = jobs
+    windows = _completeness(p, local)
     # Everything is known before the first write: a failure above leaves the tables untouched.
     drop_orphan_summaries(spark, tables)
     merge_findings(spark, tables.findings, local)
@@ -218,6 +230,25 @@ def _reconcile_inputs(p: _Pass) -> None:
     }
     summary = _Summary(ranges, stats, by_type, audit.latest_commits(), frozenset(uncounted))
     _write_summary(spark, tables, result.run_id, summary)
+    if windows is not None:
+        result.completeness_windows = store_completeness(spark, tables, windows)
+
+
+def _completeness(p: _Pass, local: Sequence[rc.StoredFinding]) -> list[dict[str, Any]] | None:
+    """The completeness rows of the windows not yet final, or None when the source cannot be asked:
+    the table then stays as it is and the next run computes the same windows (a run's window of
+    findings does not bound them), so a broker away for a while costs the table no window."""
+    if p.times is None:
+        return None
+    try:
+        return completeness_rows(
+            CompletenessPass(
+                p.spark, p.cfg, p.tables, p.audit, p.result.run_id, p.now, p.confirmer, p.times, local
+            )
+        )
+    except KafkaUnavailableError as exc:
+        log.warning("completeness not computed this run, the source could not be read: %s", exc)
+        return None
 
 
 def _sink_and_restart_findings(

@@ -66,7 +66,8 @@ class Cycle:
         alerts = self.summaries.get("alerts", {})
         return (
             f"cycle {self.number} {self.cycle_id} ok: window [{rec.get('since') or 'beginning'}, "
-            f"{rec.get('until')}), findings new {rec.get('new_findings', 0)}, incidents opened "
+            f"{rec.get('until')}), findings new {rec.get('new_findings', 0)}, completeness windows "
+            f"{rec.get('completeness_windows')}, incidents opened "
             f"{alerts.get('opened', 0)} changed {alerts.get('changed', 0)}, {self.seconds:.1f}s"
         )
 
@@ -124,7 +125,8 @@ class Watch:
         self.steps: list[Step] = [
             ("ingest-offsets", self._ingest),
             (COMMAND_RECONCILE, self._reconcile),
-            # Completeness per window joins here, before the window is confirmed.
+            # Reconcile writes the completeness table too (its windows not yet final): before the
+            # window is confirmed, and resumed from the table itself, not from the window.
             ("window", self._confirm_window),
             ("alerts", self._alerts),
             ("report", self._report),
@@ -186,6 +188,7 @@ class Watch:
 
     def _reconcile(self, cycle: Cycle) -> dict[str, Any]:
         from app.kafka.gaps import kafka_gap_confirmer
+        from app.kafka.times import KafkaTimes
         from app.reconcile.run import run_reconcile
 
         r = self.cfg.reconcile
@@ -199,13 +202,15 @@ class Watch:
             )
         run = AuditRun(run_id=cycle.cycle_id, now=cycle.now, until=cycle.now, status=RUN_PENDING)
         known = self._finding_ids()
-        outcome = run_reconcile(self.spark, self.cfg, run, confirmer=confirmer)
+        times = KafkaTimes(self.cfg.kafka, self.bootstrap(), r.confirm_timeout_s)
+        outcome = run_reconcile(self.spark, self.cfg, run, confirmer=confirmer, times=times)
         since = outcome.window.since
         return {
             "since": None if since is None else since.isoformat(timespec="seconds"),
             "until": outcome.window.until.isoformat(timespec="seconds"),
             "new_findings": len(self._finding_ids() - known),
             "incidents": len(outcome.incidents),
+            "completeness_windows": outcome.completeness_windows,
         }
 
     def _finding_ids(self) -> set[str]:

@@ -4,7 +4,8 @@ One watch follows a job that runs cleanly, then is restarted from `latest` witho
 (skipping what arrived while it was down): a cycle finds the incident and POSTs it to the webhook
 once, and the cycles after it do not again. The watch is then killed (SIGKILL) in the middle of a
 cycle and started again: the windows of its successful cycles still follow one another without a
-hole, the findings and incidents are those it had, and nothing is alerted a second time. SIGTERM
+hole, the findings and incidents are those it had, nothing is alerted a second time, and the
+completeness windows tile each partition's offsets with the skipped records lost once. SIGTERM
 then stops it between cycles with exit code 0.
 """
 
@@ -170,6 +171,34 @@ def successful_windows(cfg: AppConfig) -> list[tuple[Any, Any]]:
     return [(r["window_start"], r["window_end"]) for r in sorted(done, key=lambda r: r["window_end"])]
 
 
+def assert_completeness_counted_once(cfg: AppConfig, topic: str) -> None:
+    """Per partition, the completeness windows written by the cycles before and after the kill:
+    their offsets follow one another from 0 to the end, and the records run-2 skipped are lost once."""
+    cols = [
+        "topic",
+        "partition",
+        "window_start",
+        "offset_start",
+        "offset_end",
+        "landed",
+        "lost",
+        "duplicated",
+    ]
+    rows = table_rows(tables_from_config(cfg).completeness, cols)
+    for p in range(PARTITIONS):
+        mine = sorted(
+            (r for r in rows if (r["topic"], r["partition"]) == (topic, p)), key=lambda r: r["window_start"]
+        )
+        assert mine, f"no completeness window of partition {p}"
+        bounds = [(r["offset_start"], r["offset_end"]) for r in mine]
+        assert bounds[0][0] == 0
+        assert bounds[-1][1] == BEFORE + DOWN + AFTER
+        assert all(b[0] == a[1] for a, b in itertools.pairwise(bounds)), bounds
+        assert sum(r["lost"] for r in mine) == DOWN
+        assert sum(r["landed"] for r in mine) == BEFORE + AFTER
+        assert sum(r["duplicated"] for r in mine) == 0
+
+
 def test_watch_alerts_a_restart_from_latest_once_survives_a_kill_and_stops_on_sigterm(
     spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
 ) -> None:
@@ -243,6 +272,10 @@ def test_watch_alerts_a_restart_from_latest_once_survives_a_kill_and_stops_on_si
             windows = successful_windows(cfg)
             assert windows[0][0] is None
             assert all(b[0] == a[1] for a, b in itertools.pairwise(windows))
+            # ... nor a completeness window: every partition's windows tile its offsets, the skipped
+            # records counted lost once.
+            assert_completeness_counted_once(cfg, topic)
+            assert re.search(r"completeness windows [1-9]", second_log.read_text())
 
             watch.send_signal(signal.SIGTERM)
             assert watch.wait(120) == 0, second_log.read_text()[-4000:]

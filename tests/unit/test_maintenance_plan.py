@@ -42,6 +42,18 @@ def test_without_open_incidents_retention_counts_whole_days_back_from_today() ->
     assert plan.cutoff("partition_summary", 30, NOW, keep) is None  # no time column: kept
 
 
+def test_completeness_windows_age_out_by_their_end_after_400_days_by_default() -> None:
+    keep = plan.protected([], [], timedelta(days=7))
+    days = load_config("local", environ={}).maintenance.retention_days.completeness
+    assert days == 400
+    limit = plan.cutoff("completeness", days, NOW, keep)
+    assert limit == datetime(2025, 2, 13, tzinfo=UTC)
+    assert (
+        plan.retention_predicate("completeness", limit, keep)
+        == "\"window_end\" < '2025-02-13T00:00:00+00:00'"
+    )
+
+
 def test_an_open_incident_keeps_its_evidence_findings_runs_and_itself() -> None:
     incident = {
         "finding_ids": ["f-1", "f-2"],

@@ -19,6 +19,7 @@ from app.contracts.vocabulary import INCIDENT_OPEN, INCIDENT_RESOLVED
 from app.errors import ConfigError, KafkaUnavailableError
 from app.incidents.incident import Impact, StoredIncident
 from app.incidents.remedy import RemedyPlan
+from app.nightly.run import STEP_DONE, StepOutcome, _step_line
 from app.watch.alerting import due_alerts, fingerprint
 from app.watch.loop import Cycle, StopSignal, Watch
 
@@ -133,3 +134,14 @@ def test_a_usage_error_in_the_first_cycle_ends_the_watch() -> None:
     cycles = watch_with([("reconcile", reconcile)], []).run(max_cycles=5)
     assert len(cycles) == 1
     assert cycles[0].error_kind == "usage"
+
+
+def test_a_cycle_line_says_how_many_completeness_windows_its_reconcile_wrote() -> None:
+    cycle = Cycle(3, "watch-x", datetime(2026, 3, 1, tzinfo=UTC))
+    cycle.summaries["reconcile"] = {"since": None, "until": "2026-03-01T00:00:00", "completeness_windows": 4}
+    assert "completeness windows 4," in cycle.line()
+
+
+def test_a_nightly_reconcile_step_says_how_many_completeness_windows_it_wrote() -> None:
+    step = StepOutcome("reconcile", STEP_DONE, 1.0, {"partitions": 2, "completeness_windows": 7})
+    assert _step_line(step).endswith("7 completeness windows")

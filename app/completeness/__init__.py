@@ -1,0 +1,1 @@
+"""Completeness per job, topic, partition and event-time window (README "Completeness")."""
