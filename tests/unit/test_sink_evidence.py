@@ -5,9 +5,11 @@ import stopped on a sink that holds nothing of the query."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from app import cli
 from app.errors import UsageError
 from app.storage.delta_log import SinkCommit, SinkLog
 from app.stream.sink_evidence import (
@@ -84,3 +86,26 @@ def test_counts() -> None:
     counts = sink_counts([HELD, HELD, LACKED, UNVERIFIABLE], 3, 5)
     assert (counts.held, counts.lacked, counts.unverifiable) == (2, 1, 1)
     assert (counts.log_first_version, counts.oldest_verifiable_batch) == (3, 5)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--sink-app-id", "upsert"], "--sink-app-id needs --sink"),
+        (["--sink", "/"], "--sink must name the sink's Delta table"),
+    ],
+)
+def test_sink_options_are_checked_before_anything_starts(
+    extra: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "ledger-import",
+        "--checkpoint",
+        str(tmp_path),
+        "--job",
+        "j",
+        "--set",
+        f"paths.data_dir={tmp_path}",
+    ]
+    assert cli.main([*argv, *extra]) == 2
+    assert message in capsys.readouterr().err
