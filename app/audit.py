@@ -10,7 +10,8 @@
 and, for a query that was never attached, from a session that can read its checkpoint:
 
     audit.import_checkpoint("s3a://bucket/checkpoints/payments", job_name="payments",
-                            ledger="s3a://bucket/audit/ledger")
+                            ledger="s3a://bucket/audit/ledger",
+                            sink="s3a://bucket/tables/payments")  # optional: its Delta sink
 
 Everything here is re-exported from the modules that own it (`app.attach`, the ledger import of
 `app.stream.ledger_import`); this module only names the supported surface. Importing it starts no
@@ -50,6 +51,8 @@ def import_checkpoint(
     job_name: str,
     ledger: str,
     storage_options: Mapping[str, str] | None = None,
+    sink: str | None = None,
+    sink_app_id: str | None = None,
 ) -> ImportResult:
     """Backfill job ``job_name``'s ledger at ``ledger`` from the Spark checkpoint directory
     ``checkpoint`` (a query's `checkpointLocation`), as `offset-audit ledger-import` does.
@@ -57,8 +60,17 @@ def import_checkpoint(
     Writes what the checkpoint still retains (its last `spark.sql.streaming.minBatchesToRetain`
     batches) and the ledger lacks; importing again adds nothing. ``storage_options`` are Hadoop
     `fs.*` properties for the ledger's object store (default: the active session's Hadoop
-    configuration). Raises UsageError when ``checkpoint`` holds no Spark checkpoint."""
+    configuration).
+
+    ``sink``: the query's Delta sink. Its transaction log is read too: each imported completion's
+    detail names the sink version(s) and commit time of its batch, and the result counts the
+    imported completions the sink holds (``sink_holds``), lacks (``sink_lacks``: lost batches,
+    which `reconcile` names) and can no longer verify past the log's retention. ``sink_app_id``:
+    the txn app id of its commits, by default the query's id (what Spark's Delta sink writes); a
+    ``foreachBatch`` names its own. Raises UsageError when ``checkpoint`` holds no Spark checkpoint,
+    or ``sink`` no Delta table or no commit of the app id (nothing is written then)."""
     spark = SparkSession.active()
     files = CheckpointFiles(spark, checkpoint.rstrip("/"))
     storage = StorageConfig(options=dict(storage_options)) if storage_options else spark
-    return _import_checkpoint(files, ledger, job_name, storage)
+    sink_path = None if sink is None else sink.rstrip("/")
+    return _import_checkpoint(files, ledger, job_name, storage, sink=sink_path, sink_app_id=sink_app_id)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from app.commands.outcome import EXIT_OK, emit
 from app.config import AppConfig
@@ -30,6 +32,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job", required=True, help="the job name its ledger events carry")
     parser.add_argument("--ledger", default=None, help="the ledger table (default: tables.ledger)")
     parser.add_argument(
+        "--sink",
+        default=None,
+        metavar="PATH",
+        help="the query's Delta sink: its transaction log checks and dates the imported batches",
+    )
+    parser.add_argument(
+        "--sink-app-id",
+        default=None,
+        metavar="ID",
+        help="the txn app id of the sink's commits (default: the query's id, as Spark's Delta sink "
+        "writes; a foreachBatch's own txnAppId)",
+    )
+    parser.add_argument(
         "--progress-every",
         type=positive,
         default=100,
@@ -43,6 +58,23 @@ def print_progress(done: int, total: int) -> None:
     print(f"ledger-import: {done}/{total} batches", file=sys.stderr, flush=True)
 
 
+def sink_summary(result: Mapping[str, Any]) -> str:
+    """What the sink's log said of the imported completions ('' without --sink); ``result``: the
+    import's `ImportResult` as a dict."""
+    if result["sink"] is None:
+        return ""
+    oldest = result["oldest_verifiable_batch"]
+    verifiable = "no retained batch is verifiable"
+    if oldest is not None:
+        verifiable = f"batches from {oldest} on are verifiable"
+    return (
+        f"; sink {result['sink']} (app id {result['sink_app_id']}, log from version "
+        f"{result['sink_log_first_version']}): it holds {result['sink_holds']} of the imported "
+        f"completions, lacks {result['sink_lacks']} (lost batches: reconcile names them), "
+        f"{result['sink_unverifiable']} beyond its log's retention; {verifiable}"
+    )
+
+
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.runtime.session import spark_session
     from app.storage.tables import tables_from_config
@@ -54,6 +86,11 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         raise UsageError("--checkpoint must name the checkpoint directory")
     if not args.job.strip():
         raise UsageError("--job must name the job")
+    sink = None if args.sink is None else str(args.sink).rstrip("/")
+    if sink == "":
+        raise UsageError("--sink must name the sink's Delta table")
+    if args.sink_app_id is not None and (sink is None or not args.sink_app_id.strip()):
+        raise UsageError("--sink-app-id needs --sink and must name the txn app id")
     ledger = args.ledger or tables_from_config(cfg).ledger
     spark = spark_session(cfg)
     result = import_checkpoint(
@@ -62,17 +99,20 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         args.job,
         progress=print_progress,
         progress_every=args.progress_every,
+        sink=sink,
+        sink_app_id=args.sink_app_id,
     )
     retained = (
         f"batches {result.oldest_batch}..{result.newest_batch} retained"
         if result.oldest_batch is not None
         else "no batches retained"
     )
+    summary = dataclasses.asdict(result)
     emit(
         args,
-        {**dataclasses.asdict(result), "checkpoint": directory, "job": args.job, "ledger": ledger},
+        {**summary, "checkpoint": directory, "job": args.job, "ledger": ledger},
         f"ledger-import of {directory} as job {args.job}, run {result.run_id}: {retained}; "
         f"{result.batches_imported} batches imported ({result.events_written} events), "
-        f"{result.batches_recorded} already in the ledger",
+        f"{result.batches_recorded} already in the ledger{sink_summary(summary)}",
     )
     return EXIT_OK

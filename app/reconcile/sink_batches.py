@@ -40,7 +40,7 @@ from app.contracts.vocabulary import (
     WARN,
 )
 from app.reconcile.findings import AuditWindow, Finding
-from app.storage.delta_log import SinkCommit, SinkLog, undone_versions
+from app.storage.delta_log import SinkCommit, SinkLog, commits_by_txn, output_kept, undone_versions
 
 _WHERE: Final = ("job_name", "group_id", "topic", "partition", "run_id", "checkpoint_id")
 
@@ -164,15 +164,6 @@ def _neighbours(
     return {"previous_batch": version(batch.batch_id - 1), "next_batch": version(batch.batch_id + 1)}
 
 
-def _log_starts_at(log: SinkLog) -> datetime | None:
-    """When the oldest commit file left was written, when log cleanup removed older ones (a log
-    that starts at version 0 is complete); None when the log is complete."""
-    if log.first_version in (None, 0):
-        return None
-    first = next((c for c in log.commits if c.version == log.first_version), None)
-    return first.timestamp if first is not None else None
-
-
 def batch_findings(
     batches: Sequence[CompletedBatch],
     log: SinkLog,
@@ -184,12 +175,9 @@ def batch_findings(
     explains. ``batches`` may reach before the window (they explain older commits);
     ``in_flight``: app id -> the batch a running job may have committed but not yet completed."""
     undone = undone_versions(log.commits)
-    every: dict[tuple[str, int], list[SinkCommit]] = defaultdict(list)
-    for c in log.commits:
-        for txn in c.txns:
-            every[txn].append(c)
+    every = commits_by_txn(log.commits)
     live = {k: [c for c in v if c.version not in undone] for k, v in every.items()}
-    log_from = _log_starts_at(log)
+    log_from = log.starts_at
     out: list[Finding] = []
     for batch in batches:
         if not _in_window(batch.completed_at, window):
@@ -208,7 +196,7 @@ def batch_findings(
                 "completed_at": batch.completed_at,
             }
             out += _per_partition(BATCH_WRITTEN_TWICE, ERROR, CONFIRMED, batch, evidence)
-        if kept or (taken and not any(c.rows_added for c in taken)):
+        if output_kept(every.get(key, []), undone):
             continue  # in the table, or an empty batch a RESTORE took back: nothing was lost
         evidence = {
             "app_id": batch.app_id,

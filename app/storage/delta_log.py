@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -59,6 +59,16 @@ class SinkLog:
 
     commits: tuple[SinkCommit, ...]
     first_version: int | None
+
+    @property
+    def starts_at(self) -> datetime | None:
+        """When the oldest commit file left was written, when log cleanup removed older ones;
+        None for a complete log (it starts at version 0) or one whose first commit was not read.
+        A batch completed before it may have had a commit that is gone: unverifiable, not lost."""
+        if self.first_version in (None, 0):
+            return None
+        first = next((c for c in self.commits if c.version == self.first_version), None)
+        return first.timestamp if first is not None else None
 
 
 def _millis(value: Any) -> datetime | None:
@@ -198,3 +208,20 @@ def undone_versions(commits: Sequence[SinkCommit]) -> dict[int, int]:
             if target < c.version < restore.version:
                 out.setdefault(c.version, restore.version)
     return out
+
+
+def commits_by_txn(commits: Iterable[SinkCommit]) -> dict[tuple[str, int], list[SinkCommit]]:
+    """(app id, version) -> the commits carrying that txn, by version: one streaming batch's
+    commits."""
+    out: dict[tuple[str, int], list[SinkCommit]] = {}
+    for c in commits:
+        for txn in c.txns:
+            out.setdefault(txn, []).append(c)
+    return out
+
+
+def output_kept(commits: Sequence[SinkCommit], undone: Mapping[int, int]) -> bool:
+    """Whether a batch's output is in the table: one of its ``commits`` is, or the only ones a
+    RESTORE (``undone``) took back added no rows (an empty batch: nothing was lost)."""
+    taken = [c for c in commits if c.version in undone]
+    return len(taken) < len(commits) or (bool(taken) and not any(c.rows_added for c in taken))

@@ -15,13 +15,18 @@ Nothing is written twice: a batch goes in one Delta commit under the transaction
 run of the same query uses (app id scoped by the query id, version = batch id), the run's start
 only when the ledger has no run of this query yet, and batches that some run of the query already
 recorded (attached or imported) are left out.
+
+With the query's Delta sink (``sink``), its transaction log is read too (`stream.sink_evidence`):
+the import stops on a sink holding no commit of the query (the wrong sink or app id) before it
+writes anything, each imported completion names the sink version(s) of its batch, and the result
+counts the imported completions the sink holds, lacks, and can no longer say about.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
 
@@ -29,10 +34,12 @@ from app import __version__
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import UsageError
+from app.storage import facade
 from app.storage.backend import StorageSettings
 from app.storage.files import modification_time_ms, read_text
 from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events
 from app.stream.ledger import LedgerWriter, QueryRecord
+from app.stream.sink_evidence import SinkCounts, SinkEvidence, require_commits, sink_counts
 from app.stream.startup import ENGINE, PartitionStart, StartupPlan, plan_checkpoint_resume, restored_events
 
 log = logging.getLogger(__name__)
@@ -101,6 +108,14 @@ class ImportResult:
     batches_recorded: int
     events_written: int
     run_start_written: bool
+    # With a sink: its path and txn app id, and what its log says of the imported completions.
+    sink: str | None = None
+    sink_app_id: str | None = None
+    sink_holds: int | None = None
+    sink_lacks: int | None = None  # lost batches: reconcile names them (BATCH_NOT_IN_SINK)
+    sink_unverifiable: int | None = None  # completed before the sink's oldest commit file left
+    sink_log_first_version: int | None = None
+    oldest_verifiable_batch: int | None = None  # the oldest retained completed batch the log can check
 
 
 def checkpoint_query_id(checkpoint: CheckpointFiles) -> str:
@@ -113,10 +128,16 @@ def checkpoint_query_id(checkpoint: CheckpointFiles) -> str:
 
 
 def run_start_events(
-    source: EventSource, plan: StartupPlan, when: datetime, checkpoint: str, query_id: str
+    source: EventSource,
+    plan: StartupPlan,
+    when: datetime,
+    checkpoint: str,
+    query_id: str,
+    sink: SinkEvidence | None = None,
 ) -> list[LedgerEvent]:
     """RUN_STARTED and OFFSETS_RESTORED of the imported run."""
     imported = {vocab.DETAIL_IMPORTED: True}
+    with_sink = {} if sink is None else sink.run_detail()
     started = source.event(
         vocab.EVENT_RUN_STARTED,
         when,
@@ -128,6 +149,7 @@ def run_start_events(
             vocab.DETAIL_QUERY_ID: query_id,
             "checkpoint": checkpoint,
             "notes": list(plan.notes),
+            **with_sink,
             **imported,
         },
     )
@@ -143,14 +165,26 @@ def import_checkpoint(
     progress: Progress | None = None,
     progress_every: int = PROGRESS_EVERY,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    sink: str | None = None,
+    sink_app_id: str | None = None,
 ) -> ImportResult:
     """Write the ledger events of ``checkpoint``'s retained batches that the ledger at ``ledger``
     lacks, as job ``job_name``; ``progress(done, total)`` every ``progress_every`` batches.
 
-    ``storage``: the ledger's storage settings (the session, or a `StorageConfig`), by default the
-    checkpoint's session. A missing checkpoint is a UsageError; an unreachable ledger raises the
-    storage's error (an infrastructure error)."""
+    ``storage``: the ledger's and the sink's storage settings (the session, or a `StorageConfig`),
+    by default the checkpoint's session. ``sink``: the query's Delta sink, whose commits carry the
+    txn app id ``sink_app_id`` (default: the query's id, as Spark's Delta sink writes it). A
+    missing checkpoint, a sink that is no Delta table or holds no commit of the app id is a
+    UsageError, raised before anything is written; an unreachable ledger raises the storage's error
+    (an infrastructure error)."""
     query_id = checkpoint_query_id(checkpoint)
+    offset_log = checkpoint.offset_log()
+    committed = set(checkpoint.log_ids(COMMITS))
+    settings = checkpoint.spark if storage is None else storage
+    evidence = None
+    if sink is not None:
+        evidence = read_sink(settings, sink, sink_app_id or query_id)
+        require_commits(evidence, committed, sink_app_id is not None)
     writer = LedgerWriter(
         checkpoint.spark if storage is None else storage,
         ledger,
@@ -160,8 +194,6 @@ def import_checkpoint(
     )
     writer.ensure()
     record = writer.query_record(query_id)
-    offset_log = checkpoint.offset_log()
-    committed = set(checkpoint.log_ids(COMMITS))
     source = EventSource(job_name, query_id, ENGINE, None)
 
     written = 0
@@ -169,18 +201,24 @@ def import_checkpoint(
         plan = imported_start(offset_log, checkpoint.source_initial_offsets())
         if plan is not None:
             when = _started_at(checkpoint, offset_log) or now()
-            written += writer.write_new(run_start_events(source, plan, when, checkpoint.directory, query_id))
+            events = run_start_events(source, plan, when, checkpoint.directory, query_id, evidence)
+            written += writer.write_new(events)
     start_written = written > 0
 
     todo = batches_to_import(offset_log, committed, record)
     imported = 0
+    statuses: list[str] = []
     for done, (batch, snapshot, completed) in enumerate(todo, start=1):
-        count = _import_batch(checkpoint, writer, source, batch, offset_log[batch], snapshot, completed, now)
+        count, status = _import_batch(
+            checkpoint, writer, source, batch, offset_log[batch], snapshot, completed, now, evidence
+        )
         written += count
         imported += 1 if count else 0
+        if count and status is not None:
+            statuses.append(status)
         if progress is not None and (done % progress_every == 0 or done == len(todo)):
             progress(done, len(todo))
-    return ImportResult(
+    result = ImportResult(
         query_id=query_id,
         run_id=query_id,
         retained_batches=len(offset_log),
@@ -190,6 +228,54 @@ def import_checkpoint(
         batches_recorded=len(offset_log) - imported,
         events_written=written,
         run_start_written=start_written,
+    )
+    return _with_sink_counts(result, checkpoint, evidence, statuses, committed)
+
+
+def read_sink(storage: StorageSettings, path: str, app_id: str) -> SinkEvidence:
+    """The sink's log, for the commits of ``app_id``; a UsageError when ``path`` is no Delta table."""
+    log_ = facade.sink_log(storage, path)
+    if log_ is None:
+        raise UsageError(f"--sink {path}: no Delta table there (no commit file in {path}/_delta_log)")
+    return SinkEvidence.of(path, app_id, log_)
+
+
+def oldest_verifiable_batch(
+    checkpoint: CheckpointFiles, evidence: SinkEvidence, committed: set[int]
+) -> int | None:
+    """The oldest retained completed batch that completed once the sink's log starts: every batch
+    from it on can be checked against the log (all of them, for a log never cleaned)."""
+    starts = evidence.log.starts_at
+    for batch in sorted(committed):
+        if starts is None:
+            return batch
+        when = checkpoint.written_at(COMMITS, batch) or evidence.committed_at(batch)
+        if when is not None and when >= starts:
+            return batch
+    return None
+
+
+def _with_sink_counts(
+    result: ImportResult,
+    checkpoint: CheckpointFiles,
+    evidence: SinkEvidence | None,
+    statuses: list[str],
+    committed: set[int],
+) -> ImportResult:
+    if evidence is None:
+        return result
+    counts: SinkCounts = sink_counts(
+        statuses, evidence.log.first_version, oldest_verifiable_batch(checkpoint, evidence, committed)
+    )
+    return replace(
+        result,
+        sink=evidence.path,
+        sink_app_id=evidence.app_id,
+        sink_holds=counts.held,
+        sink_lacks=counts.lacked,
+        sink_unverifiable=counts.unverifiable,
+        sink_log_first_version=counts.log_first_version,
+        oldest_verifiable_batch=counts.oldest_verifiable_batch,
     )
 
 
@@ -213,21 +299,39 @@ def _import_batch(
     snapshot: bool,
     completed: bool,
     now: Callable[[], datetime],
-) -> int:
-    """One batch's missing events; how many were written."""
+    sink: SinkEvidence | None = None,
+) -> tuple[int, str | None]:
+    """One batch's missing events: how many were written, and with a sink, whether it holds the
+    batch's output (None without a sink or a completion)."""
+    imported = {vocab.DETAIL_IMPORTED: True}
+    # A file time that cannot be read (the file purged under the import) falls back to when the
+    # sink committed the batch, right before its completion, rather than to the import's clock,
+    # which would date the batch months late and after the batches completed behind it.
+    fallback = (sink.committed_at(batch) if sink is not None else None) or now()
     events = batch_events(
-        checkpoint,
-        source,
-        batch,
-        offsets,
-        completed=completed,
-        now=now(),
-        detail={vocab.DETAIL_IMPORTED: True},
+        checkpoint, source, batch, offsets, completed=completed, now=fallback, detail=imported
     )
     if not snapshot:
         events = [e for e in events if e.event_type != vocab.EVENT_CHECKPOINT_SNAPSHOT]
     if not completed:
         # A batch Spark planned but did not commit yet: its transaction version stays free for the
         # completion a later import (or attached run) writes, so its snapshot is keyed instead.
-        return writer.write_new(events)
-    return len(events) if writer.write(events, batch) else 0
+        return writer.write_new(events), None
+    status = None
+    if sink is not None:
+        events, status = _with_sink_detail(events, sink, batch)
+    return (len(events) if writer.write(events, batch) else 0), status
+
+
+def _with_sink_detail(
+    events: list[LedgerEvent], sink: SinkEvidence, batch: int
+) -> tuple[list[LedgerEvent], str]:
+    """The batch's events, its completions naming its sink commits; and whether the sink holds it."""
+    done = [e.event_time for e in events if e.event_type == vocab.EVENT_CHECKPOINT_COMPLETED]
+    completed_at = min(done, default=None)
+    detail = sink.completion_detail(batch, completed_at)
+    out = [
+        replace(e, detail={**e.detail, **detail}) if e.event_type == vocab.EVENT_CHECKPOINT_COMPLETED else e
+        for e in events
+    ]
+    return out, sink.status(batch, completed_at)

@@ -4,21 +4,18 @@ coordinate columns by its transaction log (`delta_batches`), or not at all (`non
 Each job is attached in one line and run once to the end; its sink is then damaged as people
 damage sinks, and `reconcile` must name the batch with its Delta version and offsets:
 (a) Spark's own Delta sink, a RESTORE to before a batch; (b) a foreachBatch MERGE keyed by the
-payment id with txn ids, the same RESTORE; (c) a foreachBatch appending through delta-rs with txn
-ids, which (unlike Spark's writer) does not skip a transaction id the table already holds, so one
-batch appended twice lands twice. Before the damage, a clean run has nothing at warn or above.
+payment id with txn ids, the same RESTORE; and a foreachBatch appending through delta-rs with
+txn ids, which (unlike Spark's writer) does not skip a transaction id the table already holds, so
+one batch appended twice lands twice. Before the damage, a clean run has nothing at warn or above.
 Last, (a) with its checkpoint deleted and restarted past the log's end: the ledger's restart rule
-names the skipped ranges, in this mode as in any.
+names the skipped ranges, in this mode as in any; and (a) killed and restarted. Job (c) (a copy
+with coordinate columns) and (b)'s restarts are in test_user_job_faults.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,83 +27,38 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.attach import attach
-from app.config import AppConfig, load_config
 from app.contracts import vocabulary as vocab
 from app.errors import ConfigError, UsageError
 from app.incidents import repair
 from app.incidents.remedy import ReplayStep
 from app.reconcile.forensics_run import run_forensics
 from app.reconcile.outputs import AuditRun, read_incidents
-from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
-from tests.kafka.processes import wait_for
 from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (
+    JOB,
+    MERGE_APP_ID,
     PARTITIONS,
     PER_TRIGGER,
+    at_least_warn,
+    audit_config,
+    batch_ranges,
     checkpoint_batches,
     kafka,
+    merge_payments,
     payments,
     payments_query,
     produce_payments,
+    reconcile,
+    run_then_kill,
     run_to_end,
+    sink_version_of,
 )
 
 pytestmark = pytest.mark.kafka
 
-JOB = "payments"
 RECORDS = 3 * PER_TRIGGER  # three batches
-MERGE_APP_ID = "payments-upsert"
-KILL_WAIT_S = 180
 APP_ID_SETTING = f"reconcile.sink_app_id_by_job.{JOB}={MERGE_APP_ID}"
-
-
-def audit_config(tmp_path: Path, bootstrap: str, sink: Path, ledger: Path, *extra: str) -> AppConfig:
-    return load_config(
-        "local",
-        overrides=[
-            f"paths.data_dir={tmp_path / 'audit'}",
-            f"kafka.bootstrap_servers={bootstrap}",
-            f"tables.ledger={ledger}",
-            f"tables.sink_by_job.{JOB}={sink}",
-            f"reconcile.jobs=[{JOB}]",
-            f"reconcile.sink_mode_by_job.{JOB}=delta_batches",
-            "reconcile.confirm_gaps=false",
-            *extra,
-        ],
-        environ={},
-    )
-
-
-def reconcile(spark: SparkSession, cfg: AppConfig, run_id: str, since: datetime) -> list[Any]:
-    """One reconciliation of the window since ``since``; its findings, as stored."""
-    run_reconcile(spark, cfg, AuditRun(run_id=run_id, now=datetime.now(UTC), since=since))
-    stored = spark.read.format("delta").load(tables_from_config(cfg).findings)
-    return stored.where(F.col("reconcile_run_id") == run_id).collect()
-
-
-def at_least_warn(found: list[Any]) -> list[tuple[str, str]]:
-    return [(f.finding_type, f.severity) for f in found if vocab.severity_at_least(f.severity, vocab.WARN)]
-
-
-def batch_ranges(checkpoint: Path, topic: str, batch: int) -> dict[int, tuple[int, int]]:
-    """partition -> [start, end) of ``batch``, from the checkpoint's own offset files."""
-    ends = checkpoint_batches(checkpoint)
-    return {
-        p: (ends[batch - 1].get((topic, p), 0) if batch else 0, ends[batch][(topic, p)])
-        for p in range(PARTITIONS)
-    }
-
-
-def sink_version_of(sink: Path, batch: int, app_id: str) -> int:
-    """The sink version whose commit carries ``batch``'s transaction id, read as a user would."""
-    log = sorted((sink / "_delta_log").glob("*.json"))
-    for path in log:
-        for line in path.read_text().splitlines():
-            txn = json.loads(line).get("txn")
-            if txn and (txn["appId"], txn["version"]) == (app_id, batch):
-                return int(path.stem)
-    raise AssertionError(f"no commit of batch {batch}")
 
 
 def restore(spark: SparkSession, sink: Path, version: int) -> None:
@@ -191,27 +143,6 @@ def test_spark_delta_sink_clean_then_a_restore_names_the_lost_batch(
     # The plan is for the user's job to carry out: repair writes coordinates sinks only (exit 2).
     with pytest.raises(UsageError, match=f"coordinates sinks only.*reconcile.sink_mode_by_job.{JOB}"):
         repair.execute(spark, cfg, incident, str(sink), lambda: bootstrap)
-
-
-def merge_payments(sink: Path, app_id: str) -> Callable[[DataFrame, int], None]:
-    """The user's foreachBatch: an upsert keyed by the payment id, made idempotent with txn ids
-    (Delta's session settings for a MERGE)."""
-
-    def upsert(batch: DataFrame, batch_id: int) -> None:
-        session = batch.sparkSession
-        session.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-        session.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
-        try:
-            batch.createOrReplaceTempView("incoming")
-            session.sql(
-                f"MERGE INTO delta.`{sink}` t USING incoming s ON t.id = s.id "
-                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
-            )
-        finally:
-            session.conf.unset("spark.databricks.delta.write.txnAppId")
-            session.conf.unset("spark.databricks.delta.write.txnVersion")
-
-    return upsert
 
 
 def test_foreach_batch_merge_clean_then_a_restore_names_the_lost_batch(
@@ -340,20 +271,12 @@ def test_a_driver_killed_mid_run_and_restarted_leaves_nothing_at_warn(
     checkpoint, sink, ledger = tmp_path / "cp", tmp_path / "payments", tmp_path / "ledger"
     since = datetime.now(UTC) - timedelta(minutes=1)
     args = [bootstrap, topic, str(checkpoint), str(sink), str(ledger), JOB, str(tmp_path / "driver")]
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "tests.kafka.user_job_main", *args],
-        start_new_session=True,  # its own process group: the driver and its JVM die together
-    )
-    try:
 
-        def committed() -> int | None:
-            done = [p for p in (checkpoint / "commits").glob("*") if p.name.isdigit()]
-            return len(done) if len(done) >= 2 else None
+    def committed() -> int | None:
+        done = [p for p in (checkpoint / "commits").glob("*") if p.name.isdigit()]
+        return len(done) if len(done) >= 2 else None
 
-        wait_for(committed, KILL_WAIT_S, "two batches of the driver to complete", step_s=0.2)
-    finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait(KILL_WAIT_S)
+    run_then_kill(args, committed, "two batches of the driver to complete")
     assert len(checkpoint_batches(checkpoint)) < 6  # killed before it read everything
 
     run_attached(
