@@ -54,6 +54,11 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
             f"  UNEXPECTED {row['severity']} {row['finding_type']} partition {row['partition']} "
             f"[{row['offset_start']}, {row['offset_end']}) {row['evidence']}"
         )
+    lines.append("completeness per window (the dashboard's heatmap): where the records were lost")
+    for (job, partition), windows in sorted(outcome.lost_by_window.items()):
+        where = ", ".join(f"{n} in {start:%H:%M}" for start, n in sorted(windows.items()))
+        lines.append(f"  {job} partition {partition}: {where} (UTC window starts)")
+    lines.extend(f"  WRONG {error}" for error in outcome.completeness_errors)
     reported = [
         i
         for step in (outcome.nightly.steps if outcome.nightly else [])
@@ -73,6 +78,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         "reported_incidents": reported,
         "missing": [e.__dict__ for e in outcome.missing],
         "unexpected": outcome.unexpected,
+        "completeness_errors": outcome.completeness_errors,
         "report": outcome.nightly.report if outcome.nightly else None,
         "screenshot": outcome.nightly.screenshot if outcome.nightly else None,
     }

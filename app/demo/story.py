@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,10 @@ USER_JOB = "payments"
 USER_GROUP = "payments-app"
 USER_BATCHES = 3  # the job reads them in one availableNow run; the last one is lost to the restore
 USER_INCIDENT = "user job's sink restored"
+
+
+DEMO_WINDOW_MINUTES = 1
+NEVER = datetime.min.replace(tzinfo=UTC)  # a span not yet seen: no window overlaps it
 
 
 def user_job_dir(data_dir: Path) -> Path:
@@ -110,10 +115,14 @@ class DemoOutcome:
     missing: list[ExpectedFinding] = field(default_factory=list)
     unexpected: list[dict[str, Any]] = field(default_factory=list)
     incidents: list[str] = field(default_factory=list)
+    # Where the completeness table put each job's lost records, and whether that is where they were
+    # injected: (job, partition) -> {window start: records lost}.
+    lost_by_window: dict[tuple[str, int], dict[datetime, int]] = field(default_factory=dict)
+    completeness_errors: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.missing and not self.unexpected
+        return not self.missing and not self.unexpected and not self.completeness_errors
 
 
 def demo_overrides(data_dir: Path, scale: DemoScale) -> list[str]:
@@ -127,6 +136,9 @@ def demo_overrides(data_dir: Path, scale: DemoScale) -> list[str]:
         "stream.trigger_interval=1 second",
         f"stream.max_offsets_per_trigger={scale.per_trigger}",
         "stream.startup_mode=earliest",
+        # One-minute windows: the demo's few minutes span several, so the heatmap shows the loss in
+        # its own windows and the others complete.
+        f"completeness.window_minutes={DEMO_WINDOW_MINUTES}",
         f"ingest.groups=[{GROUP},{USER_GROUP}]",
         f"reconcile.jobs=[{JOB},{USER_JOB}]",
         # The user's job writes no coordinate columns: its sink is judged by its Delta log.
@@ -188,6 +200,8 @@ class Demo:
         self._threads: list[_JobThread] = []  # every job started, stopped at the end whatever happens
         self._admin: tuple[str, AdminClient] | None = None  # (bootstrap, client), see admin()
         self.skipped = (0, 0)  # offsets produced while the job was down before its 'latest' restart
+        self.skipped_at = (NEVER, NEVER)  # the wall-clock span those records were produced in
+        self.user_lost_at = (NEVER, NEVER)  # the span the user job's records were produced in
         self.duplicated = (0, 0)  # offsets of partition 1 the second writer appended again
 
     # --- plumbing --------------------------------------------------------------------------------
@@ -443,7 +457,9 @@ class Demo:
         self.outcome.incidents.append("manual offset reset")
 
     def restart_latest(self) -> None:
+        before = datetime.now(UTC)
         self.skipped = self.produce(self.scale.downtime_per_partition)
+        self.skipped_at = (before, datetime.now(UTC))  # their CreateTime lies in this span
         shutil.rmtree(Path(f"{self.data_dir}/checkpoints/{JOB}"))
         self.say(
             f"  {self.scale.downtime_per_partition * PARTITIONS} records arrived while the job was down; "
@@ -480,7 +496,9 @@ class Demo:
         the ledger and the group's commits, and no longer in the sink."""
         create = partial(self._create_topic, USER_TOPIC, user_job.PARTITIONS)
         retry_kafka(create, f"creating {USER_TOPIC}", 30)
+        before = datetime.now(UTC)
         user_job.produce_payments(self.bootstrap, USER_TOPIC, USER_BATCHES * user_job.PER_TRIGGER)
+        self.user_lost_at = (before, datetime.now(UTC))
         where = user_job_dir(self.data_dir)
         sink = where / "sink"
         query_id = user_job.run_payments(
@@ -571,6 +589,52 @@ class Demo:
         self.outcome.unexpected = [
             r for r in shown if r["severity"] in WARN_OR_ABOVE and not any(e.matches(r) for e in expected)
         ]
+        self.compare_completeness()
+
+    def compare_completeness(self) -> None:
+        """The completeness table holds each injected loss in the windows its records were produced
+        in, and no loss anywhere else."""
+        path = tables_from_config(self.cfg).completeness
+        lossy = facade.load(self.spark, path).where(F.col("lost") > 0)
+        # Epoch seconds, not a collected timestamp: those come back naive, in the driver's zone.
+        rows = lossy.select("job_name", "partition", F.col("window_start").cast("long").alias("at"), "lost")
+        lost: dict[tuple[str, int], dict[datetime, int]] = {}
+        for r in rows.collect():
+            at = datetime.fromtimestamp(r["at"], UTC)
+            lost.setdefault((r["job_name"], r["partition"]), {})[at] = r["lost"]
+        self.outcome.lost_by_window = lost
+        lo, hi = self.skipped
+        injected = {(JOB, p): (hi - lo, self.skipped_at) for p in range(PARTITIONS)}
+        for p, (start, end) in self.user_lost_batch().items():
+            injected[(USER_JOB, p)] = (end - start, self.user_lost_at)
+        self.outcome.completeness_errors = completeness_errors(lost, injected, DEMO_WINDOW_MINUTES)
+
+
+def completeness_errors(
+    lost: Mapping[tuple[str, int], Mapping[datetime, int]],
+    injected: Mapping[tuple[str, int], tuple[int, tuple[datetime, datetime]]],
+    window_minutes: int,
+) -> list[str]:
+    """What the completeness table says about the losses that differs from what was injected: per
+    (job, partition), the records lost over all windows, and each lossy window overlapping the span
+    in which the lost records were produced. A loss where none was injected is an error too."""
+    width = timedelta(minutes=window_minutes)
+    errors = []
+    for key, windows in sorted(lost.items()):
+        if key not in injected:
+            errors.append(f"{key[0]} partition {key[1]}: {sum(windows.values())} records lost, none injected")
+    for (job, partition), (count, (produced_from, produced_to)) in sorted(injected.items()):
+        windows = lost.get((job, partition), {})
+        if sum(windows.values()) != count:
+            errors.append(
+                f"{job} partition {partition}: {sum(windows.values())} records lost, {count} injected"
+            )
+        for start in windows:
+            if start + width <= produced_from or start > produced_to:
+                errors.append(
+                    f"{job} partition {partition}: loss in window {start:%H:%M}, outside the injection"
+                )
+    return errors
 
 
 def checkpoint_ends(checkpoint: Path) -> dict[int, dict[TopicPartitionKey, int]]:

@@ -120,15 +120,21 @@ _RED_AT: Final = 0.9
 WINDOW_COUNTS: Final = ("expected", "landed", "lost", "unverifiable", "duplicated", "pending")
 
 
-def completeness_colour(completeness: float | None) -> str:
-    """The heatmap colour of a window's completeness (see ``COMPLETE_COLOUR``)."""
+def completeness_colour(completeness: float | None, lost: int | None = None) -> str:
+    """The heatmap colour of a window's completeness (see ``COMPLETE_COLOUR``). Where the share is
+    unknown (a sink without coordinates) but records are known lost (a batch with no sink commit),
+    the window is red: the loss is a fact even where the share is not."""
     if completeness is None:
-        return UNKNOWN_COLOUR
+        return _hex(_RED) if lost else UNKNOWN_COLOUR
     if completeness >= 1.0:
         return COMPLETE_COLOUR
     # 1.0 (exclusive) .. _RED_AT: amber to red, linearly; below it red.
     t = min(1.0, max(0.0, (1.0 - completeness) / (1.0 - _RED_AT)))
-    r, g, b = (round(a + (z - a) * t) for a, z in zip(_AMBER, _RED, strict=True))
+    return _hex(tuple(round(a + (z - a) * t) for a, z in zip(_AMBER, _RED, strict=True)))
+
+
+def _hex(rgb: Sequence[int]) -> str:
+    r, g, b = rgb
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
@@ -156,7 +162,9 @@ def window_cells(windows: Iterable[Row]) -> list[dict[str, Any]]:
             "latency_p95_ms": _optional_int(w.get("latency_p95_ms")),
             # What a sink without coordinates knows: offsets of batches that reached it.
             "offsets_in_sink_batches": _optional_int(w.get("offsets_in_sink_batches")),
-            "colour": completeness_colour(None if completeness is None else float(completeness)),
+            "colour": completeness_colour(
+                None if completeness is None else float(completeness), _optional_int(w.get("lost"))
+            ),
         }
         cell.update({c: _optional_int(w.get(c)) for c in WINDOW_COUNTS})
         out.append(cell)

@@ -89,6 +89,14 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
     nightly_run_id = nightly_line.split()[1]
     steps = [line.split()[:2] for line in lines if re.match(r"^  (ok|--|!!) ", line)]
     assert steps == [["ok", step] for step in NIGHTLY_STEPS]
+    # The completeness table puts each injected loss in the windows its records were produced in
+    # (the demo checks the windows against the wall-clock span of the injection; WRONG otherwise).
+    assert not [line for line in lines if line.startswith("  WRONG ")], output
+    heading = lines.index("completeness per window (the dashboard's heatmap): where the records were lost")
+    lossy = [line for line in lines[heading + 1 :] if re.match(r"^  (orders-audit|payments) partition", line)]
+    assert len(lossy) == 3 + 2, output  # the reference job's three partitions, the user job's two
+    for line in lossy[:3]:
+        assert sum(int(n) for n in re.findall(r"(\d+) in \d\d:\d\d", line)) == scale.downtime_per_partition
 
     # The findings behind the verdict, read back from the demo's tables.
     demo = Demo(load_config("local", [f"paths.data_dir={tmp_path}"], environ={}), spark, scale)

@@ -123,6 +123,9 @@ def test_completeness_colour_is_green_only_when_complete_amber_to_red_with_loss_
     assert rp.completeness_colour(0.95) == "#d27326"  # about halfway to red
     assert rp.completeness_colour(0.9) == rp.completeness_colour(0.0) == "#b3261e"
     assert len({rp.completeness_colour(c) for c in (1.0, 0.99, 0.95, 0.5, None)}) == 5
+    # A sink without coordinates: the share is unknown, a lost batch's records are not.
+    assert rp.completeness_colour(None, lost=20) == rp.completeness_colour(0.0)
+    assert rp.completeness_colour(None, lost=0) == rp.UNKNOWN_COLOUR
 
 
 def test_window_cells_keep_unknown_counts_null_and_order_partitions_then_windows() -> None:
