@@ -20,7 +20,6 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from app.completeness.compute import CompletenessPass, completeness_rows, store_completeness
 from app.config import AppConfig, ReconcileConfig
 from app.contracts.instants import instant
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
@@ -47,6 +46,7 @@ from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile import ledger_audit as la
 from app.reconcile import sink_batches as sb
+from app.reconcile.completeness import CompletenessPass, completeness_rows, store_completeness
 from app.reconcile.findings import Finding
 from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
 from app.reconcile.outputs import (

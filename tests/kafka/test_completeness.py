@@ -21,7 +21,6 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
-from app.completeness.windows import window_of
 from app.config import AppConfig, CompletenessConfig, KafkaConfig
 from app.contracts.offsets import EventSource, LedgerEvent
 from app.contracts.tables import LEDGER_SCHEMA, SINK_SCHEMA
@@ -29,6 +28,7 @@ from app.contracts.vocabulary import SINK_DELTA_BATCHES
 from app.kafka.clients import plain_conf
 from app.kafka.gaps import kafka_gap_confirmer
 from app.kafka.times import KafkaTimes
+from app.reconcile.completeness_windows import window_of
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config

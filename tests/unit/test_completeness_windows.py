@@ -1,6 +1,7 @@
-"""Completeness per window, the pure rules (app.completeness.windows, app.completeness.sink_stats):
-windows aligned to the epoch, which windows a run computes, bounds from the broker or the sink,
-missing offsets, verdicts, counts, finality and what the sink holds of each window."""
+"""Completeness per window, the pure rules (app.reconcile.completeness_windows,
+app.reconcile.completeness_stats): windows aligned to the epoch, which windows a run computes,
+bounds from the broker or the sink, missing offsets, verdicts, counts, finality and what the sink
+holds of each window."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pytest
 
-from app.completeness import windows as cw
-from app.completeness.sink_stats import ROWS_SCHEMA, StatsPlan, window_stats
 from app.config import CompletenessConfig
 from app.errors import ConfigError
+from app.reconcile import completeness_windows as cw
+from app.reconcile.completeness_stats import ROWS_SCHEMA, StatsPlan, window_stats
 
 pytestmark = pytest.mark.unit
 

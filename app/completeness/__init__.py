@@ -1,1 +1,0 @@
-"""Completeness per job, topic, partition and event-time window (README "Completeness")."""
