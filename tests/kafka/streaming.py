@@ -106,3 +106,26 @@ def last_completed_offsets(ledger: DataFrame, run_id: str | None = None) -> tupl
     assert last[0] is not None, "no completed checkpoint in the ledger"
     rows = done.where(F.col("checkpoint_id") == last[0]).select("partition", "offset").collect()
     return int(last[0]), {r.partition: r.offset for r in rows}
+
+
+TRANSACTIONS = 20  # every other one aborted
+
+
+def produce_transactions(bootstrap: str, topic: str, unique: str) -> list[int]:
+    """20 transactions of 2 records each, every odd one aborted; returns the committed data offsets.
+
+    Transaction j holds offsets 3j and 3j+1 and its marker 3j+2."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{unique}"})
+    producer.init_transactions(30)
+    committed = []
+    for j in range(TRANSACTIONS):
+        producer.begin_transaction()
+        for i in range(2):
+            producer.produce(topic, value=f"t{j}-{i}".encode(), partition=0)
+        if j % 2 == 0:
+            producer.commit_transaction(30)
+            committed += [3 * j, 3 * j + 1]
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+    return committed

@@ -8,39 +8,17 @@ import json
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.config import AppConfig, KafkaConfig
 from app.kafka.gaps import kafka_gap_confirmer
+from tests.kafka.streaming import TRANSACTIONS, produce_transactions
 from tests.spark.tables import checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
-
-TRANSACTIONS = 20  # every other one aborted
-
-
-def produce_transactions(bootstrap: str, topic: str, unique: str) -> list[int]:
-    """20 transactions of 2 records each, every odd one aborted; returns the committed data offsets.
-
-    Transaction j holds offsets 3j and 3j+1 and its marker 3j+2."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{unique}"})
-    producer.init_transactions(30)
-    committed = []
-    for j in range(TRANSACTIONS):
-        producer.begin_transaction()
-        for i in range(2):
-            producer.produce(topic, value=f"t{j}-{i}".encode(), partition=0)
-        if j % 2 == 0:
-            producer.commit_transaction(30)
-            committed += [3 * j, 3 * j + 1]
-        else:
-            producer.flush(30)
-            producer.abort_transaction(30)
-    return committed
 
 
 def test_markers_and_aborted_records_are_one_benign_gap_per_partition(

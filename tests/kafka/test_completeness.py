@@ -32,6 +32,7 @@ from app.reconcile.completeness_windows import window_of
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
+from tests.kafka.streaming import produce_transactions
 from tests.spark.test_reconcile import config_for, read, save
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -243,19 +244,7 @@ def test_aborted_records_and_markers_are_not_expected(
     20 aborted ones and 20 markers. Produced now (a marker is stamped with the broker's time)."""
     topic = f"completeness-tx-{datetime.now(UTC):%H%M%S%f}"
     create_topic(bootstrap, topic)
-    producer = Producer(plain_conf(bootstrap, **{"transactional.id": f"tx-{topic}"}))
-    producer.init_transactions(30)
-    committed = []
-    for j in range(20):
-        producer.begin_transaction()
-        for i in range(2):
-            producer.produce(topic, value=f"t{j}-{i}".encode(), partition=0)
-        if j % 2 == 0:
-            producer.commit_transaction(30)
-            committed += [3 * j, 3 * j + 1]
-        else:
-            producer.flush(30)
-            producer.abort_transaction(30)
+    committed = produce_transactions(bootstrap, topic, topic)
     started = datetime.now(UTC)
     cfg = config_for(app_config, tmp_path)
     write_inputs(
