@@ -343,7 +343,7 @@ def _delta_batch_findings(p: _Pass, job: str) -> list[Finding]:
         # A running job commits a batch to the sink before its checkpoint completes.
         for b in batches:
             in_flight[b.app_id] = max(in_flight.get(b.app_id, 0), b.batch_id + 1)
-    return sb.batch_findings(batches, log_, window, in_flight, timedelta(seconds=r.clock_skew_s))
+    return sb.batch_findings(batches, log_, window, in_flight)
 
 
 def _queries(

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Final
 
 from app.contracts.vocabulary import (
@@ -172,19 +172,20 @@ def _per_partition(
 
 @dataclass(frozen=True)
 class _Owners:
-    """Which query of a shared app id made a commit: the one that started last at or before it
-    (``skew``: the tolerated clock difference between the ledger's and the sink's writers)."""
+    """Which query of a shared app id made a commit: the one that started last at or before it, and
+    the earliest one for a commit older than all (a run attached after its query's first batches).
+    No clock tolerance: a query's start and its sink commits are both stamped by the job's driver,
+    and a new query may start within seconds of the old one's last commit."""
 
     starts: Mapping[str, Sequence[datetime]]  # app id -> its queries' first starts, ascending
-    skew: timedelta
 
     @classmethod
-    def of(cls, batches: Sequence[CompletedBatch], skew: timedelta) -> _Owners:
+    def of(cls, batches: Sequence[CompletedBatch]) -> _Owners:
         starts: dict[str, set[datetime]] = defaultdict(set)
         for b in batches:
             if b.query_started_at is not None:
                 starts[b.app_id].add(b.query_started_at)
-        return cls({app: sorted(s) for app, s in starts.items()}, skew)
+        return cls({app: sorted(s) for app, s in starts.items()})
 
     def split(
         self, batch: CompletedBatch, commits: Sequence[SinkCommit]
@@ -194,13 +195,14 @@ class _Owners:
         mine = batch.query_started_at
         if mine is None:
             return list(commits), []
+        starts = self.starts[batch.app_id]
         own, earlier = [], []
         for c in commits:
             if c.timestamp is None:
                 own.append(c)  # undated: cannot be told apart, so not called someone else's
                 continue
-            owner = max((s for s in self.starts[batch.app_id] if s - self.skew <= c.timestamp), default=None)
-            if owner is None or owner < mine:
+            owner = max((s for s in starts if s <= c.timestamp), default=starts[0])
+            if owner < mine:
                 earlier.append(c)
             elif owner == mine:
                 own.append(c)
@@ -224,17 +226,15 @@ def batch_findings(
     log: SinkLog,
     window: AuditWindow,
     in_flight: Mapping[str, int] | None = None,
-    skew: timedelta = timedelta(0),
 ) -> list[Finding]:
     """BATCH_NOT_IN_SINK and BATCH_WRITTEN_TWICE for the batches completed in ``window``, and
     SINK_COMMIT_UNEXPLAINED for the window's commits of their app ids that no completed batch
     explains. ``batches`` may reach before the window (they explain older commits);
-    ``in_flight``: app id -> the batch a running job may have committed but not yet completed;
-    ``skew``: how far the sink's commit times may run behind the ledger's clock."""
+    ``in_flight``: app id -> the batch a running job may have committed but not yet completed."""
     undone = undone_versions(log.commits)
     every = commits_by_txn(log.commits)
     live = {k: [c for c in v if c.version not in undone] for k, v in every.items()}
-    owners = _Owners.of(batches, skew)
+    owners = _Owners.of(batches)
     log_from = log.starts_at
     out: list[Finding] = []
     for batch in batches:

@@ -246,15 +246,20 @@ def test_each_query_writing_a_batch_id_once_is_not_written_twice() -> None:
     assert batch_findings(batches, log, WINDOW) == []
 
 
-def test_a_commit_within_the_clock_skew_of_its_query_start_is_its_own() -> None:
-    batches = [of_query(0, 0, 5, "A", at(0), 5), of_query(0, 40, 46, "B", at(100), 110)]
-    log = SinkLog((fixed(0, 0, 2), fixed(1, 0, 98)), 0)
-    # Without the tolerance, version 1 (2s before B started) would be A's second write of batch 0.
-    assert kinds(batch_findings(batches, log, WINDOW)) == [
-        ("BATCH_NOT_IN_SINK", 0, "confirmed"),
-        ("BATCH_WRITTEN_TWICE", 0, "confirmed"),
-    ]
-    assert batch_findings(batches, log, WINDOW, skew=timedelta(seconds=5)) == []
+def test_a_new_query_started_seconds_after_the_old_ones_last_commit_leaves_that_commit_the_old_ones() -> None:
+    batches = [of_query(0, 0, 5, "A", at(0), 99), of_query(0, 40, 46, "B", at(100), 110)]
+    log = SinkLog((fixed(0, 0, 98),), 0)
+    [lost] = batch_findings(batches, log, WINDOW)
+    assert (lost.finding_type, lost.run_id, lost.evidence["earlier_query_versions"]) == (
+        "BATCH_NOT_IN_SINK",
+        "run-B",
+        [0],
+    )
+
+
+def test_a_commit_older_than_every_query_of_its_app_id_is_the_first_ones() -> None:
+    # A run attached after its query's first batch: the ledger's start is later than that commit.
+    assert batch_findings([of_query(0, 0, 5, "A", at(30), 35)], SinkLog((fixed(0, 0, 2),), 0), WINDOW) == []
 
 
 def test_spark_s_own_sink_is_unaffected_by_when_its_query_started() -> None:
