@@ -177,6 +177,11 @@ class LedgerAudit:
         )
         return {(r["job_name"], r["run_id"]): r["value"] for r in rows if r["value"] is not None}
 
+    def run_starts(self) -> dict[tuple[str, str], datetime]:
+        """(job, run) -> when the run started (its first RUN_STARTED)."""
+        rows = aware_rows(self.rows("SELECT job_name, run_id, started_at FROM runs"))
+        return {(r["job_name"], r["run_id"]): r["started_at"] for r in rows if r["started_at"] is not None}
+
     def restored_offsets(self) -> dict[tuple[str, str, str, int], int]:
         """(job, run, topic, partition) -> the offset the run started from (OFFSETS_RESTORED)."""
         rows = self.rows(

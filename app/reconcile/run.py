@@ -337,13 +337,28 @@ def _delta_batch_findings(p: _Pass, job: str) -> list[Finding]:
             job,
         )
     restored = {(run, t, part): o for (j, run, t, part), o in p.audit.restored_offsets().items() if j == job}
-    batches = sb.batches_of(checkpoints, app_ids, restored)
+    batches = sb.batches_of(checkpoints, app_ids, restored, _queries(job, query_ids, p.audit.run_starts()))
     in_flight: dict[str, int] = {}
     if job in p.audit.active_runs():
         # A running job commits a batch to the sink before its checkpoint completes.
         for b in batches:
             in_flight[b.app_id] = max(in_flight.get(b.app_id, 0), b.batch_id + 1)
     return sb.batch_findings(batches, log_, window, in_flight)
+
+
+def _queries(
+    job: str, query_ids: Mapping[tuple[str, str], str], starts: Mapping[tuple[str, str], datetime]
+) -> dict[str, tuple[str, datetime | None]]:
+    """``job``'s runs -> their query's id and when that query first started: the earliest start of
+    all its runs (a restart after a crash continues the query, and the dead run's sink commits
+    predate the new run's start)."""
+    runs = {run: q for (j, run), q in query_ids.items() if j == job}
+    first: dict[str, datetime] = {}
+    for run, q in runs.items():
+        started = starts.get((job, run))
+        if started is not None and (q not in first or started < first[q]):
+            first[q] = started
+    return {run: (q, first.get(q)) for run, q in runs.items()}
 
 
 def _with_copy_dates(audit: la.LedgerAudit, found: Sequence[Finding]) -> list[Finding]:

@@ -5,13 +5,16 @@ Pure: the ledger's completed batches (``batches_of``) and the sink's commits
 (``app.storage.delta_log``) come in, typed ``Finding``s go out.
 
 - BATCH_NOT_IN_SINK (critical): a completed batch with no commit of its (app id, batch id) in the
-  sink, or whose only commits with data a RESTORE took back. Spark's Delta sink and a MERGE with
+  sink made by its own query, or whose only commits with data a RESTORE took back. A ``foreachBatch``
+  whose fixed txn app id outlives its checkpoint starts a new query at batch 0 again: Delta skips
+  its writes as already applied, and the commits of those batch ids are the earlier query's (made
+  before the new query first started), not its output. Spark's Delta sink and a MERGE with
   txn ids commit an empty batch too (an empty commit carrying the txn), so a missing commit is a
   lost one. Beyond log retention the commit files are gone: a batch older than the oldest commit
   file left is ``unverifiable`` (error), never "lost".
-- BATCH_WRITTEN_TWICE (error): one (app id, batch id) in two or more commits that added rows and
-  are still in the table. Rows cannot be tied to offsets in this mode: the batch's offsets were
-  processed twice; whether rows doubled depends on the writer.
+- BATCH_WRITTEN_TWICE (error): one (app id, batch id) in two or more commits that added rows, are
+  still in the table and were made by the batch's own query. Rows cannot be tied to offsets in this
+  mode: the batch's offsets were processed twice; whether rows doubled depends on the writer.
 - SINK_COMMIT_UNEXPLAINED (warn): a commit in the window carrying one of the job's app ids whose
   version no completed checkpoint of that app id explains (a batch that never completed, another
   writer reusing the id). A batch of a running job whose completion is still in flight is not one.
@@ -62,7 +65,11 @@ class BatchRange:
 
 @dataclass(frozen=True)
 class CompletedBatch:
-    """A checkpoint the ledger says completed, under the txn app id its sink commit must carry."""
+    """A checkpoint the ledger says completed, under the txn app id its sink commit must carry.
+
+    ``query_started_at``: when its query (every run of one checkpoint) first started, where the app
+    id is shared by queries (a fixed ``txnAppId``): the sink commits older than that are an earlier
+    query's. None for Spark's own sink (app id = query id): every commit of the id is the query's."""
 
     job_name: str
     group_id: str | None
@@ -71,36 +78,44 @@ class CompletedBatch:
     batch_id: int
     completed_at: datetime
     ranges: tuple[BatchRange, ...]
+    query_id: str | None = None
+    query_started_at: datetime | None = None
 
 
 def batches_of(
     checkpoints: Iterable[Mapping[str, Any]],
     app_ids: Mapping[str, str],
     restored: Mapping[tuple[str, str, int], int],
+    queries: Mapping[str, tuple[str, datetime | None]] | None = None,
 ) -> list[CompletedBatch]:
     """One job's completed batches, each once (its first completion), with their offset ranges.
 
     ``checkpoints``: the ledger's completed checkpoints per partition (``LedgerAudit.checkpoints``
     columns); ``app_ids``: run id -> the txn app id its batches commit under (runs without one are
     left out: nothing in the sink can be tied to them); ``restored``: (run id, topic, partition) ->
-    the offset the run started from."""
-    by_batch: dict[tuple[str, int], list[Mapping[str, Any]]] = defaultdict(list)
+    the offset the run started from; ``queries``: run id -> its query's id and when that query
+    first started (None: unknown). Batches of one id in two queries (a new checkpoint under the same
+    app id) are two batches."""
+    queries = queries or {}
+    by_batch: dict[tuple[str, str, int], list[Mapping[str, Any]]] = defaultdict(list)
     for row in checkpoints:
         app_id = app_ids.get(str(row["run_id"]))
         if app_id is not None and row["offset"] is not None:
-            by_batch[(app_id, int(row["checkpoint_id"]))].append(row)
+            query = queries.get(str(row["run_id"]), ("", None))[0]
+            by_batch[(app_id, query, int(row["checkpoint_id"]))].append(row)
     out: list[CompletedBatch] = []
-    previous: dict[tuple[str, str, int], int] = {}  # (app id, topic, partition) -> last end
-    for app_id, batch_id in sorted(by_batch):
-        rows = by_batch[(app_id, batch_id)]
+    previous: dict[tuple[str, str, str, int], int] = {}  # (app id, query, topic, partition) -> last end
+    for app_id, query, batch_id in sorted(by_batch):
+        rows = by_batch[(app_id, query, batch_id)]
         first = min(rows, key=lambda r: (r["completed_at"], str(r["run_id"])))
         mine = [r for r in rows if r["run_id"] == first["run_id"]]
         ranges = []
         for r in sorted(mine, key=lambda r: (str(r["topic"]), int(r["partition"]))):
-            key = (app_id, str(r["topic"]), int(r["partition"]))
-            start = previous.get(key, restored.get((str(first["run_id"]), key[1], key[2])))
-            ranges.append(BatchRange(key[1], key[2], start, int(r["offset"])))
+            key = (app_id, query, str(r["topic"]), int(r["partition"]))
+            start = previous.get(key, restored.get((str(first["run_id"]), key[2], key[3])))
+            ranges.append(BatchRange(key[2], key[3], start, int(r["offset"])))
             previous[key] = int(r["offset"])
+        started = queries.get(str(first["run_id"]), ("", None))[1]
         out.append(
             CompletedBatch(
                 job_name=str(first["job_name"]),
@@ -110,6 +125,9 @@ def batches_of(
                 batch_id=batch_id,
                 completed_at=first["completed_at"],
                 ranges=tuple(ranges),
+                query_id=query or None,
+                # Spark's own sink names the query itself: no other query's commit carries its id.
+                query_started_at=None if query in ("", app_id) else started,
             )
         )
     return out
@@ -152,13 +170,52 @@ def _per_partition(
     ]
 
 
+@dataclass(frozen=True)
+class _Owners:
+    """Which query of a shared app id made a commit: the one that started last at or before it, and
+    the earliest one for a commit older than all (a run attached after its query's first batches).
+    No clock tolerance: a query's start and its sink commits are both stamped by the job's driver,
+    and a new query may start within seconds of the old one's last commit."""
+
+    starts: Mapping[str, Sequence[datetime]]  # app id -> its queries' first starts, ascending
+
+    @classmethod
+    def of(cls, batches: Sequence[CompletedBatch]) -> _Owners:
+        starts: dict[str, set[datetime]] = defaultdict(set)
+        for b in batches:
+            if b.query_started_at is not None:
+                starts[b.app_id].add(b.query_started_at)
+        return cls({app: sorted(s) for app, s in starts.items()})
+
+    def split(
+        self, batch: CompletedBatch, commits: Sequence[SinkCommit]
+    ) -> tuple[list[SinkCommit], list[SinkCommit]]:
+        """``commits`` of the batch's (app id, batch id) split into its own query's and an earlier
+        query's; a later query's are neither (they are that query's batch)."""
+        mine = batch.query_started_at
+        if mine is None:
+            return list(commits), []
+        starts = self.starts[batch.app_id]
+        own, earlier = [], []
+        for c in commits:
+            if c.timestamp is None:
+                own.append(c)  # undated: cannot be told apart, so not called someone else's
+                continue
+            owner = max((s for s in starts if s <= c.timestamp), default=starts[0])
+            if owner < mine:
+                earlier.append(c)
+            elif owner == mine:
+                own.append(c)
+        return own, earlier
+
+
 def _neighbours(
-    batch: CompletedBatch, live: Mapping[tuple[str, int], Sequence[SinkCommit]]
+    batch: CompletedBatch, live: Mapping[tuple[str, int], Sequence[SinkCommit]], owners: _Owners
 ) -> dict[str, int | None]:
     """The sink versions of the batches before and after it, to find it between them."""
 
     def version(batch_id: int) -> int | None:
-        commits = live.get((batch.app_id, batch_id), ())
+        commits = owners.split(batch, live.get((batch.app_id, batch_id), ()))[0]
         return commits[0].version if commits else None
 
     return {"previous_batch": version(batch.batch_id - 1), "next_batch": version(batch.batch_id + 1)}
@@ -177,14 +234,16 @@ def batch_findings(
     undone = undone_versions(log.commits)
     every = commits_by_txn(log.commits)
     live = {k: [c for c in v if c.version not in undone] for k, v in every.items()}
+    owners = _Owners.of(batches)
     log_from = log.starts_at
     out: list[Finding] = []
     for batch in batches:
         if not _in_window(batch.completed_at, window):
             continue
         key = (batch.app_id, batch.batch_id)
-        kept, taken = live.get(key, []), [c for c in every.get(key, []) if c.version in undone]
-        around = _neighbours(batch, live)
+        mine, earlier = owners.split(batch, every.get(key, []))
+        kept, taken = [c for c in mine if c.version not in undone], [c for c in mine if c.version in undone]
+        around = _neighbours(batch, live, owners)
         with_rows = [c for c in kept if c.rows_added]
         if len(with_rows) > 1:
             evidence = {
@@ -196,7 +255,7 @@ def batch_findings(
                 "completed_at": batch.completed_at,
             }
             out += _per_partition(BATCH_WRITTEN_TWICE, ERROR, CONFIRMED, batch, evidence)
-        if output_kept(every.get(key, []), undone):
+        if output_kept(mine, undone):
             continue  # in the table, or an empty batch a RESTORE took back: nothing was lost
         evidence = {
             "app_id": batch.app_id,
@@ -204,11 +263,19 @@ def batch_findings(
             "completed_at": batch.completed_at,
             **around,
         }
+        if earlier:
+            evidence["query_id"] = batch.query_id
+            evidence["query_started_at"] = batch.query_started_at
+            evidence["earlier_query_versions"] = [c.version for c in earlier]
+            evidence["meaning"] = (
+                "the sink holds this batch id only from an earlier query under the same txn app id: "
+                "Delta skipped this query's write as already applied"
+            )
         if taken:
             evidence["sink_versions"] = [c.version for c in taken]
             evidence["removed_by_restore"] = sorted({undone[c.version] for c in taken})
             out += _per_partition(BATCH_NOT_IN_SINK, CRITICAL, CONFIRMED, batch, evidence)
-        elif log_from is not None and batch.completed_at < log_from:
+        elif not earlier and log_from is not None and batch.completed_at < log_from:
             evidence["log_starts_at"] = log_from
             evidence["meaning"] = "the sink's commit files of this time were cleaned (log retention)"
             out += _per_partition(BATCH_NOT_IN_SINK, ERROR, UNVERIFIABLE, batch, evidence)

@@ -12,7 +12,9 @@ start and the audit's passes are paid once per job:
     to before the new query's last batch (GAP over exactly that batch's offsets) and the old
     query's last batch appended a second time (DUPLICATE over exactly its offsets);
 (b) a foreachBatch MERGE with txn ids, in `delta_batches` mode: killed and restarted, nothing at
-    warn or above; then its checkpoint deleted and restarted from `latest` (the skipped ranges).
+    warn or above; then its checkpoint deleted and restarted from `latest` under the same txnAppId
+    (RESTART_SKIP over the skipped ranges, and BATCH_NOT_IN_SINK over every batch of the new query:
+    Delta skipped its writes as the old query's batches of the same ids).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pyspark.sql import functions as F
 from app.attach import attach
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import TopicPartitionKey
+from app.reconcile.outputs import read_incidents
 from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (
     COPY_COLUMNS,
@@ -235,6 +238,21 @@ def test_merge_job_killed_and_restarted_then_restarted_from_latest(
 
     after = reconcile(spark, cfg, "rec-latest", since)
     assert found_ranges(after, vocab.RESTART_SKIP) == {tp: (reached[tp], latest[tp]) for tp in latest}
-    # Not asserted: what the second query wrote. Its batch ids start at 0 again under the same
-    # txnAppId, so Delta skips its MERGEs as already applied; the audit maps its batches to the
-    # first query's commits and does not name that loss yet.
+    # The second query's batch ids start at 0 again under the same txnAppId: Delta skipped its
+    # MERGEs as already applied (the first query's batches of those ids), so its output is lost.
+    renewed = checkpoint_batches(checkpoint)
+    assert max(renewed) <= max(batches)  # every batch id of the new query is one the old one wrote
+    lost = {
+        (b, tp): (renewed[b - 1][tp] if b - 1 in renewed else latest[tp], end)
+        for b in renewed
+        for tp, end in renewed[b].items()
+    }
+    lost = {key: span for key, span in lost.items() if span[1] > span[0]}
+    assert sum(end - start for start, end in lost.values()) == PER_TRIGGER
+    named = [f for f in after if f.finding_type == vocab.BATCH_NOT_IN_SINK]
+    assert {(f.checkpoint_id, (f.topic, f.partition)): (f.offset_start, f.offset_end) for f in named} == lost
+    assert {(f.severity, f.status) for f in named} == {(vocab.CRITICAL, vocab.CONFIRMED)}
+    assert vocab.BATCH_WRITTEN_TWICE not in {f.finding_type for f in after}
+    incidents = [i for i in read_incidents(spark, cfg) if i.kind == vocab.INCIDENT_LOST_BATCH]
+    assert sum(i.impact.records_lost or 0 for i in incidents) == PER_TRIGGER
+    assert {i.severity for i in incidents} == {vocab.CRITICAL}

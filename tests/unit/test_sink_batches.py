@@ -187,3 +187,99 @@ def test_ranges_start_where_the_previous_batch_or_the_run_started() -> None:
         (0, "r1", (BatchRange("t", 0, 1, 4),)),
         (1, "r1", (BatchRange("t", 0, 4, 9),)),
     ]
+
+
+# --- a fixed txn app id that outlives its checkpoint ----------------------------------------------
+
+FIXED = "payments-upsert"
+
+
+def of_query(batch_id: int, start: int, end: int, query: str, started: datetime, done: int) -> CompletedBatch:
+    """Batch ``batch_id`` of ``query`` (first started at ``started``) under the fixed app id."""
+    return CompletedBatch(
+        "payments",
+        "g",
+        f"run-{query}",
+        FIXED,
+        batch_id,
+        at(done),
+        (BatchRange("pay", 0, start, end),),
+        query,
+        started,
+    )
+
+
+def fixed(version: int, batch_id: int, seconds: int, rows: int = 10) -> SinkCommit:
+    return SinkCommit(version, at(seconds), "MERGE", ((FIXED, batch_id),), rows)
+
+
+def test_a_new_query_under_an_old_app_id_whose_writes_delta_skipped_is_lost_with_its_offsets() -> None:
+    # Query A wrote batches 0-2; query B (a new checkpoint, same txnAppId) started at 100s and
+    # completed batches 0 and 1, which Delta skipped: the only commits of those ids are A's.
+    old = [of_query(b, b * 5, b * 5 + 5, "A", at(0), b * 10 + 5) for b in range(3)]
+    new = [of_query(0, 40, 46, "B", at(100), 110), of_query(1, 46, 50, "B", at(100), 120)]
+    log = SinkLog((fixed(0, 0, 2), fixed(1, 1, 12), fixed(2, 2, 22)), 0)
+    found = batch_findings([*old, *new], log, WINDOW)
+    assert kinds(found) == [("BATCH_NOT_IN_SINK", 0, "confirmed"), ("BATCH_NOT_IN_SINK", 1, "confirmed")]
+    first = found[0]
+    assert (first.severity, first.run_id, first.offset_start, first.offset_end) == (
+        "critical",
+        "run-B",
+        40,
+        46,
+    )
+    assert (first.evidence["earlier_query_versions"], first.evidence["query_id"]) == ([0], "B")
+    assert "Delta skipped" in first.evidence["meaning"]
+
+
+def test_a_restart_of_the_same_query_keeps_the_commits_its_dead_run_made() -> None:
+    # One query, two runs: its first start (0s) counts, not the restart's (100s).
+    batches = [of_query(b, b * 5, b * 5 + 5, "A", at(0), b * 10 + 5 if b < 2 else 110) for b in range(3)]
+    log = SinkLog((fixed(0, 0, 2), fixed(1, 1, 12), fixed(2, 2, 105)), 0)
+    assert batch_findings(batches, log, WINDOW) == []
+
+
+def test_each_query_writing_a_batch_id_once_is_not_written_twice() -> None:
+    # A writer that does not skip: both queries' batch 0 are in the table, each once.
+    batches = [of_query(0, 0, 5, "A", at(0), 5), of_query(0, 40, 46, "B", at(100), 110)]
+    log = SinkLog((fixed(0, 0, 2), fixed(1, 0, 105)), 0)
+    assert batch_findings(batches, log, WINDOW) == []
+
+
+def test_a_new_query_started_seconds_after_the_old_ones_last_commit_leaves_that_commit_the_old_ones() -> None:
+    batches = [of_query(0, 0, 5, "A", at(0), 99), of_query(0, 40, 46, "B", at(100), 110)]
+    log = SinkLog((fixed(0, 0, 98),), 0)
+    [lost] = batch_findings(batches, log, WINDOW)
+    assert (lost.finding_type, lost.run_id, lost.evidence["earlier_query_versions"]) == (
+        "BATCH_NOT_IN_SINK",
+        "run-B",
+        [0],
+    )
+
+
+def test_a_commit_older_than_every_query_of_its_app_id_is_the_first_ones() -> None:
+    # A run attached after its query's first batch: the ledger's start is later than that commit.
+    assert batch_findings([of_query(0, 0, 5, "A", at(30), 35)], SinkLog((fixed(0, 0, 2),), 0), WINDOW) == []
+
+
+def test_spark_s_own_sink_is_unaffected_by_when_its_query_started() -> None:
+    row = {"job_name": "j", "topic": "t", "partition": 0, "group_id": None}
+    rows = [{**row, "run_id": "r1", "checkpoint_id": 0, "offset": 4, "completed_at": at(200)}]
+    [own] = batches_of(rows, {"r1": APP}, {}, {"r1": (APP, at(100))})
+    assert own.query_started_at is None  # a commit older than the run is still the query's
+    log = SinkLog((commit(0, 0),), 0)
+    assert batch_findings([own], log, WINDOW) == []
+
+
+def test_a_new_query_under_a_fixed_app_id_is_its_own_batches_starting_where_it_restored() -> None:
+    row = {"job_name": "j", "topic": "t", "partition": 0, "group_id": None}
+    rows = [
+        {**row, "run_id": "r1", "checkpoint_id": 0, "offset": 4, "completed_at": at(5)},
+        {**row, "run_id": "r2", "checkpoint_id": 0, "offset": 12, "completed_at": at(105)},
+    ]
+    queries = {"r1": ("qa", at(0)), "r2": ("qb", at(100))}
+    found = batches_of(rows, {"r1": FIXED, "r2": FIXED}, {("r1", "t", 0): 0, ("r2", "t", 0): 9}, queries)
+    assert [(b.batch_id, b.run_id, b.query_id, b.query_started_at, b.ranges) for b in found] == [
+        (0, "r1", "qa", at(0), (BatchRange("t", 0, 0, 4),)),
+        (0, "r2", "qb", at(100), (BatchRange("t", 0, 9, 12),)),
+    ]
