@@ -36,6 +36,7 @@ from app.contracts.vocabulary import (
     BATCH_WRITTEN_TWICE,
     CONFIRMED,
     CRITICAL,
+    DETAIL_QUERY_ID,
     ERROR,
     OPEN,
     SINK_COMMIT_UNEXPLAINED,
@@ -264,7 +265,7 @@ def batch_findings(
             **around,
         }
         if earlier:
-            evidence["query_id"] = batch.query_id
+            evidence[DETAIL_QUERY_ID] = batch.query_id
             evidence["query_started_at"] = batch.query_started_at
             evidence["earlier_query_versions"] = [c.version for c in earlier]
             evidence["meaning"] = (
