@@ -15,7 +15,8 @@
    incident with records lost (received time). p50 / p95 over the injections.
 3. Idle: the job and the producer stopped, watch's CPU time (its process and its Spark driver JVM,
    from /proc) over --idle-s seconds of wall time, as a share of one core.
-4. Resident memory of watch and its JVM, sampled every cycle over the whole run: first and last.
+4. Resident memory of watch and its JVM, sampled every cycle over the whole run: first, last,
+   max and the first and last quarters' medians (their ratio says whether the level grows).
 
 The figures are printed with the input (records produced, injections, interval) and the machine's
 load average, which a shared machine moves.
@@ -263,6 +264,20 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
+def rss_trend(samples: list[tuple[float, float]]) -> dict[str, float]:
+    """Whether memory grows, as a figure: the median RSS of the first and of the last quarter of the
+    samples (time order) and their ratio. A JVM's heap grows and is collected in a sawtooth, so a
+    single first/last pair says little; quarter medians over an hour say whether the level moves."""
+    values = [mb for _, mb in samples]
+    quarter = max(1, len(values) // 4)
+    first, last = statistics.median(values[:quarter]), statistics.median(values[-quarter:])
+    return {
+        "first_quarter_median": round(first),
+        "last_quarter_median": round(last),
+        "last_over_first": round(last / first, 3) if first else float("nan"),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--injections", type=int, default=5)
@@ -350,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                 "samples": len(bench.rss),
                 "over_s": round(bench.rss[-1][0]),
                 "max": round(max(m for _, m in bench.rss)),
+                **rss_trend(bench.rss),
             },
             "load_average": os.getloadavg(),
             "cpus": os.cpu_count(),
