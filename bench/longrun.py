@@ -44,6 +44,10 @@ decoded (one per partition and batch, stamped 2 ms after the batch's commit requ
 to group_commits in one commit a day, as one ingest run a night writes them; the nightly's
 ingest step then reads no new records from the broker. The nightly ends with `maintain`, whose
 time is reported as a step.
+After the last measured day, --interleave K (default 3) pairs of nights run alternately over the
+first and the last measured day's saved states (day 1, day 30, day 1, day 30, ...): the ratio of
+each pair, and their median, is the figure to quote on a shared machine, where a load that comes
+and goes during the bench would otherwise fall on one day's nights and not the other's.
 --real-clock keeps the first version of this bench: every event and commit at the real time it
 was written, real broker commits, so every day falls in today's event_date partition (nothing is
 ever closed) and the window's event_date filter keeps every row (the before-figures of issue 27).
@@ -59,7 +63,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -459,25 +463,82 @@ def catch_up(work: Path, bootstrap: str, day: int, clock: Clock) -> float:
     return night.wall_s
 
 
-def measure_night(work: Path, bootstrap: str, day: int, repeat: int, clock: Clock) -> list[Timed]:
+def measure_night(
+    work: Path, bootstrap: str, day: int, repeat: int, clock: Clock, keep: Path | None = None
+) -> list[Timed]:
     """The day's nightly `repeat` times over the same state: the data directory is copied before
     the first run and put back before each later one (the broker is only read). The last run's
-    tables stay, and the simulated job goes on from them."""
+    tables stay, and the simulated job goes on from them. ``keep``: a copy of the state before the
+    night is left there (for `interleaved`)."""
     data, saved = work / "data", work / "before-night"
-    if repeat > 1:
+    if repeat > 1 or keep is not None:
         shutil.copytree(data, saved)
     nights = []
     for i in range(repeat):
         if i:
-            shutil.rmtree(data)
-            shutil.copytree(saved, data)
+            restore(saved, data)
         nights.append(nightly(work, bootstrap, f"longrun-day-{day}", clock.night(day)))
+    if keep is not None:
+        saved.rename(keep)
     shutil.rmtree(saved, ignore_errors=True)
     return nights
 
 
-def run(args: argparse.Namespace, work: Path) -> list[DayFigures]:
+def restore(saved: Path, data: Path) -> None:
+    shutil.rmtree(data)
+    shutil.copytree(saved, data)
+
+
+@dataclass(frozen=True)
+class Interleaved:
+    """The first and the last measured day's nights run alternately at the end, each over its day's
+    saved state: a load that changes during the bench (a shared machine) then weighs on both
+    alike, which the sequential figures (day 1 measured minutes before day 30) cannot promise."""
+
+    first_day: int
+    last_day: int
+    first_s: list[float]
+    last_s: list[float]
+    ratios: list[float]  # last / first of each pair
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios)
+
+
+def interleaved(
+    work: Path, bootstrap: str, states: Mapping[int, Path], rounds: int, clock: Clock
+) -> Interleaved:
+    """``rounds`` pairs of nights, the first measured day's then the last's, each over a fresh copy
+    of that day's saved state (``states``); the data directory is left as the last day's night."""
+    first, last = min(states), max(states)
+    data = work / "data"
+    times: dict[int, list[float]] = {first: [], last: []}
+    for _ in range(rounds):
+        for day in (first, last):
+            restore(states[day], data)
+            night = nightly(work, bootstrap, f"longrun-day-{day}", clock.night(day))
+            steps_of(night)  # raises when a step failed
+            times[day].append(round(night.wall_s, 2))
+    ratios = [round(b / a, 3) for a, b in zip(times[first], times[last], strict=True)]
+    return Interleaved(first, last, times[first], times[last], ratios)
+
+
+def print_interleaved(result: Interleaved) -> None:
+    a, z = result.first_day, result.last_day
+    print(
+        f"interleaved: nightly day {a} {statistics.median(result.first_s):.1f}s "
+        f"(runs {', '.join(f'{v:.1f}' for v in result.first_s)}), day {z} "
+        f"{statistics.median(result.last_s):.1f}s (runs {', '.join(f'{v:.1f}' for v in result.last_s)}); "
+        f"ratio day {z} / day {a} per pair {', '.join(f'{r:.2f}' for r in result.ratios)}, "
+        f"median {result.ratio:.2f}x (target: at most 1.2x)"
+    )
+
+
+def run(args: argparse.Namespace, work: Path) -> tuple[list[DayFigures], Interleaved | None]:
     figures: list[DayFigures] = []
+    states: dict[int, Path] = {}
+    pairs = None
     broker, bootstrap = private_broker(work, args.partitions)
     try:
         origin = None
@@ -505,7 +566,11 @@ def run(args: argparse.Namespace, work: Path) -> list[DayFigures]:
             t0 = time.perf_counter()
             life.real_day(day)
             write_s = time.perf_counter() - t0
-            nights = measure_night(work, bootstrap, day, args.repeat, clock)
+            ends = args.interleave and len(args.days) > 1 and day in (args.days[0], args.days[-1])
+            keep = work / f"state-day-{day}" if ends else None
+            nights = measure_night(work, bootstrap, day, args.repeat, clock, keep)
+            if keep is not None:
+                states[day] = keep
             steps = [steps_of(n) for n in nights]
             figures.append(
                 DayFigures(
@@ -522,9 +587,11 @@ def run(args: argparse.Namespace, work: Path) -> list[DayFigures]:
             )
             print_day(figures[-1])
             previous = day
+        if len(states) == 2:
+            pairs = interleaved(work, bootstrap, states, args.interleave, clock)
     finally:
         broker.stop()
-    return figures
+    return figures, pairs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -534,6 +601,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=PARTITIONS)
     ap.add_argument(
         "--repeat", type=int, default=3, help="nightly runs per measured day over the same state (median)"
+    )
+    ap.add_argument(
+        "--interleave",
+        type=int,
+        default=3,
+        help="pairs of nights (first, last measured day) run alternately at the end (0: none)",
     )
     ap.add_argument("--nightly-every-day", action="store_true", help="a nightly after every bulk day too")
     ap.add_argument(
@@ -545,19 +618,26 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if min(args.batches_per_day, args.partitions, args.repeat) < 1:
         ap.error("--batches-per-day, --partitions and --repeat must be at least 1")
+    if args.interleave < 0:
+        ap.error("--interleave must be 0 (none) or more")
     work = (args.work_dir or Path(tempfile.mkdtemp(prefix="bench-longrun-"))).resolve()
     if (work / "data").exists():
         ap.error(f"--work-dir {work} holds an earlier run's data; give a new or empty directory")
     work.mkdir(parents=True, exist_ok=True)
     print(f"work directory: {work}", flush=True)
     started = time.perf_counter()
-    figures = run(args, work)
+    figures, pairs = run(args, work)
     print_summary(figures, args)
+    if pairs is not None:
+        print_interleaved(pairs)
     print(
         f"bench wall time {time.perf_counter() - started:.0f}s; median nightly "
         f"{statistics.median(f.nightly_s for f in figures):.1f}s"
     )
-    (work / "longrun.json").write_text(json.dumps([asdict(f) for f in figures], indent=2))
+    report: dict[str, Any] = {"days": [asdict(f) for f in figures]}
+    if pairs is not None:
+        report["interleaved"] = {**asdict(pairs), "ratio": pairs.ratio}
+    (work / "longrun.json").write_text(json.dumps(report, indent=2))
     print(f"figures: {work / 'longrun.json'}")
     return 0
 
