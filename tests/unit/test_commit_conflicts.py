@@ -2,7 +2,7 @@
 
 Each race is real and forced, not timed: the losing operation loads its table, then (once) a rival
 commit lands through another handle, so the loser's commit meets delta-rs's conflict check exactly
-as it does beside a running `watch` (its MERGEs).
+as it does beside a running `watch` (its MERGEs) or a `maintain` (its compaction and deletions).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from app.errors import InfrastructureError
-from app.storage import backend, delta_rows
+from app.storage import backend, delta_rows, maintenance
 
 pytestmark = pytest.mark.unit
 
@@ -109,6 +109,28 @@ def test_a_replace_that_lost_to_a_merge_replaces_again(
     delta_rows.replace_rows(None, path, SCHEMA, [{"id": "r-1", "v": 100}], "id = 'r-1'")
     assert ran == ["_ensure"]
     assert rows(path) == {"r-0": 0, "r-1": 100, "r-2": 2, "r-3": 3, "r-4": 4}
+
+
+def test_a_compaction_that_lost_to_a_merge_compacts_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = seeded(tmp_path)
+    ran = race_once(monkeypatch, maintenance, "_table", rival_merge(path, {"r-3": 30}))
+    done = maintenance.compact(None, path)
+    assert ran == ["_table"]
+    assert done.files_added == 1
+    assert len(DeltaTable(path).file_uris()) == 1
+    assert rows(path) == {"r-0": 0, "r-1": 1, "r-2": 2, "r-3": 30, "r-4": 4}
+
+
+def test_a_deletion_of_old_rows_that_lost_to_a_merge_deletes_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = seeded(tmp_path)
+    ran = race_once(monkeypatch, maintenance, "_table", rival_merge(path, {"r-0": 0, "r-4": 40}))
+    assert maintenance.delete_rows(None, path, "v < 2", append_only=False) == 2
+    assert ran == ["_table"]
+    assert rows(path) == {"r-2": 2, "r-3": 3, "r-4": 40}
 
 
 def storage_error(cause: Exception) -> InfrastructureError:
