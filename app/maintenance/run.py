@@ -9,9 +9,9 @@
 
 Each step is one Delta commit or none, so a maintenance killed anywhere leaves every table
 readable and the next one does what is left (`storage.maintenance`). It runs on the driver through
-delta-rs, beside a streaming job that appends to the ledger (`storage.maintenance` says why that
-job's appends survive it); it must not run beside another audit command writing the audit tables
-(the nightly runs it as its last step).
+delta-rs, beside a streaming job that appends to the ledger and beside a `watch` (or another audit
+command) that MERGEs and appends to the audit tables: a commit that loses its race to the other
+side's is run again on the newer version, on either side (`storage.maintenance` says why).
 """
 
 from __future__ import annotations

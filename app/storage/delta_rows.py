@@ -15,8 +15,8 @@ there is one, else the config's storage options (a local table needs neither).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,10 +34,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A failed commit writes nothing, so an append that lost a race to a concurrent commit Delta's
-# conflict check rejects (a maintenance's property change or deletion of old rows: see
-# `storage.maintenance`) is tried again on the newer version, this often in all.
+# A failed commit writes nothing, so a write that lost a race to a concurrent commit Delta's conflict
+# check rejects (a maintenance's compaction, property change or deletion of old rows beside a watch's
+# MERGEs and appends, or the other way round: see `storage.maintenance`) is tried again on the newer
+# version, this often in all.
 CONFLICT_ATTEMPTS: Final = 5
+
+T = TypeVar("T")
 
 
 def is_commit_conflict(exc: InfrastructureError) -> bool:
@@ -46,6 +49,25 @@ def is_commit_conflict(exc: InfrastructureError) -> bool:
 
     # storage_errors chains the cause, or only the context where the text named a credential.
     return isinstance(exc.__cause__ or exc.__context__, CommitFailedError)
+
+
+def retrying_conflicts(doing: str, path: str, attempt: Callable[[], T], replayable: bool = True) -> T:
+    """``attempt()``, run again (up to CONFLICT_ATTEMPTS in all) while its commit loses a race that
+    delta-rs's conflict check rejects; any other error, or the last conflict, is raised.
+
+    ``attempt`` must load the table afresh and be idempotent (an append under a transaction id, a
+    MERGE by key, a delete of a set, a compaction): the retry then decides again on the version the
+    winner committed. Without ``replayable`` (its input was streamed once) a conflict is raised.
+    """
+    for n in range(1, CONFLICT_ATTEMPTS + 1):
+        try:
+            return attempt()
+        except InfrastructureError as exc:
+            if not (replayable and n < CONFLICT_ATTEMPTS and is_commit_conflict(exc)):
+                raise
+            # The error's own text: credentials scrubbed, where its cause may be cut for holding one.
+            log.info("%s %s lost a commit race (attempt %d), retrying: %s", doing, path, n, exc)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def _arrow_rows(schema: StructType, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
@@ -113,12 +135,16 @@ def delete_where_in(storage: backend.StorageSettings, path: str, column: str, va
     if not wanted:
         return
     where = backend.location(storage, path)
-    table = backend.open_table(where)
-    if table is None:
-        return
     quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in wanted)
-    with backend.storage_errors(where, "delete from"):
-        table.delete(f'"{column}" IN ({quoted})')
+
+    def delete() -> None:
+        table = backend.open_table(where)
+        if table is None:
+            return
+        with backend.storage_errors(where, "delete from"):
+            table.delete(f'"{column}" IN ({quoted})')
+
+    retrying_conflicts("delete from", path, delete)
 
 
 def _ensure(where: backend.Location, schema: StructType, layout: TableLayout | None = None) -> DeltaTable:
@@ -152,22 +178,17 @@ def append_rows(
     from deltalake import write_deltalake
 
     where = backend.location(storage, path)
-    table = _ensure(where, schema)
     if not rows:
+        _ensure(where, schema)
         return
     data = _arrow_rows(schema, rows)
-    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-        try:
-            with backend.storage_errors(where, "append to"):
-                write_deltalake(table, data, mode="append")
-            return
-        except InfrastructureError as exc:
-            if not (attempt < CONFLICT_ATTEMPTS and is_commit_conflict(exc)):
-                raise
-            log.info(
-                "append to %s lost a commit race (attempt %d), retrying: %s", path, attempt, exc.__cause__
-            )
-            table = _ensure(where, schema)
+
+    def append() -> None:
+        table = _ensure(where, schema)
+        with backend.storage_errors(where, "append to"):
+            write_deltalake(table, data, mode="append")
+
+    retrying_conflicts("append to", path, append)
 
 
 def replace_rows(
@@ -182,9 +203,14 @@ def replace_rows(
     from deltalake import write_deltalake
 
     where = backend.location(storage, path)
-    table = _ensure(where, schema)
-    with backend.storage_errors(where, "replace rows of"):
-        write_deltalake(table, _arrow_rows(schema, rows), mode="overwrite", predicate=predicate)
+    data = _arrow_rows(schema, rows)
+
+    def replace() -> None:
+        table = _ensure(where, schema)
+        with backend.storage_errors(where, "replace rows of"):
+            write_deltalake(table, data, mode="overwrite", predicate=predicate)
+
+    retrying_conflicts("replace rows of", path, replace)
 
 
 def commit_metadata(storage: backend.StorageSettings, path: str, depth: int) -> list[tuple[int, str | None]]:
@@ -213,26 +239,32 @@ def merge_rows(
     from deltalake import CommitProperties
 
     where = backend.location(storage, path)
-    table = _ensure(where, schema)
     if not rows:
+        _ensure(where, schema)
         return
     keys = [key] if isinstance(key, str) else list(key)
     updated = [f.name for f in schema.fields if f.name not in keys and f.name not in keep]
-    with backend.storage_errors(where, "merge into"):
-        (
-            table.merge(
-                _arrow_rows(schema, rows),
-                predicate=" AND ".join(f't."{k}" = s."{k}"' for k in keys),
-                source_alias="s",
-                target_alias="t",
-                commit_properties=CommitProperties(
-                    custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata}
-                ),
+    data = _arrow_rows(schema, rows)
+
+    def merge() -> None:
+        table = _ensure(where, schema)
+        with backend.storage_errors(where, "merge into"):
+            (
+                table.merge(
+                    data,
+                    predicate=" AND ".join(f't."{k}" = s."{k}"' for k in keys),
+                    source_alias="s",
+                    target_alias="t",
+                    commit_properties=CommitProperties(
+                        custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata}
+                    ),
+                )
+                .when_matched_update(updates={f'"{c}"': f's."{c}"' for c in updated})
+                .when_not_matched_insert_all()
+                .execute()
             )
-            .when_matched_update(updates={f'"{c}"': f's."{c}"' for c in updated})
-            .when_not_matched_insert_all()
-            .execute()
-        )
+
+    retrying_conflicts("merge into", path, merge)
 
 
 def append_once(
@@ -254,9 +286,8 @@ def append_once(
     from deltalake import CommitProperties, Transaction, write_deltalake
 
     where = backend.location(storage, path)
-    # A list can be written again after a lost commit race; an iterator is streamed once.
-    replayable = isinstance(batches, Sequence)
-    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+
+    def append() -> bool:
         table = _ensure(where, schema) if create else backend.open_table(where)
         if table is None:
             raise InfrastructureError(f"no Delta table at {path} to append version {version} of {app_id} to")
@@ -264,23 +295,17 @@ def append_once(
         if done is not None and done >= version:
             return False
         reader = pa.RecordBatchReader.from_batches(to_arrow_schema(schema), batches)
-        try:
-            with backend.storage_errors(where, "append to"):
-                write_deltalake(
-                    table,
-                    reader,
-                    mode="append",
-                    commit_properties=CommitProperties(
-                        custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata},
-                        app_transactions=[Transaction(app_id, version)],
-                    ),
-                )
-        except InfrastructureError as exc:
-            if not (replayable and attempt < CONFLICT_ATTEMPTS and is_commit_conflict(exc)):
-                raise
-            log.info(
-                "append to %s lost a commit race (attempt %d), retrying: %s", path, attempt, exc.__cause__
+        with backend.storage_errors(where, "append to"):
+            write_deltalake(
+                table,
+                reader,
+                mode="append",
+                commit_properties=CommitProperties(
+                    custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata},
+                    app_transactions=[Transaction(app_id, version)],
+                ),
             )
-            continue
         return True
-    raise AssertionError("unreachable: the last attempt returns or raises")
+
+    # A list can be written again after a lost commit race; an iterator is streamed once.
+    return retrying_conflicts("append to", path, append, replayable=isinstance(batches, Sequence))

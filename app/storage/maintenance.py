@@ -18,6 +18,18 @@ Every operation here is one Delta commit (or none) that a concurrent appender su
   its commit once; `delta_rows`' appends retry such a conflict (their transaction id keeps a retry
   from writing twice).
 
+Beside a writer that MERGEs (a `watch` cycle upserting findings, incidents, completeness and
+alert_state every minute) the race goes both ways. A compaction or deletion whose files a MERGE
+rewrote meanwhile fails its commit ("a concurrent transaction deleted data this operation read"),
+and so does a MERGE under which a compaction or deletion committed ("a concurrent transactions added
+new data"); delta-rs raises CommitFailedError for both, OPTIMIZE included. Each side runs its step
+again from a fresh load of the table (`delta_rows.retrying_conflicts`, CONFLICT_ATTEMPTS in all):
+the compaction plans again over the newer files, the deletion and the MERGE match again; all are
+idempotent, and a failed commit wrote nothing. Retrying, rather than skipping the table's step for
+the night, keeps the night green and loses nothing; a step that still loses after every attempt
+fails the maintenance with the table named, as any storage error does, and the next run does it.
+A checkpoint or a VACUUM conflicts with neither side.
+
 A SIGKILL at any point leaves a readable table: a Delta commit is one put-if-absent of its log
 entry, so a killed compaction leaves only unreferenced files (removed by a later VACUUM), a killed
 checkpoint a checkpoint file that ``_last_checkpoint`` does not name yet.
@@ -29,10 +41,10 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from app.errors import InfrastructureError
-from app.storage import backend
+from app.storage import backend, delta_rows
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -90,11 +102,15 @@ def compact(
 ) -> Compaction:
     """Rewrite the small files of ``partition`` (column -> value; the whole table when None) into
     few large ones, in one dataChange=false commit (no commit when nothing is worth rewriting)."""
-    where, table = _table(storage, path)
     filters = None if not partition else [(k, "=", v) for k, v in partition.items()]
-    with backend.storage_errors(where, "compact"):
-        metrics = table.optimize.compact(partition_filters=filters)
-    return Compaction(int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0)))
+
+    def compact_once() -> Compaction:
+        where, table = _table(storage, path)
+        with backend.storage_errors(where, "compact"):
+            metrics = table.optimize.compact(partition_filters=filters)
+        return Compaction(int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0)))
+
+    return delta_rows.retrying_conflicts("compact", path, compact_once)
 
 
 def checkpoint(storage: backend.StorageSettings, path: str) -> None:
@@ -132,11 +148,14 @@ def restore_append_only(storage: backend.StorageSettings, path: str) -> bool:
 
 
 def _set_append_only(storage: backend.StorageSettings, path: str, value: bool) -> None:
-    where, table = _table(storage, path)
-    with backend.storage_errors(where, "set the properties of"):
-        table.alter.set_table_properties(
-            {APPEND_ONLY: "true" if value else "false"}, raise_if_not_exists=False
-        )
+    def set_once() -> None:
+        where, table = _table(storage, path)
+        with backend.storage_errors(where, "set the properties of"):
+            table.alter.set_table_properties(
+                {APPEND_ONLY: "true" if value else "false"}, raise_if_not_exists=False
+            )
+
+    delta_rows.retrying_conflicts("set the properties of", path, set_once)
 
 
 def delete_rows(storage: backend.StorageSettings, path: str, predicate: str, append_only: bool) -> int:
@@ -145,10 +164,14 @@ def delete_rows(storage: backend.StorageSettings, path: str, predicate: str, app
     if append_only:
         _set_append_only(storage, path, False)
         log.info("%s: delta.appendOnly lifted for the deletion", path)
-    try:
+
+    def delete_once() -> dict[str, Any]:
         where, table = _table(storage, path)
         with backend.storage_errors(where, "delete old rows of"):
-            metrics = table.delete(predicate)
+            return table.delete(predicate)
+
+    try:
+        metrics = delta_rows.retrying_conflicts("delete old rows of", path, delete_once)
     finally:
         if append_only:
             _set_append_only(storage, path, True)

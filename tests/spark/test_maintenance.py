@@ -1,13 +1,14 @@
 """`maintain` over real Delta tables (delta-rs writes them as the job and the audit do; Spark reads
-them back as every Spark reader would): closed days compacted while the job appends, retention
-that keeps what an open incident cites, time travel within the VACUUM retention."""
+them back as every Spark reader would): closed days compacted while the job appends, the audit
+tables compacted and aged out while a watch MERGEs findings, retention that keeps what an open
+incident cites, time travel within the VACUUM retention."""
 
 from __future__ import annotations
 
 import threading
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 from deltalake import DeltaTable
@@ -15,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from app.config import AppConfig, load_config
 from app.contracts.offsets import LedgerEvent
-from app.contracts.tables import FINDINGS_SCHEMA, INCIDENTS_SCHEMA
+from app.contracts.tables import COMPLETENESS_SCHEMA, FINDINGS_SCHEMA, INCIDENTS_SCHEMA
 from app.maintenance.run import maintain
 from app.storage import facade
 from app.storage.tables import tables_from_config
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.spark
 
 NOW = datetime(2026, 3, 20, 12, 0, tzinfo=UTC)
 FILES_PER_DAY = 8  # micro-batches (one file each) of every written day
-APPENDER_TIMEOUT_S = 120  # a deadline for the live job's batches, not a speed check
+APPENDER_TIMEOUT_S = 120  # a deadline for the live writers' commits, not a speed check
 
 
 def config(data_dir: Path, *overrides: str) -> AppConfig:
@@ -64,44 +65,60 @@ def rows_per_day(spark: SparkSession, path: str) -> dict[str, int]:
     return {r["event_date"].isoformat(): r["count"] for r in rows}
 
 
-class LiveJob:
-    """The streaming job appending micro-batches to today's ledger partition from its own thread,
-    as `stream.job` does through the same writer, until told to stop."""
+class LiveWriter:
+    """A writer committing to a table from its own thread, one commit after another as fast as it
+    can, until told to stop; what one commit would raise in the real process ends it."""
 
-    def __init__(self, ledger: str) -> None:
-        self.writer = LedgerWriter(None, ledger, JOB, "run-live", scope="live")
+    def __init__(self) -> None:
         self.written = 0
         self.errors: list[BaseException] = []
-        self.batches = threading.Condition()
+        self.commits = threading.Condition()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
+    def commit(self, n: int) -> None:
+        raise NotImplementedError
+
     def _run(self) -> None:
         while not self.stopping.is_set():
-            cp = self.written + 1
-            events = checkpoint(cp, (NOW - T0).total_seconds() + cp, {0: 10 * cp, 1: 10 * cp}, run="run-live")
+            n = self.written + 1
             try:
-                self.writer.write(events, cp)
-            except BaseException as exc:  # what would fail the job's micro-batch
+                self.commit(n)
+            except BaseException as exc:  # what would fail the job's micro-batch or the watch's cycle
                 self.errors.append(exc)
+                with self.commits:
+                    self.commits.notify_all()
                 return
-            with self.batches:
-                self.written = cp
-                self.batches.notify_all()
+            with self.commits:
+                self.written = n
+                self.commits.notify_all()
 
     def wait_for(self, count: int) -> None:
-        with self.batches:
-            assert self.batches.wait_for(
+        with self.commits:
+            assert self.commits.wait_for(
                 lambda: self.written >= count or bool(self.errors), APPENDER_TIMEOUT_S
-            ), f"the job wrote {self.written} batches in {APPENDER_TIMEOUT_S}s"
+            ), f"{type(self).__name__} committed {self.written} times in {APPENDER_TIMEOUT_S}s"
 
-    def __enter__(self) -> LiveJob:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stopping.set()
         self.thread.join(APPENDER_TIMEOUT_S)
+
+
+class LiveJob(LiveWriter):
+    """The streaming job appending micro-batches to today's ledger partition, as `stream.job` does
+    through the same writer."""
+
+    def __init__(self, ledger: str) -> None:
+        super().__init__()
+        self.writer = LedgerWriter(None, ledger, JOB, "run-live", scope="live")
+
+    def commit(self, n: int) -> None:
+        events = checkpoint(n, (NOW - T0).total_seconds() + n, {0: 10 * n, 1: 10 * n}, run="run-live")
+        self.writer.write(events, n)
 
 
 def test_closed_days_are_compacted_while_the_job_appends_and_no_event_is_lost(
@@ -220,3 +237,83 @@ def test_time_travel_to_a_version_within_the_vacuum_retention_still_works_after_
         old = spark.read.format("delta").option("versionAsOf", version).load(path)
         assert sorted(map(tuple, old.collect())) == before[path]
         assert DeltaTable(path, version=version).to_pyarrow_table().num_rows == len(before[path])
+
+
+def completeness_row(window_end: datetime) -> dict[str, Any]:
+    row: dict[str, Any] = {f.name: None for f in COMPLETENESS_SCHEMA.fields}
+    row.update(
+        job_name=JOB,
+        topic="orders",
+        partition=0,
+        window_start=window_end - timedelta(minutes=10),
+        window_end=window_end,
+        sink_mode="append",
+        final=True,
+        computed_at=window_end,
+        reconcile_run_id="rec-1",
+    )
+    return row
+
+
+COMPLETENESS_KEY = ("job_name", "topic", "partition", "window_start")
+
+
+class LiveWatch(LiveWriter):
+    """A watch's cycles MERGEing findings, one after another: each upserts the finding it found
+    new and judges again one it found before (a matched row: the MERGE rewrites that row's file,
+    which is what races a compaction or a deletion of the same files)."""
+
+    def __init__(self, findings: str, earlier: list[str]) -> None:
+        super().__init__()
+        self.path = findings
+        self.earlier = earlier
+        self.merged: dict[str, str] = {}  # finding_id -> reconcile_run_id of its last MERGE
+
+    def commit(self, n: int) -> None:
+        run = f"watch-{n}"
+        ids = [f"f-live-{n}", self.earlier[n % len(self.earlier)]]
+        rows = [finding_row(i, run, NOW, record_count=n) for i in ids]
+        facade.merge(None, self.path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
+        self.merged.update(dict.fromkeys(ids, run))
+
+
+def test_the_audit_tables_are_compacted_and_aged_out_while_a_watch_merges_and_no_row_is_lost(
+    tmp_path: Path,
+) -> None:
+    cfg = config(tmp_path)  # findings, incidents and completeness keep 400 days
+    tables = tables_from_config(cfg)
+    old, recent = NOW - timedelta(days=500), NOW - timedelta(days=1)
+    earlier = [f"f-{n}" for n in range(FILES_PER_DAY)]
+    for n in range(FILES_PER_DAY):  # one file per MERGE: each table is worth compacting
+        for when, suffix in ((recent, ""), (old, "-old")):  # the old rows in files of their own
+            facade.merge(None, tables.findings, FINDINGS_SCHEMA, [
+                finding_row(f"f{suffix}-{n}", "rec-1", when),
+            ], "finding_id")  # fmt: skip
+            facade.merge(None, tables.incidents, INCIDENTS_SCHEMA, [
+                incident_row(f"i{suffix}-{n}", "resolved", when, when, [f"f{suffix}-{n}"]),
+            ], "incident_id")  # fmt: skip
+            facade.merge(None, tables.completeness, COMPLETENESS_SCHEMA, [
+                completeness_row(when + timedelta(minutes=10 * n)),
+            ], COMPLETENESS_KEY)  # fmt: skip
+    audit = ["findings", "incidents", "completeness"]
+
+    with LiveWatch(tables.findings, earlier) as watch:
+        watch.wait_for(3)  # the watch is merging before the maintenance starts
+        started_with = watch.written
+        result = maintain(None, cfg, NOW, only=audit)
+        ended_with = watch.written
+        watch.wait_for(ended_with + 3)  # and goes on after it
+    assert watch.errors == []
+    assert ended_with > started_with  # its MERGEs overlapped the maintenance
+
+    outcomes = {t.table: t for t in result.tables}
+    assert {t: (outcomes[t].compacted, outcomes[t].rows_deleted) for t in audit} == {
+        t: ([""], FILES_PER_DAY) for t in audit
+    }
+    assert all(outcomes[t].files_compacted >= FILES_PER_DAY for t in audit)
+    assert "OPTIMIZE" in [h["operation"] for h in DeltaTable(tables.findings).history()]
+    # Every finding as its last MERGE left it, the watch's before, during and after the maintenance;
+    # the old ones gone.
+    stored = DeltaTable(tables.findings).to_pyarrow_table(columns=["finding_id", "reconcile_run_id"])
+    expected = {f: "rec-1" for f in earlier} | watch.merged
+    assert {r["finding_id"]: r["reconcile_run_id"] for r in stored.to_pylist()} == expected
