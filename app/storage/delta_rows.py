@@ -107,18 +107,19 @@ def read_columns(
     return rows
 
 
-def delete_where_in(storage: backend.StorageSettings, path: str, column: str, values: Iterable[str]) -> None:
-    """Delete the rows whose string ``column`` is one of ``values``, in one Delta commit."""
+def delete_where_in(storage: backend.StorageSettings, path: str, column: str, values: Iterable[str]) -> int:
+    """Delete the rows whose string ``column`` is one of ``values``, in one Delta commit; how many."""
     wanted = sorted(set(values))
     if not wanted:
-        return
+        return 0
     where = backend.location(storage, path)
     table = backend.open_table(where)
     if table is None:
-        return
+        return 0
     quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in wanted)
     with backend.storage_errors(where, "delete from"):
-        table.delete(f'"{column}" IN ({quoted})')
+        metrics = table.delete(f'"{column}" IN ({quoted})')
+    return int(metrics.get("num_deleted_rows", 0))
 
 
 def _ensure(where: backend.Location, schema: StructType, layout: TableLayout | None = None) -> DeltaTable:

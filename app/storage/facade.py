@@ -129,9 +129,10 @@ def merge(
     delta_rows.merge_rows(storage, path, schema, rows, key, keep, user_metadata)
 
 
-def delete(storage: backend.StorageSettings, path: str, column: str, values: Iterable[str]) -> None:
-    """Delete the rows whose string ``column`` is one of ``values``, in one Delta commit."""
-    delta_rows.delete_where_in(storage, path, column, values)
+def delete(storage: backend.StorageSettings, path: str, column: str, values: Iterable[str]) -> int:
+    """Delete the rows whose string ``column`` is one of ``values``, in one Delta commit (none when
+    there are no values); how many."""
+    return delta_rows.delete_where_in(storage, path, column, values)
 
 
 def scan(spark: SparkSession, path: str) -> DataFrame | None:
