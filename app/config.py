@@ -406,8 +406,10 @@ class AlertsConfig:
 class RetentionConfig:
     """Days each table we write keeps its rows (`maintain`), by the table's own time column; 0 keeps
     them forever. Whatever these say, no row an open incident cites is deleted (README, "Maintenance
-    and retention"). The sink is the user's: never touched here. ingest_positions and
-    partition_summary have no retention (the one is tiny, the other has no time of its own)."""
+    and retention"). The sink is the user's: never touched here. ingest_positions has no retention
+    (a row per __consumer_offsets partition). partition_summary has no time of its own: its rows
+    age with their reconcile run's finish time in audit_runs (a watch appends a run's rows every
+    minute, and only the latest run's are read)."""
 
     ledger: int = 30
     group_commits: int = 30
@@ -419,6 +421,7 @@ class RetentionConfig:
     audit_runs: int = 400
     validation_results: int = 400
     completeness: int = 400  # by window_end
+    partition_summary: int = 30  # by the finished_at of its reconcile run (audit_runs)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

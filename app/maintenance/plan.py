@@ -12,6 +12,12 @@ cites:
   re-running a reconciliation over an open incident's span sees the same inputs.
 The latest run of each command (audit_runs) and its findings are kept too: the next window starts
 where that run ended, and the dashboard shows its findings.
+
+partition_summary has no time column: a reconcile run appends its rows (one per job, topic and
+partition; a watch does so every minute) and only the latest run's are read. Its rows go with
+their run, once audit_runs says the run finished before the cutoff (`expired_runs`): never a
+protected run's (the latest reconcile, one that found an open incident), never a run audit_runs
+does not know yet (one still writing; a killed one's rows are `reconcile.outputs`' to drop).
 """
 
 from __future__ import annotations
@@ -24,9 +30,9 @@ from typing import Final
 from app.config import MaintenanceConfig
 from app.contracts.vocabulary import INCIDENT_OPEN
 
-# The column each table's retention reads its rows' age from. The tables not named keep every row:
-# ingest_positions (one row per __consumer_offsets partition) and partition_summary (no time of
-# its own, a few rows per night); the sink is the user's.
+# The column each table's retention reads its rows' age from. The tables not named here nor in
+# RUN_KEYED keep every row: ingest_positions (one row per __consumer_offsets partition); the sink
+# is the user's.
 TIME_COLUMNS: Final = {
     "ledger": "event_date",
     "group_commits": "log_time",
@@ -39,6 +45,12 @@ TIME_COLUMNS: Final = {
     "validation_results": "evaluated_at",
     "completeness": "window_end",
 }
+# The tables whose rows have no time of their own: they age with the audit run that wrote them
+# (audit_runs' finished_at), named by this column.
+RUN_KEYED: Final = {"partition_summary": "reconcile_run_id"}
+# Run ids per deletion of a run-keyed table's rows: a watch's 1,440 runs a day would make one
+# predicate of tens of thousands of literals; each chunk is one Delta commit.
+DELETE_CHUNK: Final = 500
 # The tables ingest appends one file per run, in time order. Their window reads skip the files
 # before the window by their min/max statistics (`reconcile.inputs`); compacting one whole would
 # merge old and new records into files every window read opens, and rewrite its history each time.
@@ -97,12 +109,39 @@ def midnight(day: date) -> datetime:
 def cutoff(table: str, days: int, now: datetime, keep: Protected) -> datetime | None:
     """Rows of ``table`` older than this go (None: keep every row): ``days`` whole days before
     today's midnight, moved back to where the evidence of open incidents starts."""
-    if days <= 0 or table not in TIME_COLUMNS:
+    if days <= 0 or (table not in TIME_COLUMNS and table not in RUN_KEYED):
         return None
     limit = midnight(now.astimezone(UTC).date()) - timedelta(days=days)
     if table in EVIDENCE_TABLES and keep.evidence_from is not None:
         limit = min(limit, midnight(keep.evidence_from.astimezone(UTC).date()))
     return limit
+
+
+def expired_runs(
+    runs: Iterable[Mapping[str, object]], present: Iterable[str], limit: datetime, keep: Protected
+) -> list[str]:
+    """The run ids among ``present`` (those a run-keyed table holds) whose rows retention deletes at
+    ``limit``, sorted: runs that audit_runs (``runs``: rows with run_id and finished_at) says
+    finished before ``limit``, by their last row (a nightly records each command under one run id),
+    less the protected ones. A run audit_runs does not know is kept: it may still be writing."""
+    finished: dict[str, datetime] = {}
+    for r in runs:
+        run, at = r.get("run_id"), r.get("finished_at")
+        if run is None or not isinstance(at, datetime):
+            continue
+        finished[str(run)] = max(at, finished.get(str(run), at))
+    return sorted(
+        run
+        for run in set(present)
+        if run in finished and finished[run] < limit and run not in keep.audit_run_ids
+    )
+
+
+def chunks(values: Sequence[str], size: int = DELETE_CHUNK) -> list[list[str]]:
+    """``values`` in consecutive lists of at most ``size``."""
+    if size < 1:
+        raise ValueError(f"chunk size must be at least 1, not {size}")
+    return [list(values[i : i + size]) for i in range(0, len(values), size)]
 
 
 def _quoted(values: Iterable[str]) -> str:

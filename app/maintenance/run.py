@@ -1,7 +1,9 @@
 """`maintain` end to end: every table the project writes (config ``tables:``; the sink only with
 ``maintenance.include_sink``) is, in this order,
 1. put back to append-only if it should be and a killed deletion left it lifted (the ledger);
-2. rid of its rows older than its retention (`maintenance.plan`: never what an open incident cites);
+2. rid of its rows older than its retention (`maintenance.plan`: never what an open incident cites;
+   partition_summary's by its reconcile runs' finish times, read from audit_runs before any table's
+   retention runs, audit_runs' own included);
 3. compacted: the ledger's closed days, an unpartitioned table whole, each when it holds more than
    ``compact_min_files`` files;
 4. checkpointed (a log checkpoint at its version, then the log entries it makes unnecessary);
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -67,16 +69,25 @@ def maintained_tables(cfg: AppConfig) -> list[str]:
     return [t for t in TABLE_NAMES if t != "sink" or cfg.maintenance.include_sink]
 
 
-def read_protected(storage: StorageSettings, cfg: AppConfig) -> plan.Protected:
-    """What the open incidents and the latest audit runs cite (`plan.protected`)."""
+def read_audit_runs(storage: StorageSettings, cfg: AppConfig) -> list[dict[str, Any]]:
+    """Every audit run's id, command and finish time (UTC)."""
+    path = tables_from_config(cfg).audit_runs
+    runs = facade.read_columns(storage, path, ["run_id", "command", "finished_at"]) or []
+    return [{k: instant(v) for k, v in r.items()} for r in runs]
+
+
+def read_protected(
+    storage: StorageSettings, cfg: AppConfig, runs: Sequence[Mapping[str, Any]]
+) -> plan.Protected:
+    """What the open incidents and the latest audit runs (of ``runs``, `read_audit_runs`) cite
+    (`plan.protected`)."""
     tables = tables_from_config(cfg)
     columns = ["status", "finding_ids", "run_ids", "reconcile_run_id", "first_evidence_at"]
     incidents = facade.read_columns(storage, tables.incidents, columns) or []
     open_ones = [{k: instant(v) for k, v in r.items()} for r in incidents if r["status"] == INCIDENT_OPEN]
-    runs = facade.read_columns(storage, tables.audit_runs, ["run_id", "command", "finished_at"]) or []
     latest: dict[str, tuple[datetime, str]] = {}
     for r in runs:
-        at = instant(r["finished_at"])
+        at = r["finished_at"]
         if r["command"] not in latest or (at, r["run_id"]) > latest[r["command"]]:
             latest[r["command"]] = (at, r["run_id"])
     lookback = timedelta(days=cfg.reconcile.baseline_lookback_days)
@@ -87,12 +98,15 @@ def maintain(
     storage: StorageSettings, cfg: AppConfig, now: datetime, only: Sequence[str] = ()
 ) -> MaintenanceResult:
     """Maintain every table of `maintained_tables` (or ``only`` those) as of ``now``."""
-    keep = read_protected(storage, cfg)
+    # Read once, before any retention: audit_runs' own deletes the runs partition_summary's
+    # retention dates its rows by.
+    runs = read_audit_runs(storage, cfg)
+    keep = read_protected(storage, cfg, runs)
     result = MaintenanceResult(now.isoformat())
     tables = tables_from_config(cfg)
     for name in only or maintained_tables(cfg):
         started = time.monotonic()
-        outcome = maintain_table(storage, cfg, name, tables.named(name), now, keep)
+        outcome = maintain_table(storage, cfg, name, tables.named(name), now, keep, runs)
         outcome.seconds = round(time.monotonic() - started, 2)
         result.tables.append(outcome)
         if outcome.missing:
@@ -116,8 +130,15 @@ def _count(files: dict[str, int] | None) -> int:
 
 
 def maintain_table(
-    storage: StorageSettings, cfg: AppConfig, name: str, path: str, now: datetime, keep: plan.Protected
+    storage: StorageSettings,
+    cfg: AppConfig,
+    name: str,
+    path: str,
+    now: datetime,
+    keep: plan.Protected,
+    runs: Sequence[Mapping[str, Any]] = (),
 ) -> TableOutcome:
+    """Maintain one table; ``runs`` are the audit runs (`read_audit_runs`) read before any retention."""
     m = cfg.maintenance
     files = maintenance.files_by_partition(storage, path)
     if files is None:
@@ -129,7 +150,7 @@ def maintain_table(
         log.warning("maintain %s: delta.appendOnly was lifted (a killed maintenance): set again", name)
         outcome.append_only_restored = True
     if name != "sink":
-        outcome.rows_deleted = _apply_retention(storage, name, path, files, now, keep, m.retention_days)
+        outcome.rows_deleted = _apply_retention(storage, name, path, files, now, keep, m.retention_days, runs)
         if outcome.rows_deleted:
             files = maintenance.files_by_partition(storage, path) or {}
     column = maintenance.partition_column(storage, path)
@@ -155,10 +176,13 @@ def _apply_retention(
     now: datetime,
     keep: plan.Protected,
     days: RetentionConfig,
+    runs: Sequence[Mapping[str, Any]],
 ) -> int:
     limit = plan.cutoff(name, int(getattr(days, name, 0)), now, keep)
     if limit is None:
         return 0
+    if name in plan.RUN_KEYED:
+        return _delete_expired_runs(storage, name, path, plan.RUN_KEYED[name], limit, keep, runs)
     if name == "ledger" and not plan.older_partitions(list(files), limit):
         return 0  # nothing that old: no commit (the property changes would cost the appender a retry)
     if name != "ledger" and not _has_rows_before(storage, path, plan.TIME_COLUMNS[name], limit):
@@ -166,6 +190,30 @@ def _apply_retention(
     predicate = plan.retention_predicate(name, limit, keep)
     log.info("maintain %s: deleting rows before %s", name, limit.isoformat())
     return maintenance.delete_rows(storage, path, predicate, append_only=name in APPEND_ONLY_TABLES)
+
+
+def _delete_expired_runs(
+    storage: StorageSettings,
+    name: str,
+    path: str,
+    column: str,
+    limit: datetime,
+    keep: plan.Protected,
+    runs: Sequence[Mapping[str, Any]],
+) -> int:
+    """Delete the rows of the runs (``column``) that finished before ``limit`` (`plan.expired_runs`),
+    a chunk of run ids per commit; none when no such run has rows. Reads ``column`` alone."""
+    held = facade.read_columns(storage, path, [column]) or []
+    expired = plan.expired_runs(runs, {str(r[column]) for r in held}, limit, keep)
+    if not expired:
+        return 0
+    log.info(
+        "maintain %s: deleting the rows of %d run(s) finished before %s",
+        name,
+        len(expired),
+        limit.isoformat(),
+    )
+    return sum(facade.delete(storage, path, column, chunk) for chunk in plan.chunks(expired))
 
 
 def _has_rows_before(storage: StorageSettings, path: str, column: str, limit: datetime) -> bool:

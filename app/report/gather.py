@@ -52,7 +52,7 @@ WINDOW_COLUMNS = (
 class ReportTables:
     ledger: pa.Table | None  # the checkpoint completions of groups (``_CHECKPOINT_COLUMNS``)
     findings: pa.Table | None
-    partition_summary: pa.Table | None
+    partition_summary: pa.Table | None  # the shown reconcile run's rows (``run_summary``)
     restarts: pa.Table | None
     validation_results: pa.Table | None
     incidents: pa.Table | None = None
@@ -80,6 +80,16 @@ def recent_windows(storage: StorageSettings, path: str, since: datetime) -> pa.T
     return _read(storage, path, WINDOW_COLUMNS, pc.field("window_start") >= start)
 
 
+def run_summary(storage: StorageSettings, path: str, reconcile_run: str | None) -> pa.Table | None:
+    """The partition_summary rows the dashboard shows: ``reconcile_run``'s alone, else (no reconcile
+    run succeeded yet) every row, for `latest_summary` to pick each partition's most advanced. A
+    watch appends a run's rows every minute: the files whose statistics rule the run out are not
+    opened (each run appends one; compacted history holds older, lower run ids of a watch)."""
+    if reconcile_run is None:
+        return _read(storage, path)
+    return facade.rows_with(storage, path, "reconcile_run_id", reconcile_run)
+
+
 def window_rows(windows: pa.Table) -> list[dict[str, Any]]:
     """The rows, windows as UTC text to the minute (the page names them as UTC)."""
     cols = ", ".join(f'"{c}"' for c in WINDOW_COLUMNS if c not in ("window_start", "window_end"))
@@ -90,7 +100,10 @@ def window_rows(windows: pa.Table) -> list[dict[str, Any]]:
     )
 
 
-def read_tables(storage: StorageSettings, cfg: AppConfig, now: datetime | None = None) -> ReportTables:
+def read_tables(
+    storage: StorageSettings, cfg: AppConfig, now: datetime | None = None, reconcile_run: str | None = None
+) -> ReportTables:
+    """The rows the report shows; of partition_summary, ``reconcile_run``'s (`run_summary`)."""
     t = tables_from_config(cfg)
     since = (now or datetime.now(UTC)) - timedelta(hours=cfg.report.window_hours)
     completed = (
@@ -101,7 +114,7 @@ def read_tables(storage: StorageSettings, cfg: AppConfig, now: datetime | None =
     return ReportTables(
         ledger=_read(storage, t.ledger, _CHECKPOINT_COLUMNS, completed),
         findings=_read(storage, t.findings),
-        partition_summary=_read(storage, t.partition_summary),
+        partition_summary=run_summary(storage, t.partition_summary, reconcile_run),
         restarts=_read(storage, t.restarts),
         validation_results=_read(storage, t.validation_results),
         incidents=_read(storage, t.incidents),
@@ -258,8 +271,8 @@ def gather(
     now: datetime | None = None,
     tables: ReportTables | None = None,
 ) -> rp.ReportData:
-    t = tables or read_tables(storage, cfg, now)
     reconcile_run = latest_reconcile_run(storage, tables_from_config(cfg).audit_runs)
+    t = tables or read_tables(storage, cfg, now, reconcile_run)
     notes = [
         f"table {name} does not exist yet: its section is empty"
         for name, df in (

@@ -189,8 +189,9 @@ def open_table(where: Location) -> DeltaTable | None:
             return None
 
 
-def arrow_dataset(table: DeltaTable, where: Location) -> pyarrow.dataset.Dataset:
-    """The table's current files as an Arrow dataset.
+def arrow_dataset(table: DeltaTable, where: Location, files: str | None = None) -> pyarrow.dataset.Dataset:
+    """The table's current files as an Arrow dataset; with ``files`` (a SQL predicate), only those
+    whose log statistics (partition values, min/max per column) do not rule the predicate out.
 
     A local table is read through Arrow's own file system. By default delta-rs reads through a file
     handler written in Python, whose buffers are Python objects; Arrow's I/O threads may release the
@@ -203,5 +204,5 @@ def arrow_dataset(table: DeltaTable, where: Location) -> pyarrow.dataset.Dataset
             from pyarrow import fs
 
             root = fs.SubTreeFileSystem(os.path.abspath(where.uri), fs.LocalFileSystem())
-            return table.to_pyarrow_dataset(filesystem=root)
-        return table.to_pyarrow_dataset()
+            return table.to_pyarrow_dataset(filesystem=root, file_pruning_predicate=files)
+        return table.to_pyarrow_dataset(file_pruning_predicate=files)

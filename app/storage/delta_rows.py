@@ -77,14 +77,17 @@ def _arrow_rows(schema: StructType, rows: Sequence[Mapping[str, Any]]) -> pa.Tab
     )
 
 
-def dataset(storage: backend.StorageSettings, path: str) -> pa.dataset.Dataset | None:
+def dataset(
+    storage: backend.StorageSettings, path: str, files: str | None = None
+) -> pa.dataset.Dataset | None:
     """The table at ``path`` as an Arrow dataset, or None when there is none. ``storage`` carries
-    the settings of a table on object storage; a local table needs none."""
+    the settings of a table on object storage; a local table needs none. ``files``: a SQL predicate
+    that drops the files whose log statistics rule it out (`backend.arrow_dataset`)."""
     where = backend.location(storage, path)
     table = backend.open_table(where)
     if table is None:
         return None
-    return backend.arrow_dataset(table, where)
+    return backend.arrow_dataset(table, where, files)
 
 
 def rows_where(
@@ -93,6 +96,7 @@ def rows_where(
     where: pc.Expression,
     prune: pc.Expression | None = None,
     columns: Sequence[str] | None = None,
+    files: str | None = None,
 ) -> pa.Table | None:
     """The rows of the table at ``path`` that match ``where``, or None when there is no table.
 
@@ -101,9 +105,11 @@ def rows_where(
     writes (every small audit table is MERGEd), and fails with "no kernel matching input types
     (string, string_view)". ``prune`` is pushed into the scan to skip files and partitions: give it
     conditions on partition, numeric or time columns only (e.g. the ledger's event_date).
-    ``columns`` (every one ``where`` names among them) are read alone when given.
+    ``columns`` (every one ``where`` names among them) are read alone when given. ``files``, a SQL
+    predicate, skips the files whose log statistics rule it out before any is opened (delta-rs
+    reads them from the Delta log, not from the files: no string_view question arises).
     """
-    data = dataset(storage, path)
+    data = dataset(storage, path, files)
     if data is None:
         return None
     wanted = None if columns is None else list(columns)
@@ -113,6 +119,14 @@ def rows_where(
         return pa.concat_tables(parts)
     schema = data.schema if wanted is None else pa.schema([data.schema.field(c) for c in wanted])
     return schema.empty_table()
+
+
+def rows_with(storage: backend.StorageSettings, path: str, column: str, value: str) -> pa.Table | None:
+    """The rows whose string ``column`` is ``value``, or None when there is no table. Only the
+    files whose min/max of ``column`` in the log admit ``value`` are read: a table appended a file
+    per key (a run's rows) reads that key's file, not its history."""
+    quoted = "'" + value.replace("'", "''") + "'"
+    return rows_where(storage, path, pc.field(column) == value, files=f'"{column}" = {quoted}')
 
 
 def read_columns(
@@ -129,22 +143,23 @@ def read_columns(
     return rows
 
 
-def delete_where_in(storage: backend.StorageSettings, path: str, column: str, values: Iterable[str]) -> None:
-    """Delete the rows whose string ``column`` is one of ``values``, in one Delta commit."""
+def delete_where_in(storage: backend.StorageSettings, path: str, column: str, values: Iterable[str]) -> int:
+    """Delete the rows whose string ``column`` is one of ``values``, in one Delta commit; how many."""
     wanted = sorted(set(values))
     if not wanted:
-        return
+        return 0
     where = backend.location(storage, path)
     quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in wanted)
 
-    def delete() -> None:
+    def delete() -> int:
         table = backend.open_table(where)
         if table is None:
-            return
+            return 0
         with backend.storage_errors(where, "delete from"):
-            table.delete(f'"{column}" IN ({quoted})')
+            metrics = table.delete(f'"{column}" IN ({quoted})')
+        return int(metrics.get("num_deleted_rows", 0))
 
-    retrying_conflicts("delete from", path, delete)
+    return retrying_conflicts("delete from", path, delete)
 
 
 def _ensure(where: backend.Location, schema: StructType, layout: TableLayout | None = None) -> DeltaTable:

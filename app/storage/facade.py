@@ -1,7 +1,7 @@
 """The one door to the Delta tables: which engine writes a table (`engine_for`, by the table's role)
 and the operations every module uses, whichever engine runs them: locate (`storage.tables`),
 `ensure`, `append_once`, `append`, `merge`, `delete`, `replace_where`, `scan` and `load` (Spark),
-`rows`, `dataset` and `read_columns` (Arrow on the driver), `commit_metadata`, `version`.
+`rows`, `rows_with`, `dataset` and `read_columns` (Arrow on the driver), `commit_metadata`, `version`.
 
 Two engines write the same Delta protocol. Spark writes a DataFrame where the rows scale with the
 data (the sink, the decoded `__consumer_offsets` of the Spark route); delta-rs (through
@@ -129,9 +129,10 @@ def merge(
     delta_rows.merge_rows(storage, path, schema, rows, key, keep, user_metadata)
 
 
-def delete(storage: backend.StorageSettings, path: str, column: str, values: Iterable[str]) -> None:
-    """Delete the rows whose string ``column`` is one of ``values``, in one Delta commit."""
-    delta_rows.delete_where_in(storage, path, column, values)
+def delete(storage: backend.StorageSettings, path: str, column: str, values: Iterable[str]) -> int:
+    """Delete the rows whose string ``column`` is one of ``values``, in one Delta commit (none when
+    there are no values); how many."""
+    return delta_rows.delete_where_in(storage, path, column, values)
 
 
 def scan(spark: SparkSession, path: str) -> DataFrame | None:
@@ -171,6 +172,12 @@ def rows(
     """The rows matching ``where`` as Arrow on the driver, or None when there is no table (see
     `delta_rows.rows_where` for the string_view workaround it carries)."""
     return delta_rows.rows_where(storage, path, where, prune, columns)
+
+
+def rows_with(storage: backend.StorageSettings, path: str, column: str, value: str) -> pa.Table | None:
+    """The rows whose string ``column`` is ``value`` as Arrow on the driver, opening only the files
+    whose log statistics admit it (`delta_rows.rows_with`), or None when there is no table."""
+    return delta_rows.rows_with(storage, path, column, value)
 
 
 def exists(storage: backend.StorageSettings, path: str) -> bool:

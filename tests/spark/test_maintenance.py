@@ -1,7 +1,8 @@
 """`maintain` over real Delta tables (delta-rs writes them as the job and the audit do; Spark reads
 them back as every Spark reader would): closed days compacted while the job appends, the audit
 tables compacted and aged out while a watch MERGEs findings, retention that keeps what an open
-incident cites, time travel within the VACUUM retention."""
+incident cites, partition summaries aged by their reconcile runs, time travel within the VACUUM
+retention."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ from pyspark.sql import SparkSession
 
 from app.config import AppConfig, load_config
 from app.contracts.offsets import LedgerEvent
-from app.contracts.tables import COMPLETENESS_SCHEMA, FINDINGS_SCHEMA, INCIDENTS_SCHEMA
+from app.contracts.tables import (
+    AUDIT_RUNS_SCHEMA,
+    COMPLETENESS_SCHEMA,
+    FINDINGS_SCHEMA,
+    INCIDENTS_SCHEMA,
+    PARTITION_SUMMARY_SCHEMA,
+)
 from app.maintenance.run import maintain
 from app.storage import facade
 from app.storage.tables import tables_from_config
@@ -317,3 +324,75 @@ def test_the_audit_tables_are_compacted_and_aged_out_while_a_watch_merges_and_no
     stored = DeltaTable(tables.findings).to_pyarrow_table(columns=["finding_id", "reconcile_run_id"])
     expected = {f: "rec-1" for f in earlier} | watch.merged
     assert {r["finding_id"]: r["reconcile_run_id"] for r in stored.to_pylist()} == expected
+
+
+def summary_rows(runs: list[str], partitions: int = 2) -> list[dict[str, Any]]:
+    """What a reconcile run appends to partition_summary: one row per partition of job-a's topic."""
+    return [
+        {
+            "reconcile_run_id": run,
+            "job_name": JOB,
+            "topic": "orders",
+            "partition": p,
+            "findings_by_type": "{}",
+        }
+        for run in runs
+        for p in range(partitions)
+    ]
+
+
+def reconcile_runs(runs: dict[str, datetime]) -> list[dict[str, Any]]:
+    return [
+        {"run_id": run, "command": "reconcile", "window_end": at, "started_at": at, "finished_at": at,
+         "status": "succeeded"}
+        for run, at in runs.items()
+    ]  # fmt: skip
+
+
+def summary_runs(path: str) -> set[str]:
+    return {r["reconcile_run_id"] for r in facade.read_columns(None, path, ["reconcile_run_id"]) or []}
+
+
+def deletions(path: str) -> int:
+    return sum(1 for h in DeltaTable(path).history() if h["operation"] == "DELETE")
+
+
+def test_partition_summary_keeps_the_rows_of_recent_latest_and_unfinished_runs_only(tmp_path: Path) -> None:
+    # audit_runs ages out on the same night: its old rows go, but they date the summaries first.
+    cfg = config(tmp_path, "maintenance.retention_days.audit_runs=30")
+    tables = tables_from_config(cfg)
+    assert cfg.maintenance.retention_days.partition_summary == 30  # cutoff 2026-02-18
+    # A watch's runs of a day long ago, more than one deletion's worth; the latest run is old too.
+    old = {f"rec-{n:04d}": datetime(2026, 1, 10, tzinfo=UTC) + timedelta(minutes=n) for n in range(1100)}
+    facade.append(None, tables.audit_runs, AUDIT_RUNS_SCHEMA, reconcile_runs(old))
+    facade.append(
+        None,
+        tables.audit_runs,
+        AUDIT_RUNS_SCHEMA,
+        reconcile_runs({"rec-last": datetime(2026, 1, 20, tzinfo=UTC)}),
+    )
+    facade.append(None, tables.partition_summary, PARTITION_SUMMARY_SCHEMA, summary_rows([*old, "rec-last"]))
+    # A run still writing: its summary is in, its audit_runs row not yet.
+    facade.append(None, tables.partition_summary, PARTITION_SUMMARY_SCHEMA, summary_rows(["rec-running"]))
+
+    result = maintain(None, cfg, NOW, only=["audit_runs", "partition_summary"])
+
+    deleted = {t.table: t.rows_deleted for t in result.tables}
+    assert deleted == {"audit_runs": 1100, "partition_summary": 2 * 1100}
+    assert summary_runs(tables.partition_summary) == {"rec-last", "rec-running"}
+    assert deletions(tables.partition_summary) == 3  # 500 + 500 + 100 runs, a commit each
+
+    # The running run finishes (recent): rec-last is no longer the latest and ages out.
+    facade.append(
+        None, tables.audit_runs, AUDIT_RUNS_SCHEMA, reconcile_runs({"rec-running": NOW - timedelta(hours=1)})
+    )
+    result = maintain(None, cfg, NOW, only=["partition_summary"])
+    assert [t.rows_deleted for t in result.tables] == [2]
+    assert summary_runs(tables.partition_summary) == {"rec-running"}
+
+    # Nothing more to delete: no deletion at all.
+    before = deletions(tables.partition_summary)
+    result = maintain(None, cfg, NOW, only=["partition_summary"])
+    assert [t.rows_deleted for t in result.tables] == [0]
+    assert deletions(tables.partition_summary) == before
+    assert summary_runs(tables.partition_summary) == {"rec-running"}

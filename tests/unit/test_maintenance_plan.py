@@ -39,7 +39,9 @@ def test_without_open_incidents_retention_counts_whole_days_back_from_today() ->
     keep = plan.protected([], [], timedelta(days=7))
     assert plan.cutoff("ledger", 30, NOW, keep) == datetime(2026, 2, 18, tzinfo=UTC)
     assert plan.cutoff("findings", 0, NOW, keep) is None  # 0: forever
-    assert plan.cutoff("partition_summary", 30, NOW, keep) is None  # no time column: kept
+    # No time column: its rows age with their run, against the same cutoff.
+    assert plan.cutoff("partition_summary", 30, NOW, keep) == datetime(2026, 2, 18, tzinfo=UTC)
+    assert plan.cutoff("ingest_positions", 30, NOW, keep) is None  # no retention
 
 
 def test_completeness_windows_age_out_by_their_end_after_400_days_by_default() -> None:
@@ -86,3 +88,50 @@ def test_small_tables_are_compacted_whole_and_the_ingest_tables_never() -> None:
     # One file per ingest run in time order: the window's reads skip the old ones by statistics.
     assert plan.compaction_targets("group_commits", False, {"": 500}, NOW, cfg) == []
     assert plan.compaction_targets("ledger", True, {"2026-03-01": 9}, NOW, cfg) == ["2026-03-01"]
+
+
+LIMIT = datetime(2026, 2, 18, tzinfo=UTC)
+
+
+def run(run_id: str, finished_at: datetime, command: str = "reconcile") -> dict[str, object]:
+    return {"run_id": run_id, "command": command, "finished_at": finished_at}
+
+
+def test_summary_rows_go_with_runs_that_finished_before_the_cutoff_the_boundary_kept() -> None:
+    runs = [
+        run("rec-old", LIMIT - timedelta(microseconds=1)),
+        run("rec-at", LIMIT),  # finished at the cutoff: not before it
+        run("rec-new", LIMIT + timedelta(days=20)),
+    ]
+    present = ["rec-new", "rec-at", "rec-old", "rec-old"]
+    assert plan.expired_runs(runs, present, LIMIT, plan.Protected()) == ["rec-old"]
+
+
+def test_protected_runs_and_runs_audit_runs_does_not_know_keep_their_summary_rows() -> None:
+    old = LIMIT - timedelta(days=5)
+    runs = [run("rec-latest", old), run("rec-incident", old), run("rec-a", old), run("rec-b", old)]
+    keep = plan.protected(
+        [{"reconcile_run_id": "rec-incident", "first_evidence_at": old}], ["rec-latest"], timedelta(days=7)
+    )
+    # rec-running is still writing (or was killed: not retention's business).
+    present = ["rec-latest", "rec-incident", "rec-a", "rec-b", "rec-running"]
+    assert plan.expired_runs(runs, present, LIMIT, keep) == ["rec-a", "rec-b"]
+
+
+def test_a_run_id_is_as_old_as_its_last_finished_command_and_only_held_runs_are_named() -> None:
+    old = LIMIT - timedelta(days=5)
+    # A nightly records its commands under one run id; forensics finished after the cutoff.
+    runs = [
+        run("night-1", old),
+        run("night-1", LIMIT + timedelta(hours=1), "forensics"),
+        run("rec-gone", old),
+    ]
+    assert plan.expired_runs(runs, ["night-1"], LIMIT, plan.Protected()) == []
+
+
+def test_expired_runs_are_deleted_in_chunks_of_at_most_the_chunk_size() -> None:
+    ids = [f"rec-{n:04d}" for n in range(1201)]
+    parts = plan.chunks(ids)
+    assert [len(p) for p in parts] == [500, 500, 201]
+    assert [i for p in parts for i in p] == ids
+    assert plan.chunks([]) == []
