@@ -5,14 +5,14 @@ so offsets are normalized exactly as the streaming job's committer writes them."
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from app.contracts.offsets import EventSource, LedgerEvent
-from app.contracts.tables import FINDINGS_SCHEMA, GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA
+from app.contracts.tables import FINDINGS_SCHEMA, GROUP_COMMITS_SCHEMA, INCIDENTS_SCHEMA, LEDGER_SCHEMA
 from app.contracts.vocabulary import ENGINE_FLINK_LEGACY, EVENT_COMMIT_SUCCEEDED
 from app.kafka.commit_outcome import CommitResult
 from app.stream.committer import OffsetCommitter
@@ -184,4 +184,30 @@ def finding_row(finding_id: str, run: str, detected_at: datetime, **kw: Any) -> 
         evidence="{}",
     )
     row.update(kw)
+    return row
+
+
+def day_events(day: date, cp: int, run: str = "run-1") -> list[LedgerEvent]:
+    """One micro-batch's events (snapshot, completion, commit, ack of 2 partitions) on ``day``."""
+    seconds = (datetime(day.year, day.month, day.day, 10, tzinfo=UTC) - T0).total_seconds() + cp
+    return checkpoint(cp, seconds, {0: 10 * cp, 1: 10 * cp}, run=run)
+
+
+def incident_row(
+    incident_id: str, status: str, first: datetime, last: datetime, findings: list[str]
+) -> dict[str, Any]:
+    """An incidents-contract row (a critical restart of run-1, found by rec-1) citing ``findings``."""
+    row: dict[str, Any] = {f.name: None for f in INCIDENTS_SCHEMA.fields}
+    row.update(
+        incident_id=incident_id,
+        kind="restart",
+        severity="critical",
+        status=status,
+        job_name=JOB,
+        run_ids=["run-1"],
+        first_evidence_at=first,
+        last_evidence_at=last,
+        finding_ids=findings,
+        reconcile_run_id="rec-1",
+    )
     return row

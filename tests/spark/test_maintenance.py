@@ -16,7 +16,6 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig, load_config
-from app.contracts.offsets import LedgerEvent
 from app.contracts.tables import (
     AUDIT_RUNS_SCHEMA,
     COMPLETENESS_SCHEMA,
@@ -28,7 +27,7 @@ from app.maintenance.run import maintain
 from app.storage import facade
 from app.storage.tables import tables_from_config
 from app.stream.ledger import LedgerWriter
-from tests.ledger_data import JOB, T0, checkpoint, finding_row
+from tests.ledger_data import JOB, T0, checkpoint, day_events, finding_row, incident_row
 
 pytestmark = pytest.mark.spark
 
@@ -39,12 +38,6 @@ APPENDER_TIMEOUT_S = 120  # a deadline for the live writers' commits, not a spee
 
 def config(data_dir: Path, *overrides: str) -> AppConfig:
     return load_config("local", [f"paths.data_dir={data_dir}", *overrides], environ={})
-
-
-def day_events(day: date, cp: int, run: str = "run-1") -> list[LedgerEvent]:
-    """One micro-batch's events (snapshot, completion, commit, ack of 2 partitions) on ``day``."""
-    seconds = (datetime(day.year, day.month, day.day, 10, tzinfo=UTC) - T0).total_seconds() + cp
-    return checkpoint(cp, seconds, {0: 10 * cp, 1: 10 * cp}, run=run)
 
 
 def write_days(ledger: str, days: list[date], run: str = "run-1") -> int:
@@ -160,25 +153,6 @@ def test_closed_days_are_compacted_while_the_job_appends_and_no_event_is_lost(
     assert live.count() == job.written * 8
     assert live.select("checkpoint_id").distinct().count() == job.written
     assert DeltaTable(ledger).metadata().configuration["delta.appendOnly"] == "true"
-
-
-def incident_row(
-    incident_id: str, status: str, first: datetime, last: datetime, findings: list[str]
-) -> dict[str, Any]:
-    row: dict[str, Any] = {f.name: None for f in INCIDENTS_SCHEMA.fields}
-    row.update(
-        incident_id=incident_id,
-        kind="restart",
-        severity="critical",
-        status=status,
-        job_name=JOB,
-        run_ids=["run-1"],
-        first_evidence_at=first,
-        last_evidence_at=last,
-        finding_ids=findings,
-        reconcile_run_id="rec-1",
-    )
-    return row
 
 
 def test_retention_keeps_what_an_open_incident_cites_until_it_is_resolved(
