@@ -213,3 +213,19 @@ def test_a_bounded_read_without_the_oldest_batch_s_snapshot_reads_every_day(tmp_
 
     assert retained(facts, [*OFFSET_LOG, 33]) == (frozenset({30, 31, 33}), frozenset({30, 31, 33}))
     assert facts == ledger.facts()
+
+
+def test_runs_writing_at_the_same_latest_time_are_told_apart_by_run_id(tmp_path: Path) -> None:
+    """As the latest RUN_STARTED is chosen: by time, then run id (the order is the whole read's)."""
+    run_a = EventSource(JOB, "run-a", ENGINE, "grp")
+    run_b = EventSource(JOB, "run-b", ENGINE, "grp")
+    ledger = ledger_of(
+        tmp_path,
+        [
+            [started(run_a, day(1)), started(run_b, day(1))],
+            [*batch(run_b, 30, day(4)), *batch(run_a, 30, day(4)), *batch(run_a, 29, day(3))],
+        ],
+    )
+
+    assert ledger.facts().last_run_id == "run-b"
+    assert ledger.facts(date(2026, 3, 3), 29).last_run_id == "run-b"
