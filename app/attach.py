@@ -61,7 +61,14 @@ from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import AttachError
 from app.kafka.clients import librdkafka_logger
 from app.kafka.commit import close_within, open_commit_client
-from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events, recover_unrecorded
+from app.stream.checkpoint import (
+    COMMITS,
+    OFFSETS,
+    CheckpointFiles,
+    batch_events,
+    ledger_since,
+    recover_unrecorded,
+)
 from app.stream.committer import OffsetCommitter
 from app.stream.ledger import LedgerWriter
 from app.stream.startup import (
@@ -337,7 +344,6 @@ class Attachment:
     def _begin(self) -> None:
         """The run's start: the ledger, what a dead run left unwritten, and where this run starts."""
         self._retry("creation", self.writer.ensure)
-        ok, facts = self._retry("read", self.writer.facts)
         _, previous = self._retry("read", self.writer.previous_run_starts)
         offset_log = self.checkpoint.offset_log()
         committed = self.checkpoint.log_ids(COMMITS)
@@ -345,23 +351,26 @@ class Attachment:
         self._start = run_start(
             offset_log, committed, reported, self.checkpoint.source_initial_offsets(), previous or {}
         )
+        done = [b for b in committed if b < self._start.first_batch]
+        # A batch planned but never committed by the dead run is run again by this one: it is ours.
+        last_done = max(done, default=-1)
+        before = {b: o for b, o in offset_log.items() if b <= last_done}
+        # Only the ledger days of the batches recovered (see `stream.checkpoint.ledger_since`).
+        oldest = min(before, default=None)
+        since = ledger_since(self.checkpoint, oldest)
+        ok, facts = self._retry("read", lambda: self.writer.facts(since, oldest))
         if ok and facts is not None:
-            self._recover(facts, offset_log, committed)
+            self._recover(facts, before, done)
         self._write_run_start()
 
     def _recover(
         self,
         facts: LedgerFacts,
-        offset_log: Mapping[int, Mapping[TopicPartitionKey, int]],
-        committed: list[int],
+        before: Mapping[int, Mapping[TopicPartitionKey, int]],
+        done: list[int],
     ) -> None:
-        """Events of the batches before this run that the ledger lacks, as the reference job's start."""
-        assert self._start is not None
-        first = self._start.first_batch
-        done = [b for b in committed if b < first]
-        # A batch planned but never committed by the dead run is run again by this one: it is ours.
-        last_done = max(done, default=-1)
-        before = {b: o for b, o in offset_log.items() if b <= last_done}
+        """Events of the batches before this run (``before``: their offset log; ``done``: those
+        committed) that the ledger lacks, as the reference job's start."""
         if self.commits is None:
             # Without a group this run commits nothing, and a dead run's open requests belong to a
             # group only an attach with that group_id can speak for.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from pyspark.sql import SparkSession
 
@@ -18,7 +18,13 @@ from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import CheckpointFormatError
 from app.storage.files import list_names, modification_time_ms, read_text
-from app.stream.startup import LedgerFacts, parse_initial_offsets, parse_offset_log, recovery_events
+from app.stream.startup import (
+    LedgerFacts,
+    facts_since,
+    parse_initial_offsets,
+    parse_offset_log,
+    recovery_events,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +129,15 @@ def batch_events(
         when = checkpoint.written_at(log_name, batch_id) or now
         events += source.checkpoint_events(event_type, when, batch_id, offsets, extra)
     return events
+
+
+def ledger_since(checkpoint: CheckpointFiles, oldest_batch: int | None) -> date | None:
+    """The first ledger day a start reads (`startup.facts_since`) when ``oldest_batch`` is the
+    oldest batch of the offset log it recovers from: the reference job's start and an attached
+    query's alike. None (every day) without a batch or its file's time."""
+    if oldest_batch is None:
+        return None
+    return facts_since(checkpoint.written_at(OFFSETS, oldest_batch))
 
 
 def recover_unrecorded(

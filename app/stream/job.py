@@ -58,7 +58,14 @@ from app.kafka.commit_outcome import CommitFn
 from app.storage import facade
 from app.storage.tables import tables_from_config
 from app.stream.batch_gate import BatchGate
-from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events, recover_unrecorded
+from app.stream.checkpoint import (
+    COMMITS,
+    OFFSETS,
+    CheckpointFiles,
+    batch_events,
+    ledger_since,
+    recover_unrecorded,
+)
 from app.stream.committer import OffsetCommitter
 from app.stream.ledger import LedgerWriter
 from app.stream.startup import (
@@ -479,10 +486,14 @@ class StreamJob:
         now = self.clock()
         recovered: list[LedgerEvent] = []
         if plan.mode == vocab.RESTORE_CHECKPOINT:
+            offset_log = self._checkpoint.offset_log()
+            # Only the ledger days of the batches the checkpoint still holds: the job's whole
+            # history would be read at every start otherwise.
+            oldest = min(offset_log, default=None)
             recovered = recover_unrecorded(
                 self._checkpoint,
-                self._ledger.facts(),
-                self._checkpoint.offset_log(),
+                self._ledger.facts(ledger_since(self._checkpoint, oldest), oldest),
+                offset_log,
                 self._checkpoint.log_ids(COMMITS),
                 self.scfg.job_name,
                 self.scfg.group_id,

@@ -14,6 +14,10 @@ a Delta transaction id (app id + version = batch id), so a retried batch appends
 outside micro-batches (run start, recovery, stop) go through `write_new`, which first drops the
 events whose key the ledger already holds.
 
+A start's questions (`facts`) read only the event_date partitions of the batches its checkpoint
+still holds (from the day before Spark wrote the oldest one, `checkpoint.ledger_since`), not the
+job's whole history: with 30 days retained that history is tens of millions of rows.
+
 Every write and read goes through delta-rs on the driver (`storage.facade` picks it for the
 ledger): a Spark append of a few rows is a Spark job plus a snapshot reconstruction, about a second
 on a small machine, waiting for a task slot behind the sink's write; delta-rs writes the same Delta
@@ -26,6 +30,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date
 from typing import Any, Final
 
 import pyarrow as pa
@@ -155,14 +160,37 @@ class LedgerWriter:
 
     # --- what a start asks of the job's earlier runs -------------------------------------------
 
-    def _job_rows(self, event_types: Iterable[str], columns: Sequence[str]) -> pa.Table | None:
+    def _job_rows(
+        self, event_types: Iterable[str], columns: Sequence[str], since: date | None = None
+    ) -> pa.Table | None:
         where = (pc.field("job_name") == self.job_name) & pc.field("event_type").isin(list(event_types))
-        return facade.rows(self.storage, self.location, where, columns=["job_name", *columns])
+        # event_date is the partition column: the days before ``since`` are never opened.
+        prune = None if since is None else pc.field("event_date") >= since
+        return facade.rows(self.storage, self.location, where, prune, columns=["job_name", *columns])
 
-    def facts(self) -> LedgerFacts:
+    def facts(self, since: date | None = None, oldest_batch: int | None = None) -> LedgerFacts:
         """What the ledger says about the job's checkpoints: recorded snapshots and completions,
-        commit attempts never answered, and the last run."""
-        rows = self._job_rows(FACT_EVENTS, ["event_type", "run_id", "checkpoint_id", "event_time", "detail"])
+        commit attempts never answered, and the last run.
+
+        ``since`` (an event_date, `checkpoint.ledger_since`) reads only the days from it on: those
+        of the checkpoint's retained batches, from ``oldest_batch`` (the oldest the start recovers)
+        on. When that read holds nothing of the job, or no snapshot of ``oldest_batch``, every day
+        is read (see `_covers`)."""
+        columns = ["event_type", "run_id", "checkpoint_id", "event_time", "detail"]
+        rows = self._job_rows(FACT_EVENTS, columns, since)
+        if since is not None and rows is not None and not self._covers(rows, oldest_batch):
+            # Correctness first: the checkpoint's file times may not be the times its events carry
+            # (a checkpoint directory copied later has new ones), and a recovery that misses what
+            # the ledger holds writes its batches twice. A bounded read that holds the oldest
+            # batch's snapshot holds the later ones too: their files were written after it.
+            log.info(
+                "the ledger of %s holds no snapshot of batch %s since %s: reading every day",
+                self.job_name,
+                oldest_batch,
+                since,
+            )
+            rows = self._job_rows(FACT_EVENTS, columns)
+            since = None
         if rows is None:
             return LedgerFacts(frozenset(), frozenset(), {}, None)
 
@@ -182,22 +210,47 @@ class LedgerWriter:
                 requested[(r["run_id"], int(attempt))] = r["checkpoint_id"]
             else:
                 answered.add((r["run_id"], int(attempt)))
+        last_run = self._last_run(rows)
+        if last_run is None and since is not None:
+            # The last run started before the bound (it ran longer than the checkpoint's span):
+            # the run that wrote the latest of the bounded events is the one that was running.
+            last_run = self._latest_writer(rows)
         return LedgerFacts(
             snapshot_ids=checkpoints(vocab.EVENT_CHECKPOINT_SNAPSHOT),
             completed_ids=checkpoints(vocab.EVENT_CHECKPOINT_COMPLETED),
             open_commit_attempts={k: v for k, v in requested.items() if k not in answered},
-            last_run_id=self._last_run(rows),
+            last_run_id=last_run,
         )
+
+    @staticmethod
+    def _covers(rows: pa.Table, oldest_batch: int | None) -> bool:
+        """Whether bounded ``rows`` hold the job's events of the checkpoint: any at all, and the
+        snapshot of ``oldest_batch`` when one is named."""
+        if rows.num_rows == 0:
+            return False
+        if oldest_batch is None:
+            return True
+        snapshots = rows.filter(
+            (pc.field("event_type") == vocab.EVENT_CHECKPOINT_SNAPSHOT)
+            & (pc.field("checkpoint_id") == oldest_batch)
+        )
+        return bool(snapshots.num_rows > 0)
 
     @staticmethod
     def _last_run(rows: pa.Table) -> str | None:
         """The run id of the latest RUN_STARTED (by time, then run id) among ``rows``."""
-        starts = rows.filter(pc.field("event_type") == vocab.EVENT_RUN_STARTED)
-        latest = max(
-            ((r["event_time"], r["run_id"]) for r in starts.select(["event_time", "run_id"]).to_pylist()),
-            default=None,
-        )
-        return None if latest is None else str(latest[1])
+        return LedgerWriter._latest_writer(rows.filter(pc.field("event_type") == vocab.EVENT_RUN_STARTED))
+
+    @staticmethod
+    def _latest_writer(rows: pa.Table) -> str | None:
+        """The run id of the latest event (by time, then run id) among ``rows``. Arrow kernels, not
+        Python rows: under a bound it runs over every fact of the checkpoint's days."""
+        times = rows.column("event_time")
+        if times.null_count == len(times):
+            return None
+        at_latest = rows.filter(pc.field("event_time") == pc.max(times))
+        run_id = pc.max(at_latest.column("run_id")).as_py()
+        return None if run_id is None else str(run_id)
 
     def previous_run_starts(self) -> dict[TopicPartitionKey, int]:
         """The OFFSETS_RESTORED offsets of the job's last run (empty if none)."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, date, datetime, timedelta
+from typing import Final
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -221,6 +222,24 @@ def restored_events(
 
 
 # --- crash recovery ------------------------------------------------------------------------------
+
+# A batch's events carry the time Spark wrote its checkpoint file (`checkpoint.batch_events`,
+# `recovery_events`), a time of the file system's clock; this much slack keeps a skew between that
+# clock and the ledger writer's (or a commit answered late) from putting a retained batch's events
+# on a day a bounded read skips.
+FACTS_SLACK: Final = timedelta(days=1)
+
+
+def facts_since(oldest_batch_written: datetime | None) -> date | None:
+    """The first ledger day (event_date) a start reads to learn what the ledger holds of the
+    checkpoint's retained batches: the UTC day Spark wrote the oldest of them, less `FACTS_SLACK`.
+    None (read every day) when that time is unknown (no offsets file, no modification time).
+
+    Spark keeps only its last batches (`minBatchesToRetain`, 100 by default) and a start recovers
+    only those, so the days before them hold nothing a start needs but cost a read of every file."""
+    if oldest_batch_written is None:
+        return None
+    return (oldest_batch_written.astimezone(UTC) - FACTS_SLACK).date()
 
 
 @dataclass(frozen=True)

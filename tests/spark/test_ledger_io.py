@@ -4,7 +4,8 @@ readable by Spark exactly as the contract says."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import os
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from app.contracts.vocabulary import (
     EVENT_RUN_STARTED,
 )
 from app.errors import InfrastructureError
+from app.stream.checkpoint import CheckpointFiles, ledger_since
 from app.stream.ledger import LedgerWriter, event_key_column, ledger_app_id
 
 pytestmark = pytest.mark.spark
@@ -162,3 +164,23 @@ def test_a_start_reads_the_job_s_earlier_runs_from_the_ledger(spark: SparkSessio
     assert facts.last_run_id == "run-2"
     empty = LedgerWriter(spark, str(tmp_path / "none"), "orders-job", "run-3")
     assert (empty.previous_run_starts(), empty.facts().last_run_id) == ({}, None)
+
+
+def test_a_start_s_ledger_read_begins_the_day_before_spark_wrote_the_oldest_retained_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The bound comes from the offsets file's modification time, read through Hadoop's file
+    system as every checkpoint read (batch 29 was purged: no file, no time, no bound)."""
+    offsets = tmp_path / "checkpoint" / "offsets"
+    offsets.mkdir(parents=True)
+    for batch, written in (
+        (30, datetime(2026, 3, 4, 0, 30, tzinfo=UTC)),
+        (31, datetime(2026, 3, 5, tzinfo=UTC)),
+    ):
+        path = offsets / str(batch)
+        path.write_text('v1\n{"batchWatermarkMs":0}\n{"orders":{"0":10}}')
+        os.utime(path, (written.timestamp(), written.timestamp()))
+    files = CheckpointFiles(spark, str(tmp_path / "checkpoint"))
+
+    assert ledger_since(files, min(files.offset_log())) == date(2026, 3, 3)
+    assert ledger_since(files, 29) is None

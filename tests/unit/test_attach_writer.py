@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 
 import pytest
@@ -76,8 +77,15 @@ class Checkpoint:
     def source_initial_offsets(self) -> dict[tuple[str, int], int]:
         return {TP: 0}
 
-    def written_at(self, log_name: str, batch: int) -> None:
+    def written_at(self, log_name: str, batch: int) -> datetime | None:
         return None
+
+
+class DatedCheckpoint(Checkpoint):
+    """Spark wrote batch n's files n seconds after midnight of 2026-03-04 (UTC)."""
+
+    def written_at(self, log_name: str, batch: int) -> datetime | None:
+        return datetime(2026, 3, 4, tzinfo=UTC) + timedelta(seconds=batch)
 
 
 class Writer:
@@ -90,11 +98,13 @@ class Writer:
         self.batches: dict[int, list[LedgerEvent]] = {}
         self.others: list[LedgerEvent] = []
         self.failures = failures or {}
+        self.facts_reads: list[tuple[date | None, int | None]] = []
 
     def ensure(self) -> None:
         pass
 
-    def facts(self) -> LedgerFacts:
+    def facts(self, since: date | None = None, oldest_batch: int | None = None) -> LedgerFacts:
+        self.facts_reads.append((since, oldest_batch))
         return LedgerFacts(frozenset(), frozenset(), {}, None)
 
     def previous_run_starts(self) -> dict[tuple[str, int], int]:
@@ -154,6 +164,28 @@ def test_a_batch_whose_write_failed_is_written_before_any_later_one(monkeypatch:
     audit._sync()
     assert sorted(writer.batches) == [0, 1]
     assert audit.ledger_write_failures == 1
+
+
+def test_a_start_reads_the_ledger_from_the_day_before_the_oldest_batch_it_recovers() -> None:
+    """Batches 0 and 1 are a dead run's (this run reported none): the start reads the ledger days
+    from the one before Spark wrote batch 0's offsets (see `startup.facts_since`)."""
+    writer = Writer()
+    audit = Attachment(
+        cast(Any, Query(recentProgress=[])),
+        cast(Any, Spark()),
+        cast(LedgerWriter, writer),
+        cast(CheckpointFiles, DatedCheckpoint(failures=0)),
+    )
+    audit._begin()
+    assert writer.facts_reads == [(date(2026, 3, 3), 0)]
+
+
+def test_a_start_with_no_batch_to_recover_reads_every_ledger_day() -> None:
+    """Both batches are this run's own: nothing dates what an older run left, so nothing bounds the read."""
+    writer = Writer()
+    audit = attachment(writer, DatedCheckpoint(failures=0))
+    audit._begin()
+    assert writer.facts_reads == [(None, None)]
 
 
 class Client:
