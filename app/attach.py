@@ -132,7 +132,7 @@ def run_start(
     committed: list[int],
     reported: list[int],
     initial: Mapping[TopicPartitionKey, int] | None,
-    previous_starts: Mapping[TopicPartitionKey, int],
+    previous_starts: Callable[[], Mapping[TopicPartitionKey, int]],
 ) -> RunStart:
     """The run's first batch and its start, from the checkpoint as the run found it.
 
@@ -141,7 +141,9 @@ def run_start(
     after the last committed batch. With a committed batch before it, the run starts where that
     batch ended (`plan_checkpoint_resume`); with none, where its Kafka sources started
     (``initial``, `sources/<n>/0`), which Spark writes before the first batch: until then the plan
-    is unknown (None)."""
+    is unknown (None). ``previous_starts`` (the job's last run's OFFSETS_RESTORED) is asked for
+    only in that last case: it reads the job's ledger, which a start with a committed batch need
+    not touch."""
     first = min(reported) if reported else max(committed, default=-1) + 1
     before = {b: o for b, o in offset_log.items() if b < first}
     done = [b for b in committed if b < first]
@@ -149,9 +151,10 @@ def run_start(
         return RunStart(first, plan_checkpoint_resume(before, done))
     if initial is None:
         return RunStart(first, None)
-    if before or previous_starts:
+    previous = previous_starts()
+    if before or previous:
         # A run that died before its first commit: Spark starts again where its sources started.
-        return RunStart(first, plan_checkpoint_resume(before, done, initial, previous_starts))
+        return RunStart(first, plan_checkpoint_resume(before, done, initial, previous))
     starts = {tp: PartitionStart(o, vocab.RESTORE_SPECIFIC) for tp, o in initial.items()}
     note = "a new checkpoint: where Spark's Kafka sources resolved their startingOffsets"
     return RunStart(first, StartupPlan(mode=vocab.RESTORE_SPECIFIC, starts=starts, notes=(note,)))
@@ -344,12 +347,16 @@ class Attachment:
     def _begin(self) -> None:
         """The run's start: the ledger, what a dead run left unwritten, and where this run starts."""
         self._retry("creation", self.writer.ensure)
-        _, previous = self._retry("read", self.writer.previous_run_starts)
+
+        def previous_starts() -> Mapping[TopicPartitionKey, int]:
+            _, previous = self._retry("read", self.writer.previous_run_starts)
+            return previous or {}
+
         offset_log = self.checkpoint.offset_log()
         committed = self.checkpoint.log_ids(COMMITS)
         reported = [int(p.batchId) for p in self.query.recentProgress]
         self._start = run_start(
-            offset_log, committed, reported, self.checkpoint.source_initial_offsets(), previous or {}
+            offset_log, committed, reported, self.checkpoint.source_initial_offsets(), previous_starts
         )
         done = [b for b in committed if b < self._start.first_batch]
         # A batch planned but never committed by the dead run is run again by this one: it is ours.
@@ -433,7 +440,7 @@ class Attachment:
             b >= self._start.first_batch for b in self.checkpoint.log_ids(COMMITS)
         ):
             return None
-        start = run_start({}, [], [], initial or {}, {})
+        start = run_start({}, [], [], initial or {}, dict)
         self._start = RunStart(self._start.first_batch, start.plan)
         return start.plan
 
