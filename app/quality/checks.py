@@ -55,7 +55,7 @@ def run_checks(
     tables = tables_from_config(cfg)
     evaluated_at = now or datetime.now(UTC)
     reconcile_run = opts.reconcile_run_id or latest_reconcile_run(spark, tables.audit_runs)
-    inputs = read_inputs(spark, cfg, opts.since, opts.driver_max_rows)
+    inputs = read_inputs(spark, cfg, opts.since, opts.driver_max_rows, reconcile_run)
     suites, docs = validate_suites(
         all_suites(thresholds(cfg.checks)),
         build_frames(inputs, reconcile_run, cfg.completeness.floor),

@@ -134,6 +134,17 @@ def completeness_window(start: datetime | None) -> Read:
     return Read(COMPLETENESS_WINDOW, {"start": start})
 
 
+# The partition summaries of the reconcile run a check judges (every frame of them filters by it):
+# a watch appends a run's rows every minute, which the check need not read.
+SUMMARY_OF_RUN: Final = """
+CAST(:run AS STRING) IS NULL OR reconcile_run_id = CAST(:run AS STRING)
+"""
+
+
+def summary_rows_of_run(reconcile_run_id: str | None) -> Read:
+    return Read(SUMMARY_OF_RUN, {"run": reconcile_run_id})
+
+
 def read_for_check(
     spark: SparkSession,
     path: str,
@@ -155,9 +166,16 @@ def read_for_check(
     return run(wanted.select, {"stored": stored}, wanted.params)
 
 
-def read_inputs(spark: SparkSession, cfg: AppConfig, since: datetime | None, max_rows: int) -> CheckInputs:
+def read_inputs(
+    spark: SparkSession,
+    cfg: AppConfig,
+    since: datetime | None,
+    max_rows: int,
+    reconcile_run_id: str | None = None,
+) -> CheckInputs:
     """What a check validates: with ``since``, the ledger and group commits from ``since`` less
     ``WINDOW_OVERLAP``, and the checkpoint events of reconcile's look-back before it; else all.
+    The partition summaries of ``reconcile_run_id`` alone when given (the run the check judges).
 
     The checkpoint events take the window's route: the completion frame has a row per checkpoint
     of the window, however many events the look-back holds (a few narrow columns, which the
@@ -177,7 +195,9 @@ def read_inputs(spark: SparkSession, cfg: AppConfig, since: datetime | None, max
         ),
         group_commits=read_for_check(spark, t.group_commits, max_rows, commits_window(start)),
         findings=read_for_check(spark, t.findings, max_rows),
-        partition_summary=read_for_check(spark, t.partition_summary, max_rows),
+        partition_summary=read_for_check(
+            spark, t.partition_summary, max_rows, summary_rows_of_run(reconcile_run_id)
+        ),
         completeness=read_for_check(spark, t.completeness, max_rows, completeness_window(start)),
         since=start,
     )

@@ -523,3 +523,19 @@ def test_only_tables_within_the_driver_limit_are_read_on_the_driver(
     assert isinstance(check_io.read_for_check(spark, path, max_rows=1), DataFrame)
     assert isinstance(check_io.read_for_check(spark, path, max_rows=0), DataFrame)
     assert check_io.read_for_check(spark, str(tmp_path / "none"), max_rows=2) is None
+
+
+def test_a_check_reads_only_the_partition_summaries_of_the_run_it_judges_on_either_engine(
+    spark: SparkSession, cfg: AppConfig
+) -> None:
+    rows = [summary(reconcile_run_id=r, partition=p) for r in ("rec-1", "rec-2", "it's") for p in (0, 1)]
+    save(frame(spark, rows, PARTITION_SUMMARY_SCHEMA), cfg, "partition_summary")
+    path = tables_from_config(cfg).partition_summary
+
+    for max_rows in (1000, 0):  # the driver's DuckDB, then Spark SQL: the same text
+        for run, expected in (("rec-2", {"rec-2"}), ("it's", {"it's"}), (None, {"rec-1", "rec-2", "it's"})):
+            read = check_io.read_for_check(spark, path, max_rows, check_io.summary_rows_of_run(run))
+            assert read is not None
+            got = ordered_rows(read, "reconcile_run_id", "partition")
+            assert {r for r, _ in got} == expected, (max_rows, run)
+            assert len(got) == 2 * len(expected)
