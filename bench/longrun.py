@@ -500,6 +500,8 @@ class Interleaved:
     first_s: list[float]
     last_s: list[float]
     ratios: list[float]  # last / first of each pair
+    first_steps: dict[str, float]  # median of each step over the first day's nights
+    last_steps: dict[str, float]
 
     @property
     def ratio(self) -> float:
@@ -514,14 +516,19 @@ def interleaved(
     first, last = min(states), max(states)
     data = work / "data"
     times: dict[int, list[float]] = {first: [], last: []}
+    steps: dict[int, list[dict[str, float]]] = {first: [], last: []}
     for _ in range(rounds):
         for day in (first, last):
             restore(states[day], data)
             night = nightly(work, bootstrap, f"longrun-day-{day}", clock.night(day))
-            steps_of(night)  # raises when a step failed
+            steps[day].append(steps_of(night))  # raises when a step failed
             times[day].append(round(night.wall_s, 2))
     ratios = [round(b / a, 3) for a, b in zip(times[first], times[last], strict=True)]
-    return Interleaved(first, last, times[first], times[last], ratios)
+
+    def medians(day: int) -> dict[str, float]:
+        return {k: round(statistics.median(s[k] for s in steps[day]), 2) for k in steps[day][0]}
+
+    return Interleaved(first, last, times[first], times[last], ratios, medians(first), medians(last))
 
 
 def print_interleaved(result: Interleaved) -> None:
@@ -533,6 +540,10 @@ def print_interleaved(result: Interleaved) -> None:
         f"ratio day {z} / day {a} per pair {', '.join(f'{r:.2f}' for r in result.ratios)}, "
         f"median {result.ratio:.2f}x (target: at most 1.2x)"
     )
+    for step, a_s in result.first_steps.items():
+        z_s = result.last_steps.get(step, 0.0)
+        ratio = f"{z_s / a_s:.2f}x" if a_s > 0 else "-"
+        print(f"  {step:24s} day {a}: {a_s:6.2f}s  day {z}: {z_s:6.2f}s  {ratio}")
 
 
 def run(args: argparse.Namespace, work: Path) -> tuple[list[DayFigures], Interleaved | None]:
