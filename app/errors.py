@@ -66,6 +66,15 @@ class CheckpointFormatError(OffsetAuditError):
     """A Spark checkpoint file does not look like Spark wrote it."""
 
 
+class FlinkStateError(OffsetAuditError):
+    """A Flink checkpoint's or savepoint's files could not be decoded (the message names the file and
+    what was not understood)."""
+
+
+class FlinkRestError(InfrastructureError):
+    """A Flink JobManager's REST API could not be reached or did not answer as documented. Exit code 3."""
+
+
 class AttachError(OffsetAuditError):
     """A streaming query the audit cannot attach to (its checkpoint cannot be found)."""
 
