@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
+from typing import TYPE_CHECKING
 
 from app.commands.outcome import EXIT_OK, emit
 from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.errors import UsageError
+
+if TYPE_CHECKING:
+    from app.flink.watcher import WatchSummary
+    from app.watch.loop import StopSignal
 
 
 def positive_seconds(value: str) -> float:
@@ -56,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--starting-offsets",
         choices=vocab.STARTUP_MODES,
         default=None,
-        help="where the job's sources start without state, as configured (recorded in RUN_STARTED; "
+        help="where the job's sources start without state, as configured (recorded in the run's start; "
         "Flink does not expose it)",
     )
     parser.add_argument("--max-polls", type=int, default=None, help=argparse.SUPPRESS)  # tests bound the loop
@@ -69,14 +75,35 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         raise UsageError("--job-id must name the Flink job")
     if args.max_polls is not None and args.max_polls <= 0:
         raise UsageError(f"--max-polls must be positive, not {args.max_polls}")
-    from app.audit import watch_flink_job
     from app.storage.tables import tables_from_config
     from app.watch.loop import StopSignal
 
-    stop = StopSignal()
-    stop.install()
     ledger = args.ledger or tables_from_config(cfg).ledger
-    summary = watch_flink_job(
+    stop = StopSignal()
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    stop.install()
+    try:
+        summary = _watch(args, cfg, ledger, stop)
+    finally:
+        # In process (the tests, a caller of `main`), the caller's handlers come back.
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    followed = args.job_id or f"named {args.job_name}"
+    emit(
+        args,
+        {**dataclasses.asdict(summary), "job": args.job, "ledger": ledger, "rest": args.rest},
+        f"flink-watch of Flink job {followed} as job {args.job}: runs {', '.join(summary.runs) or 'none'}; "
+        f"{summary.checkpoints_recorded} checkpoints recorded, {len(summary.missed)} missed, "
+        f"{summary.failed_checkpoints} failed; {summary.events_written} events, "
+        f"{summary.rest_requests} REST requests",
+    )
+    return EXIT_OK
+
+
+def _watch(args: argparse.Namespace, cfg: AppConfig, ledger: str, stop: StopSignal) -> WatchSummary:
+    from app.audit import watch_flink_job
+
+    return watch_flink_job(
         args.rest,
         job_name=args.job,
         ledger=ledger,
@@ -89,13 +116,3 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         stop=stop,
         max_polls=args.max_polls,
     )
-    followed = args.job_id or f"named {args.job_name}"
-    emit(
-        args,
-        {**dataclasses.asdict(summary), "job": args.job, "ledger": ledger, "rest": args.rest},
-        f"flink-watch of Flink job {followed} as job {args.job}: runs {', '.join(summary.runs) or 'none'}; "
-        f"{summary.checkpoints_recorded} checkpoints recorded, {len(summary.missed)} missed, "
-        f"{summary.failed_checkpoints} failed; {summary.events_written} events, "
-        f"{summary.rest_requests} REST requests",
-    )
-    return EXIT_OK

@@ -53,6 +53,8 @@ from app.stream.ledger import LedgerWriter
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_S = 1.0
+# The columns the ledger reads below filter on: a read returns them with those asked for.
+_FILTERED = ("job_name", "run_id", "event_type")
 
 Reader = Callable[[str], FlinkCheckpointOffsets]
 
@@ -118,7 +120,7 @@ class FlinkLedger:
             where = where & (pc.field("run_id") == run_id)
         if runs is not None:
             where = where & pc.field("run_id").isin(runs)
-        rows = facade.rows(self.storage, self.location, where, columns=["checkpoint_id"])
+        rows = facade.rows(self.storage, self.location, where, columns=[*_FILTERED, "checkpoint_id"])
         if rows is None:
             return set()
         return {int(i) for i in pc.unique(rows.column("checkpoint_id")).to_pylist() if i is not None}
@@ -135,7 +137,10 @@ class FlinkLedger:
             & pc.field("partition").is_valid()
         )
         rows = facade.rows(
-            self.storage, self.location, where, columns=["engine", "topic", "partition", "raw_offset"]
+            self.storage,
+            self.location,
+            where,
+            columns=[*_FILTERED, "checkpoint_id", "engine", "topic", "partition", "raw_offset"],
         )
         if rows is None or rows.num_rows == 0:
             return None

@@ -1,0 +1,380 @@
+"""The sidecar loop against a scripted JobManager (its REST documents), a scripted decoder and a real
+Delta ledger on local disk: what it records, misses, restarts and stops, and its request pace."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from app.config import StorageConfig
+from app.contracts import vocabulary as vocab
+from app.errors import FlinkRestError, FlinkStateError, UsageError
+from app.flink.metadata import FlinkCheckpointOffsets, SplitOffset
+from app.flink.rest import FlinkRest, Pacer
+from app.flink.watcher import FlinkLedger, FlinkWatcher
+
+pytestmark = pytest.mark.unit
+
+JOB_A = "4f2c7d1e9a6b40c8b1d3e5f7a9c0b2d4"
+JOB_B = "9e8d7c6b5a4f30e2d1c0b9a8f7e6d5c4"
+T0 = 1764237600000
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeStop:
+    """Between polls, the clock moves by the poll interval; no real sleep."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.requested: int | None = None
+
+    def wait(self, timeout_s: float) -> bool:
+        self.clock.now += timeout_s
+        return self.requested is not None
+
+
+class FakeFlink:
+    """A JobManager's REST documents, changed by the test between polls, and the decoded checkpoint
+    files it would have written (a path absent from ``files`` is deleted)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.history: dict[str, list[dict[str, Any]]] = {}
+        self.restored: dict[str, dict[str, Any] | None] = {}
+        self.files: dict[str, FlinkCheckpointOffsets] = {}
+        self.down = False
+        self.requests: list[tuple[float, str]] = []
+        self.config = [{"key": "execution.checkpointing.num-retained", "value": "3"}]
+
+    def submit(self, job_id: str, start_ms: int, name: str = "payments") -> None:
+        self.jobs[job_id] = {
+            "jid": job_id,
+            "name": name,
+            "state": "RUNNING",
+            "start-time": start_ms,
+            "end-time": -1,
+        }
+        self.history[job_id] = []
+        self.restored[job_id] = None
+
+    def restore(self, job_id: str, checkpoint_id: int, at_ms: int, savepoint: bool = False) -> None:
+        self.restored[job_id] = {
+            "id": checkpoint_id,
+            "restore_timestamp": at_ms,
+            "is_savepoint": savepoint,
+            "external_path": f"file:/cp/{job_id}/chk-{checkpoint_id}",
+        }
+
+    def complete(
+        self, job_id: str, checkpoint_id: int, trigger_ms: int, offsets: dict[tuple[str, int], int]
+    ) -> None:
+        path = f"file:/cp/{job_id}/chk-{checkpoint_id}"
+        self.history[job_id].append(
+            {
+                "id": checkpoint_id,
+                "status": "COMPLETED",
+                "is_savepoint": False,
+                "trigger_timestamp": trigger_ms,
+                "latest_ack_timestamp": trigger_ms + 40,
+                "external_path": path,
+                "discarded": False,
+            }
+        )
+        splits = tuple(SplitOffset(t, p, o, None) for (t, p), o in sorted(offsets.items()))
+        self.files[path] = FlinkCheckpointOffsets(
+            checkpoint_id, vocab.ENGINE_FLINK_KAFKASOURCE, "src", f"/cp/{job_id}/chk-{checkpoint_id}", splits
+        )
+
+    def fail(self, job_id: str, checkpoint_id: int, trigger_ms: int) -> None:
+        self.history[job_id].append(
+            {"id": checkpoint_id, "status": "FAILED", "is_savepoint": False, "trigger_timestamp": trigger_ms}
+        )
+
+    def end(self, job_id: str, state: str, at_ms: int) -> None:
+        self.jobs[job_id].update({"state": state, "end-time": at_ms})
+
+    def read(self, path: str) -> FlinkCheckpointOffsets:
+        if path not in self.files:
+            raise FlinkStateError(f"{path}/_metadata: no such file")
+        return self.files[path]
+
+    def opener(self, url: str, timeout_s: float) -> bytes:
+        self.requests.append((self.clock.now, url))
+        if self.down:
+            raise FlinkRestError(f"Flink REST API unreachable at {url}: Connection refused")
+        path = url.split("8081", 1)[1]
+        parts = path.strip("/").split("/")
+        if path == "/jobs/overview":
+            body: Any = {"jobs": list(self.jobs.values())}
+        elif path == "/jobmanager/config" or path.endswith("/jobmanager/config"):
+            body = self.config
+        elif path.endswith("/checkpoints/config"):
+            body = {"interval": 1000, "externalization": {"enabled": True, "delete_on_cancellation": False}}
+        elif path.endswith("/checkpoints"):
+            history = self.history[parts[1]]
+            body = {
+                "counts": {
+                    "completed": sum(1 for h in history if h["status"] == "COMPLETED"),
+                    "failed": sum(1 for h in history if h["status"] == "FAILED"),
+                },
+                "latest": {"restored": self.restored[parts[1]]},
+                "history": list(reversed(history)),  # newest first, as Flink lists it
+            }
+        else:
+            from app.flink.rest import FlinkRestHttpError
+
+            if parts[1] not in self.jobs:
+                raise FlinkRestHttpError(url, 404)
+            body = self.jobs[parts[1]]
+        return json.dumps(body).encode()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def flink(clock: FakeClock) -> FakeFlink:
+    return FakeFlink(clock)
+
+
+def watcher(flink: FakeFlink, ledger: Path, clock: FakeClock, **kwargs: Any) -> FlinkWatcher:
+    rest = FlinkRest(
+        "http://127.0.0.1:8081", pacer=Pacer(2.0, clock=clock, sleep=clock.sleep), opener=flink.opener
+    )
+    kwargs.setdefault("flink_job_id", JOB_A)
+    return FlinkWatcher(
+        rest,
+        FlinkLedger(StorageConfig(), str(ledger), "payments"),
+        group_id="payments-group",
+        read=flink.read,
+        **kwargs,
+    )
+
+
+def rows(ledger: Path) -> list[dict[str, Any]]:
+    table = DeltaTable(str(ledger)).to_pyarrow_table()
+    return sorted(table.to_pylist(), key=lambda r: (r["event_time"], r["event_type"], r["partition"] or -1))
+
+
+def of(ledger: Path, event_type: str, run_id: str | None = None) -> list[dict[str, Any]]:
+    return [
+        r for r in rows(ledger) if r["event_type"] == event_type and (run_id is None or r["run_id"] == run_id)
+    ]
+
+
+def test_every_completed_checkpoint_is_recorded_once_and_the_end_of_the_job_stops_the_run(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock)
+    assert w.start() == []
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10, ("orders", 1): 7})
+    assert not w.poll_once()
+    flink.fail(JOB_A, 2, T0 + 2000)
+    flink.complete(JOB_A, 3, T0 + 3000, {("orders", 0): 25, ("orders", 1): 19})
+    assert not w.poll_once()
+    assert not w.poll_once()  # nothing new: nothing written
+    flink.complete(JOB_A, 4, T0 + 4000, {("orders", 0): 30, ("orders", 1): 19})
+    flink.end(JOB_A, "CANCELED", T0 + 4500)
+
+    assert w.poll_once()  # the followed job id ended
+
+    completed = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, JOB_A)
+    assert sorted({r["checkpoint_id"] for r in completed}) == [1, 3, 4]
+    assert len(completed) == 6
+    assert len(of(ledger, vocab.EVENT_CHECKPOINT_SNAPSHOT)) == 6
+    assert {(r["checkpoint_id"], r["partition"]): r["offset"] for r in completed}[(3, 0)] == 25
+    assert len(of(ledger, vocab.EVENT_COMMIT_REQUESTED)) == 6
+    assert len(of(ledger, vocab.EVENT_RUN_STARTED)) == 1
+    stopped = of(ledger, vocab.EVENT_RUN_STOPPED)
+    assert len(stopped) == 1
+    detail = json.loads(stopped[0]["detail"])
+    assert detail[vocab.DETAIL_REASON] == "canceled"
+    assert (detail["checkpoints_recorded"], detail[vocab.DETAIL_FAILED_CHECKPOINTS]) == (3, 1)
+    assert detail[vocab.DETAIL_MISSED_CHECKPOINTS] == []
+    before = len(rows(ledger))
+
+    # A sidecar started again over the same history writes nothing twice.
+    again = watcher(flink, ledger, clock)
+    again.start()
+    assert again.poll_once()
+    assert len(rows(ledger)) == before
+
+
+def test_a_checkpoint_whose_files_are_gone_is_named_missed_and_claims_no_offsets(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10})
+    flink.complete(JOB_A, 2, T0 + 2000, {("orders", 0): 20})
+    del flink.files[f"file:/cp/{JOB_A}/chk-1"]  # Flink deleted it before the poll
+    w.poll_once()
+    flink.complete(JOB_A, 3, T0 + 3000, {("orders", 0): 30})
+    flink.end(JOB_A, "FINISHED", T0 + 3500)
+    w.poll_once()
+
+    completed = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED)
+    assert sorted(r["checkpoint_id"] for r in completed) == [2, 3]
+    assert not [
+        r for r in rows(ledger) if r["checkpoint_id"] == 1 and r["event_type"] != vocab.EVENT_RUN_STARTED
+    ]
+    named = json.loads(next(r for r in completed if r["checkpoint_id"] == 2)["detail"])
+    assert [(m["id"], m[vocab.DETAIL_REASON]) for m in named[vocab.DETAIL_MISSED_CHECKPOINTS]] == [
+        (1, vocab.MISSED_FILES_GONE)
+    ]
+    assert vocab.DETAIL_MISSED_CHECKPOINTS not in json.loads(
+        next(r for r in completed if r["checkpoint_id"] == 3)["detail"]
+    )
+    stopped = json.loads(of(ledger, vocab.EVENT_RUN_STOPPED)[0]["detail"])
+    assert [m["id"] for m in stopped[vocab.DETAIL_MISSED_CHECKPOINTS]] == [1]
+    assert w.summary.missed == [
+        {
+            "id": 1,
+            vocab.DETAIL_REASON: vocab.MISSED_FILES_GONE,
+            vocab.DETAIL_MESSAGE: f"file:/cp/{JOB_A}/chk-1/_metadata: no such file",
+        }
+    ]
+
+
+def test_an_undecodable_checkpoint_is_named_unreadable(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    chk = tmp_path / "cp" / "chk-1"
+    chk.mkdir(parents=True)
+    (chk / "_metadata").write_bytes(b"\x00garbage")
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10})
+    flink.history[JOB_A][0]["external_path"] = f"file:{chk}"
+    w.poll_once()
+
+    assert w.summary.missed[0][vocab.DETAIL_REASON] == vocab.MISSED_UNREADABLE
+    assert of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED) == []
+
+
+def test_a_failover_starts_a_new_run_from_the_restored_checkpoint(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10})
+    w.poll_once()
+    # Between two polls: checkpoint 2 completes, a task fails, the job restores checkpoint 2.
+    flink.complete(JOB_A, 2, T0 + 2000, {("orders", 0): 20})
+    flink.restore(JOB_A, 2, T0 + 2600)
+    flink.complete(JOB_A, 3, T0 + 3000, {("orders", 0): 28})
+    w.poll_once()
+
+    second = f"{JOB_A}-restore-2-{T0 + 2600}"
+    assert w.summary.runs == [JOB_A, second]
+    assert sorted(r["checkpoint_id"] for r in of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, JOB_A)) == [1, 2]
+    assert [r["checkpoint_id"] for r in of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, second)] == [3]
+    restored = of(ledger, vocab.EVENT_OFFSETS_RESTORED, second)
+    assert [(r["offset"], r["checkpoint_id"]) for r in restored] == [(20, 2)]
+    assert json.loads(restored[0]["detail"])[vocab.DETAIL_SOURCE] == vocab.RESTORE_CHECKPOINT
+    # The dead attempt stopped without RUN_STOPPED: reconcile judges it (UNCLEAN_STOP) with the restart.
+    assert of(ledger, vocab.EVENT_RUN_STOPPED) == []
+
+
+def test_a_resubmission_after_a_crash_records_the_restored_checkpoint_the_ledger_lacked(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock, flink_job_id=None, flink_job_name="payments")
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10})
+    w.poll_once()
+    # Checkpoint 2 completes and the whole Flink process is killed before the next poll.
+    flink.complete(JOB_A, 2, T0 + 2000, {("orders", 0): 20})
+    flink.down = True
+    assert not w.poll_once()  # retried, not fatal
+    # A new process: the job resubmitted from chk-2 under a new job id.
+    flink.down = False
+    chk2 = flink.files[f"file:/cp/{JOB_A}/chk-2"]
+    flink.jobs.clear()
+    flink.submit(JOB_B, T0 + 5000)
+    flink.restore(JOB_B, 2, T0 + 5200)
+    flink.files[f"file:/cp/{JOB_B}/chk-2"] = chk2
+    flink.complete(JOB_B, 3, T0 + 6000, {("orders", 0): 31})
+    w.poll_once()
+
+    second = f"{JOB_B}-restore-2-{T0 + 5200}"
+    assert w.summary.runs == [JOB_A, second]
+    recovered = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, JOB_A)
+    assert sorted(r["checkpoint_id"] for r in recovered) == [1, 2]
+    chk2_row = next(r for r in recovered if r["checkpoint_id"] == 2)
+    assert json.loads(chk2_row["detail"])[vocab.DETAIL_RECOVERED] is True
+    assert [r["offset"] for r in of(ledger, vocab.EVENT_OFFSETS_RESTORED, second)] == [20]
+    assert [r["checkpoint_id"] for r in of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, second)] == [3]
+    assert (
+        json.loads(of(ledger, vocab.EVENT_RUN_STARTED, second)[0]["detail"])[vocab.DETAIL_FLINK_JOB_ID]
+        == JOB_B
+    )
+
+
+def test_the_loop_sends_at_most_two_requests_a_second(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, tmp_path / "ledger", clock, flink_job_id=None, flink_job_name="payments", poll_s=0.2)
+    w.start()
+    for i in range(1, 30):
+        flink.complete(JOB_A, i, T0 + 1000 * i, {("orders", 0): 10 * i})
+        w.poll_once()
+
+    times = [t for t, _ in flink.requests]
+    assert len(times) > 60
+    assert all(b - a >= 0.5 - 1e-9 for a, b in itertools.pairwise(times))
+
+
+def test_the_follow_loop_ends_at_the_stop_and_at_the_end_of_a_followed_id(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, tmp_path / "ledger", clock)
+    w.start()
+    stop = FakeStop(clock)
+    summary = w.follow(stop, max_polls=3)
+    assert summary.rest_requests > 0
+    assert summary.stopped_runs == []
+
+    flink.end(JOB_A, "FAILED", T0 + 9000)
+    summary = w.follow(stop)  # no bound: the end of the job ends it
+    assert summary.stopped_runs == [JOB_A]
+
+
+def test_an_unknown_job_id_is_a_usage_error_and_an_unreachable_jobmanager_an_infrastructure_one(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    with pytest.raises(UsageError, match=JOB_A):
+        watcher(flink, tmp_path / "ledger", clock).start()
+    flink.down = True
+    with pytest.raises(FlinkRestError):
+        watcher(flink, tmp_path / "ledger", clock).start()
