@@ -12,7 +12,7 @@ next offset to read or its sentinels, the legacy consumer's last processed offse
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from app.contracts.vocabulary import ENGINE_FLINK_KAFKASOURCE, ENGINE_FLINK_LEGACY
@@ -67,7 +67,22 @@ def read_checkpoint(
     ``operator`` (an operator id or uid) chooses the source when a job has several Kafka sources.
     """
     checkpoint_dir, metadata_file = metadata_location(path)
-    metadata = parse_metadata(read_bytes(metadata_file, storage_options), metadata_file)
+
+    def read_file(location: str) -> bytes:
+        return read_bytes(location, storage_options)
+
+    return decode_checkpoint(read_file(metadata_file), checkpoint_dir, metadata_file, read_file, operator)
+
+
+def decode_checkpoint(
+    metadata_bytes: bytes,
+    checkpoint_dir: str,
+    metadata_file: str,
+    read_file: Callable[[str], bytes],
+    operator: str | None = None,
+) -> FlinkCheckpointOffsets:
+    """``read_checkpoint`` on bytes already read; ``read_file`` reads the state files they name."""
+    metadata = parse_metadata(metadata_bytes, metadata_file)
     candidates = [
         (op, state)
         for op in metadata.operators
@@ -83,7 +98,7 @@ def read_checkpoint(
     failures: list[FlinkStateError] = []
     for op, state in candidates:
         try:
-            offsets = _read_operator_offsets(op, state, checkpoint_dir, metadata_file, storage_options)
+            offsets = _read_operator_offsets(op, state, checkpoint_dir, metadata_file, read_file)
         except FlinkStateError as exc:
             failures.append(exc)
             continue
@@ -122,13 +137,19 @@ def _read_operator_offsets(
     state: str,
     checkpoint_dir: str,
     metadata_file: str,
-    storage_options: Mapping[str, str] | None,
+    read_file: Callable[[str], bytes],
 ) -> tuple[SplitOffset, ...]:
     by_partition: dict[tuple[str, int], SplitOffset] = {}
     for sub in op.subtasks:
         handle = sub.managed_operator_state
-        if handle is None or state not in handle.partitions:
+        if handle is None:
             continue
+        if state not in handle.partitions:
+            # The source registers its state when it starts, so every subtask's snapshot holds it
+            # (empty when the subtask reads nothing): one without it is damaged, not empty.
+            raise FlinkStateError(
+                metadata_file, f"subtask {sub.index} of operator {op.operator_id} has no {state} state"
+            )
         partitions = handle.partitions[state]
         if partitions.mode != _MODE_BY_STATE[state]:
             raise FlinkStateError(
@@ -136,7 +157,7 @@ def _read_operator_offsets(
             )
         if not partitions.offsets:
             continue
-        stream, source = _state_stream(handle, checkpoint_dir, metadata_file, storage_options)
+        stream, source = _state_stream(handle, checkpoint_dir, metadata_file, read_file)
         for element in read_kafka_elements(stream, state, handle.partitions, source):
             _add_unique(by_partition, element, source)
     return tuple(by_partition[key] for key in sorted(by_partition))
@@ -158,7 +179,7 @@ def _state_stream(
     handle: OperatorStateHandle,
     checkpoint_dir: str,
     metadata_file: str,
-    storage_options: Mapping[str, str] | None,
+    read_file: Callable[[str], bytes],
 ) -> tuple[bytes, str]:
     """The bytes of an operator state stream and the name errors about them give."""
     stream = handle.stream
@@ -168,7 +189,7 @@ def _state_stream(
         return stream.data, metadata_file
     if stream.kind in ("file", "relative") and stream.path is not None:
         location = state_file_location(checkpoint_dir, stream.path, relative=stream.kind == "relative")
-        data = read_bytes(location, storage_options)
+        data = read_file(location)
         if stream.size is not None and stream.size != len(data):
             raise FlinkStateError(location, f"is {len(data)} bytes, the checkpoint recorded {stream.size}")
         return data, location

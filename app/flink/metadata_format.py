@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from typing import Final
 
 from app.flink.binary import DataInput
+from app.flink.java_serialization import skip_java_object
 
 HEADER_MAGIC: Final = 0x4960672D
 MASTER_STATE_MAGIC: Final = -0x3694E96A  # 0xc96b1696 as Java's signed int
 SUPPORTED_VERSIONS: Final = (2, 3, 4, 5, 6)
-# Java serialization's stream magic and version: what the CheckpointProperties of V4+ start with.
-_JAVA_SERIALIZATION_HEADER: Final = b"\xac\xed\x00\x05"
 
 # OperatorStateHandle.Mode ordinals.
 MODE_SPLIT_DISTRIBUTE: Final = 0
@@ -136,14 +135,11 @@ def parse_metadata(data: bytes, source: str) -> CheckpointMetadata:
 
 def _check_trailer(inp: DataInput, version: int) -> None:
     # V4+ end with the CheckpointProperties in Java serialization, which hold no state; older
-    # versions end with the operators. Anything else means the operator section was misread.
-    if version < 4:
-        if inp.remaining():
-            raise inp.fail(f"{inp.remaining()} unexpected bytes after the operator states")
-        return
-    header = inp.raw(min(inp.remaining(), 4), "checkpoint properties")
-    if header != _JAVA_SERIALIZATION_HEADER or not inp.remaining():
-        raise inp.fail("checkpoint properties are missing or not Java-serialized", inp.pos - len(header))
+    # versions end with the operators. Anything after them means the file was misread or damaged.
+    if version >= 4:
+        skip_java_object(inp)
+    if inp.remaining():
+        raise inp.fail(f"{inp.remaining()} unexpected bytes at the end of the file")
 
 
 def _skip_master_state(inp: DataInput) -> None:

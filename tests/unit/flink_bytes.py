@@ -25,6 +25,17 @@ LONG_SNAPSHOT = "org.apache.flink.api.common.typeutils.base.LongSerializer$LongS
 KAFKA_TOPIC_PARTITION = "org.apache.flink.streaming.connectors.kafka.internals.KafkaTopicPartition"
 NO_STOPPING_OFFSET = -(2**63)
 SPLIT, UNION = 0, 1
+# What ObjectOutputStream writes for an object shaped like CheckpointProperties (booleans, a long[],
+# a nested object with a String and an enum), printed by a five-line Java program.
+JAVA_SERIALIZED_PROPERTIES = bytes.fromhex(
+    "aced000573720007502450726f707300000000000000020200055a000f6469736361726446696e69736865645a000f"
+    "6469736361726453756273756d65645a0006666f726365645b00036172727400025b4a4c00046b696e647400084c50"
+    "244b696e643b7870010100757200025b4a782004b512b17593020000787000000002000000000000000100000000000000"
+    "027372000650244b696e6400000000000000010200024c00046e616d657400124c6a6176612f6c616e672f537472696e"
+    "673b4c00017374000c4c502453747261746567793b787074000a436865636b706f696e747e72000a5024537472617465"
+    "677900000000000000001200007872000e6a6176612e6c616e672e456e756d00000000000000001200007870740010464f"
+    "52574152445f4241434b57415244"
+)
 
 
 def i8(n: int) -> bytes:
@@ -246,7 +257,7 @@ def metadata(version: int, checkpoint_id: int, operators: Sequence[bytes], maste
     for op in operators:
         out += op
     if version >= 4:
-        out += b"\xac\xed\x00\x05sr\x00\x10CheckpointProps"  # stands in for the Java-serialized properties
+        out += JAVA_SERIALIZED_PROPERTIES
     return bytes(out)
 
 
