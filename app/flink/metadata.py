@@ -8,6 +8,7 @@ reads each subtask's operator state stream (inline in ``_metadata`` below
 its elements (``operator_state``). Offsets are returned as Flink stored them: the ``KafkaSource``'s
 next offset to read or its sentinels, the legacy consumer's last processed offset; normalising them is
 ``app.contracts.offsets``' job. Anything not understood raises ``FlinkStateError``, never an offset.
+The formats' facts are in CONTRACTS.md §7.
 """
 
 from __future__ import annotations
