@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from app.contracts import vocabulary as vocab
 from app.contracts.instants import instant
 from app.contracts.offsets import EventSource
-from app.errors import FlinkStateError, UsageError
+from app.errors import FlinkStateError, InfrastructureError, UsageError
 from app.flink import events as ev
 from app.flink.metadata import FlinkCheckpointOffsets, read_checkpoint
 from app.flink.rest import STATUS_COMPLETED, CheckpointStat, Restore
@@ -168,7 +168,7 @@ def import_retained(
             continue
         try:
             decoded = reader(found.path)
-        except (FlinkStateError, OSError) as exc:
+        except (FlinkStateError, InfrastructureError) as exc:
             log.warning("flink-import: %s not imported: %s", found.path, exc)
             result.unreadable.append({"path": found.path, "error": str(exc)[:300]})
             continue

@@ -35,7 +35,13 @@ import pyarrow.compute as pc
 
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
-from app.errors import FlinkRestError, FlinkStateError, UsageError
+from app.errors import (
+    FlinkCheckpointGoneError,
+    FlinkRestError,
+    FlinkStateError,
+    InfrastructureError,
+    UsageError,
+)
 from app.flink import events as ev
 from app.flink.metadata import FlinkCheckpointOffsets, SplitOffset, read_checkpoint
 from app.flink.rest import (
@@ -76,13 +82,10 @@ def local_path(external_path: str) -> str:
     return external_path
 
 
-def failure_reason(path: str, exc: BaseException) -> str:
-    """Why a checkpoint could not be read: its files were gone, or they did not decode."""
-    if isinstance(exc, FileNotFoundError):
-        return vocab.MISSED_FILES_GONE
-    local = local_path(path)
-    gone = "://" not in local and not os.path.exists(os.path.join(local, "_metadata"))
-    return vocab.MISSED_FILES_GONE if gone else vocab.MISSED_UNREADABLE
+def failure_reason(exc: BaseException) -> str:
+    """Why a checkpoint could not be read: its files were gone (Flink deleted them), or they were
+    there and did not decode (or could not be read)."""
+    return vocab.MISSED_FILES_GONE if isinstance(exc, FlinkCheckpointGoneError) else vocab.MISSED_UNREADABLE
 
 
 class FlinkLedger:
@@ -197,7 +200,7 @@ class FlinkWatcher:
         self.flink_job_name = flink_job_name
         self.group_id = group_id
         self.poll_s = poll_s
-        self.read: Reader = read or (lambda path: read_checkpoint(local_path(path), storage_options))
+        self.read: Reader = read or (lambda path: read_checkpoint(path, storage_options))
         self.engine = engine
         self.startup_mode = startup_mode
         self.summary = WatchSummary()
@@ -320,7 +323,7 @@ class FlinkWatcher:
                 decoded = self.read(restore.external_path)
                 offsets: dict[TopicPartitionKey, int | None] = {**ev.raw_offsets(decoded)}
                 return decoded.engine, offsets, None
-            except (FlinkStateError, OSError) as exc:
+            except (FlinkStateError, InfrastructureError) as exc:
                 failure = f"the restored state at {restore.external_path} could not be read: {exc}"
         else:
             failure = "Flink reported no path for the restored state"
@@ -415,8 +418,8 @@ class FlinkWatcher:
             return ev.Missed(stat.checkpoint_id, vocab.MISSED_NO_EXTERNAL_PATH)
         try:
             decoded = self.read(stat.external_path)
-        except (FlinkStateError, OSError) as exc:
-            return ev.Missed(stat.checkpoint_id, failure_reason(stat.external_path, exc), str(exc)[:300])
+        except (FlinkStateError, InfrastructureError) as exc:
+            return ev.Missed(stat.checkpoint_id, failure_reason(exc), str(exc)[:300])
         events = ev.checkpoint_events(run.source, stat, decoded, missed=run.pending_missed)
         self.summary.events_written += self.ledger.write_checkpoint(
             run.attempt.run_id, stat.checkpoint_id, events

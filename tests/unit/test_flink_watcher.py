@@ -13,8 +13,8 @@ from deltalake import DeltaTable
 
 from app.config import StorageConfig
 from app.contracts import vocabulary as vocab
-from app.errors import FlinkRestError, FlinkStateError, UsageError
-from app.flink.metadata import FlinkCheckpointOffsets, SplitOffset
+from app.errors import FlinkCheckpointGoneError, FlinkRestError, UsageError
+from app.flink.metadata import FlinkCheckpointOffsets, SplitOffset, read_checkpoint
 from app.flink.rest import FlinkRest, Pacer
 from app.flink.watcher import FlinkLedger, FlinkWatcher
 
@@ -111,7 +111,7 @@ class FakeFlink:
 
     def read(self, path: str) -> FlinkCheckpointOffsets:
         if path not in self.files:
-            raise FlinkStateError(f"{path}/_metadata: no such file")
+            raise FlinkCheckpointGoneError(f"{path}/_metadata", "the file does not exist (any more)")
         return self.files[path]
 
     def opener(self, url: str, timeout_s: float) -> bytes:
@@ -253,7 +253,7 @@ def test_a_checkpoint_whose_files_are_gone_is_named_missed_and_claims_no_offsets
         {
             "id": 1,
             vocab.DETAIL_REASON: vocab.MISSED_FILES_GONE,
-            vocab.DETAIL_MESSAGE: f"file:/cp/{JOB_A}/chk-1/_metadata: no such file",
+            vocab.DETAIL_MESSAGE: f"file:/cp/{JOB_A}/chk-1/_metadata: the file does not exist (any more)",
         }
     ]
 
@@ -267,12 +267,14 @@ def test_an_undecodable_checkpoint_is_named_unreadable(
     (chk / "_metadata").write_bytes(b"\x00garbage")
     flink.submit(JOB_A, T0)
     w = watcher(flink, ledger, clock)
+    w.read = read_checkpoint  # the real decoder, on a file that is there but no checkpoint
     w.start()
     flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10})
     flink.history[JOB_A][0]["external_path"] = f"file:{chk}"
     w.poll_once()
 
     assert w.summary.missed[0][vocab.DETAIL_REASON] == vocab.MISSED_UNREADABLE
+    assert str(chk / "_metadata") in str(w.summary.missed[0][vocab.DETAIL_MESSAGE])
     assert of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED) == []
 
 
