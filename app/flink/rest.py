@@ -29,6 +29,7 @@ STATUS_COMPLETED: Final = "COMPLETED"
 STATUS_FAILED: Final = "FAILED"
 # A job in one of these states will never run again under its id (JobStatus.isGloballyTerminalState).
 TERMINAL_STATES: Final = frozenset({"FINISHED", "CANCELED", "FAILED"})
+STATE_RUNNING: Final = "RUNNING"
 # The option that says how many completed checkpoints Flink keeps, under its 1.20+ and older keys.
 NUM_RETAINED_KEYS: Final = ("execution.checkpointing.num-retained", "state.checkpoints.num-retained")
 NUM_RETAINED_DEFAULT: Final = 1
@@ -77,6 +78,10 @@ class JobSummary:
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def running(self) -> bool:
+        return self.state == STATE_RUNNING
 
 
 @dataclass(frozen=True)

@@ -256,6 +256,10 @@ class FlinkWatcher:
         if job is None:
             return False
         new_job = self.job is None or job.job_id != self.job.job_id
+        if new_job and not (job.running or job.terminal):
+            # A job still being created or scheduled has not restored its state yet: its attempt
+            # (and so its run) is known once it runs.
+            return False
         if self.job is not None and new_job:
             self._leave(self.job)
         if new_job:

@@ -317,11 +317,16 @@ def test_a_resubmission_after_a_crash_records_the_restored_checkpoint_the_ledger
     flink.complete(JOB_A, 2, T0 + 2000, {("orders", 0): 20})
     flink.down = True
     assert not w.poll_once()  # retried, not fatal
-    # A new process: the job resubmitted from chk-2 under a new job id.
+    # A new process: the job resubmitted from chk-2 under a new job id, seen first while it is
+    # still being created (before it restored anything), then running.
     flink.down = False
     chk2 = flink.files[f"file:/cp/{JOB_A}/chk-2"]
     flink.jobs.clear()
     flink.submit(JOB_B, T0 + 5000)
+    flink.jobs[JOB_B]["state"] = "INITIALIZING"
+    w.poll_once()
+    assert w.summary.runs == [JOB_A]
+    flink.jobs[JOB_B]["state"] = "RUNNING"
     flink.restore(JOB_B, 2, T0 + 5200)
     flink.files[f"file:/cp/{JOB_B}/chk-2"] = chk2
     flink.complete(JOB_B, 3, T0 + 6000, {("orders", 0): 31})
