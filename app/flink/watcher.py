@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -191,6 +192,7 @@ class FlinkWatcher:
         engine: str = vocab.ENGINE_FLINK_KAFKASOURCE,
         startup_mode: str | None = None,
         storage_options: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if (flink_job_id is None) == (flink_job_name is None):
             raise UsageError("follow a Flink job by its id or by its name (one of them)")
@@ -203,6 +205,7 @@ class FlinkWatcher:
         self.read: Reader = read or (lambda path: read_checkpoint(path, storage_options))
         self.engine = engine
         self.startup_mode = startup_mode
+        self.clock = clock
         self.summary = WatchSummary()
         self.job: JobSummary | None = None
         self.run: _Run | None = None
@@ -227,13 +230,15 @@ class FlinkWatcher:
         return self.summary.warnings
 
     def follow(self, stop: Stop, max_polls: int | None = None) -> WatchSummary:
-        """Polls until a stop, the followed job id's end, or ``max_polls``."""
+        """Polls every ``poll_s`` (start to start) until a stop, the followed job id's end, or
+        ``max_polls``."""
         polls = 0
         while stop.requested is None and (max_polls is None or polls < max_polls):
             polls += 1
+            started = self.clock()
             if self.poll_once():
                 break
-            if stop.wait(self.poll_s):
+            if stop.wait(self.poll_s - (self.clock() - started)):
                 break
         self.summary.rest_requests = self.rest.requests
         return self.summary
@@ -385,6 +390,7 @@ class FlinkWatcher:
             if checkpoints.completed_count - self.completed_count > seen:
                 gap = [i for i in range(self.last_id + 1, new[0].checkpoint_id) if i not in history]
                 run.pending_missed += [ev.Missed(i, vocab.MISSED_NOT_IN_HISTORY) for i in gap]
+        ready: list[CheckpointStat] = []
         for stat in new:
             # An in-progress checkpoint before a finished one stops the walk: it is handled next poll.
             if any(
@@ -393,38 +399,45 @@ class FlinkWatcher:
                 if self.last_id is None or s.checkpoint_id > self.last_id
             ):
                 break
-            self._handle(stat, run)
+            ready.append(stat)
+        # Every file is read before anything is written: Flink deletes a checkpoint's files as later
+        # ones complete, and a ledger write (a Delta commit) takes longer than a decode.
+        reads = {
+            s.checkpoint_id: self._read(s)
+            for s in ready
+            if s.completed and s.checkpoint_id not in run.recorded
+        }
+        for stat in ready:
+            if stat.failed:
+                run.counts.failed += 1
+                self.summary.failed_checkpoints += 1
+            elif stat.checkpoint_id in reads:
+                self._write(stat, reads[stat.checkpoint_id], run)
             self.last_id = stat.checkpoint_id
 
-    def _handle(self, stat: CheckpointStat, run: _Run) -> None:
-        if stat.failed:
-            run.counts.failed += 1
-            self.summary.failed_checkpoints += 1
-            return
-        if stat.checkpoint_id in run.recorded:
-            return
-        missed = self._read_and_write(stat, run)
-        if missed is not None:
-            run.pending_missed.append(missed)
+    def _read(self, stat: CheckpointStat) -> FlinkCheckpointOffsets | ev.Missed:
+        if stat.external_path is None:
+            return ev.Missed(stat.checkpoint_id, vocab.MISSED_NO_EXTERNAL_PATH)
+        try:
+            return self.read(stat.external_path)
+        except (FlinkStateError, InfrastructureError) as exc:
+            return ev.Missed(stat.checkpoint_id, failure_reason(exc), str(exc)[:300])
+
+    def _write(self, stat: CheckpointStat, read: FlinkCheckpointOffsets | ev.Missed, run: _Run) -> None:
+        if isinstance(read, ev.Missed):
+            run.pending_missed.append(read)
             assert run.counts.missed is not None
-            run.counts.missed.append(missed)
-            self.summary.missed.append(missed.as_detail())
+            run.counts.missed.append(read)
+            self.summary.missed.append(read.as_detail())
             log.warning(
                 "flink-watch: checkpoint %d of run %s not recorded (%s): %s",
                 stat.checkpoint_id,
                 run.attempt.run_id,
-                missed.reason,
-                missed.message,
+                read.reason,
+                read.message,
             )
-
-    def _read_and_write(self, stat: CheckpointStat, run: _Run) -> ev.Missed | None:
-        if stat.external_path is None:
-            return ev.Missed(stat.checkpoint_id, vocab.MISSED_NO_EXTERNAL_PATH)
-        try:
-            decoded = self.read(stat.external_path)
-        except (FlinkStateError, InfrastructureError) as exc:
-            return ev.Missed(stat.checkpoint_id, failure_reason(exc), str(exc)[:300])
-        events = ev.checkpoint_events(run.source, stat, decoded, missed=run.pending_missed)
+            return
+        events = ev.checkpoint_events(run.source, stat, read, missed=run.pending_missed)
         self.summary.events_written += self.ledger.write_checkpoint(
             run.attempt.run_id, stat.checkpoint_id, events
         )
@@ -432,7 +445,6 @@ class FlinkWatcher:
         run.recorded.add(stat.checkpoint_id)
         run.counts.recorded += 1
         self.summary.checkpoints_recorded += 1
-        return None
 
     def _stop(self, run: _Run, job: JobSummary) -> None:
         if run.stopped:

@@ -44,7 +44,7 @@ class FakeStop:
         self.requested: int | None = None
 
     def wait(self, timeout_s: float) -> bool:
-        self.clock.now += timeout_s
+        self.clock.now += max(timeout_s, 0.0)
         return self.requested is not None
 
 
@@ -165,6 +165,7 @@ def watcher(flink: FakeFlink, ledger: Path, clock: FakeClock, **kwargs: Any) -> 
         FlinkLedger(StorageConfig(), str(ledger), "payments"),
         group_id="payments-group",
         read=flink.read,
+        clock=clock,
         **kwargs,
     )
 
@@ -385,3 +386,29 @@ def test_an_unknown_job_id_is_a_usage_error_and_an_unreachable_jobmanager_an_inf
     flink.down = True
     with pytest.raises(FlinkRestError):
         watcher(flink, tmp_path / "ledger", clock).start()
+
+
+def test_every_new_checkpoint_is_read_before_the_first_write(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A Delta commit is slower than a decode: while the first checkpoint of a poll is written,
+    Flink completes more and deletes the older files. Reading them all first loses none."""
+
+    class SlowLedger(FlinkLedger):
+        def write_checkpoint(self, run_id: str, checkpoint_id: int, events: list[Any]) -> int:
+            # Meanwhile Flink retained only the newest checkpoint.
+            for path in [p for p in flink.files if not p.endswith("chk-3")]:
+                del flink.files[path]
+            return super().write_checkpoint(run_id, checkpoint_id, events)
+
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock)
+    w.ledger = SlowLedger(StorageConfig(), str(ledger), "payments")
+    w.start()
+    for i in (1, 2, 3):
+        flink.complete(JOB_A, i, T0 + 1000 * i, {("orders", 0): 10 * i})
+    w.poll_once()
+
+    assert w.summary.missed == []
+    assert sorted({r["checkpoint_id"] for r in of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED)}) == [1, 2, 3]
