@@ -104,6 +104,7 @@ def watch_flink_job(
     storage_options: Mapping[str, str] | None = None,
     stop: Stop | None = None,
     max_polls: int | None = None,
+    wait_s: float = 0.0,
 ) -> WatchSummary:
     """Follow a running Flink job from its JobManager's REST API at ``rest`` and write job
     ``job_name``'s ledger at ``ledger``, as `offset-audit flink-watch` does: the job ``flink_job_id``
@@ -112,7 +113,8 @@ def watch_flink_job(
 
     ``group_id``: the group the job's Kafka source commits to. ``storage_options``: Hadoop `fs.*`
     properties of the ledger's object store. Raises FlinkRestError when the REST API cannot be
-    reached at the start (later outages are retried) and UsageError for an unknown job id."""
+    reached at the start, within ``wait_s`` seconds (later outages are retried), and UsageError for
+    an unknown job id."""
     from app.watch.loop import StopSignal
 
     watcher = FlinkWatcher(
@@ -125,8 +127,9 @@ def watch_flink_job(
         startup_mode=startup_mode,
         storage_options=storage_options,
     )
-    watcher.start()
-    return watcher.follow(stop or StopSignal(), max_polls)
+    stop = stop or StopSignal()
+    watcher.start(wait_s, stop)
+    return watcher.follow(stop, max_polls)
 
 
 def import_flink_checkpoints(

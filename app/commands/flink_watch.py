@@ -65,6 +65,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the job's sources start without state, as configured (recorded in the run's start; "
         "Flink does not expose it)",
     )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds for the REST API at start (a sidecar started beside its JobManager; "
+        "default 0: unreachable at start exits 3)",
+    )
     parser.add_argument("--max-polls", type=int, default=None, help=argparse.SUPPRESS)  # tests bound the loop
 
 
@@ -73,6 +81,8 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         raise UsageError("--job must name the job")
     if args.job_id is not None and not args.job_id.strip():
         raise UsageError("--job-id must name the Flink job")
+    if args.wait < 0:
+        raise UsageError(f"--wait must be zero or more seconds, not {args.wait}")
     if args.max_polls is not None and args.max_polls <= 0:
         raise UsageError(f"--max-polls must be positive, not {args.max_polls}")
     from app.storage.tables import tables_from_config
@@ -115,4 +125,5 @@ def _watch(args: argparse.Namespace, cfg: AppConfig, ledger: str, stop: StopSign
         storage_options=cfg.storage.options,
         stop=stop,
         max_polls=args.max_polls,
+        wait_s=args.wait,
     )

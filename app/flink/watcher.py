@@ -215,10 +215,20 @@ class FlinkWatcher:
 
     # --- the loop -----------------------------------------------------------------------------
 
-    def start(self) -> list[str]:
+    def start(self, wait_s: float = 0.0, stop: Stop | None = None) -> list[str]:
         """The first contact: the job must be there (UsageError by id; by name it may come later),
-        the REST reachable (FlinkRestError: exit 3). Returns the retention warnings, also logged."""
-        job = self._resolve()
+        the REST reachable within ``wait_s`` seconds (else FlinkRestError: exit 3; a sidecar may start
+        beside its JobManager). Returns the retention warnings, also logged."""
+        deadline = self.clock() + wait_s
+        while True:
+            try:
+                job = self._resolve()
+                break
+            except FlinkRestError:
+                if self.clock() >= deadline or (stop is not None and stop.wait(self.poll_s)):
+                    raise
+                if stop is None:
+                    time.sleep(self.poll_s)
         if job is None and self.flink_job_id is not None:
             raise UsageError(f"the JobManager at {self.rest.base_url} knows no job {self.flink_job_id}")
         self.ledger.ensure()

@@ -412,3 +412,24 @@ def test_every_new_checkpoint_is_read_before_the_first_write(
 
     assert w.summary.missed == []
     assert sorted({r["checkpoint_id"] for r in of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED)}) == [1, 2, 3]
+
+
+def test_a_sidecar_started_beside_its_jobmanager_waits_for_the_rest_api_within_its_bound(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    flink.submit(JOB_A, T0)
+    flink.down = True
+
+    class UpAfterThreeWaits(FakeStop):
+        waits = 0
+
+        def wait(self, timeout_s: float) -> bool:
+            self.waits += 1
+            flink.down = self.waits < 3
+            return super().wait(timeout_s)
+
+    w = watcher(flink, tmp_path / "ledger", clock)
+    assert w.start(wait_s=30.0, stop=UpAfterThreeWaits(clock)) == []
+    flink.down = True
+    with pytest.raises(FlinkRestError):
+        watcher(flink, tmp_path / "ledger", clock).start(wait_s=5.0, stop=FakeStop(clock))
