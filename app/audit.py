@@ -115,8 +115,11 @@ def watch_flink_job(
     properties of the ledger's object store. Raises FlinkRestError when the REST API cannot be
     reached at the start, within ``wait_s`` seconds (later outages are retried), and UsageError for
     an unknown job id."""
+    from app.flink.metadata import read_checkpoint
+    from app.flink.prefetch import Prefetcher
     from app.watch.loop import StopSignal
 
+    prefetch = Prefetcher(lambda path: read_checkpoint(path, storage_options)).start()
     watcher = FlinkWatcher(
         FlinkRest(rest),
         FlinkLedger(_storage(storage_options), ledger, job_name),
@@ -126,10 +129,14 @@ def watch_flink_job(
         poll_s=poll_s,
         startup_mode=startup_mode,
         storage_options=storage_options,
+        prefetch=prefetch,
     )
     stop = stop or StopSignal()
-    watcher.start(wait_s, stop)
-    return watcher.follow(stop, max_polls)
+    try:
+        watcher.start(wait_s, stop)
+        return watcher.follow(stop, max_polls)
+    finally:
+        prefetch.close()
 
 
 def import_flink_checkpoints(

@@ -33,6 +33,8 @@ STATE_RUNNING: Final = "RUNNING"
 # The option that says how many completed checkpoints Flink keeps, under its 1.20+ and older keys.
 NUM_RETAINED_KEYS: Final = ("execution.checkpointing.num-retained", "state.checkpoints.num-retained")
 NUM_RETAINED_DEFAULT: Final = 1
+# Where the job's checkpoints go (`<dir>/<job id>/chk-N`), under its 1.20+ and older keys.
+CHECKPOINT_DIR_KEYS: Final = ("execution.checkpointing.dir", "state.checkpoints.dir")
 
 DEFAULT_TIMEOUT_S: Final = 5.0
 DEFAULT_MAX_PER_S: Final = 2.0
@@ -135,6 +137,7 @@ class CheckpointConfig:
     externalized: bool
     delete_on_cancellation: bool
     num_retained: int | None  # None: the JobManager's configuration does not say (Flink's default 1)
+    directory: str | None = None  # the checkpoint root, when the configuration says it
 
 
 def _int(value: Any) -> int | None:
@@ -251,6 +254,7 @@ def parse_checkpoint_config(doc: Any, entries: Mapping[str, str]) -> CheckpointC
         externalized=bool(external.get("enabled", False)),
         delete_on_cancellation=bool(external.get("delete_on_cancellation", True)),
         num_retained=num_retained(entries),
+        directory=next((entries[k] for k in CHECKPOINT_DIR_KEYS if entries.get(k)), None),
     )
 
 

@@ -45,6 +45,7 @@ from app.errors import (
 )
 from app.flink import events as ev
 from app.flink.metadata import FlinkCheckpointOffsets, SplitOffset, read_checkpoint
+from app.flink.prefetch import Prefetcher
 from app.flink.rest import (
     STATUS_COMPLETED,
     Checkpoints,
@@ -193,6 +194,7 @@ class FlinkWatcher:
         startup_mode: str | None = None,
         storage_options: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        prefetch: Prefetcher | None = None,
     ) -> None:
         if (flink_job_id is None) == (flink_job_name is None):
             raise UsageError("follow a Flink job by its id or by its name (one of them)")
@@ -206,6 +208,7 @@ class FlinkWatcher:
         self.engine = engine
         self.startup_mode = startup_mode
         self.clock = clock
+        self.prefetch = prefetch
         self.summary = WatchSummary()
         self.job: JobSummary | None = None
         self.run: _Run | None = None
@@ -281,6 +284,7 @@ class FlinkWatcher:
             # Checkpoint ids and counts are the job's: a new job (a resubmission) starts its own.
             self.completed_count = None
             self.last_id = None
+            self._prefetch_job(job)
         self.job = job
         checkpoints = self.rest.checkpoints(job.job_id)
         attempt = ev.Attempt(job.job_id, job.start_ms, checkpoints.restored)
@@ -296,6 +300,13 @@ class FlinkWatcher:
             self._stop(self.run, job)
             return self.flink_job_id is not None
         return False
+
+    def _prefetch_job(self, job: JobSummary) -> None:
+        """Point the read-ahead at the new job's checkpoint directory, `<checkpoint dir>/<job id>`."""
+        if self.prefetch is None:
+            return
+        root = self.rest.checkpoint_config(job.job_id).directory
+        self.prefetch.watch(None if root is None else f"{root.rstrip('/')}/{job.job_id}", 0)
 
     def _resolve(self) -> JobSummary | None:
         if self.flink_job_id is not None:
@@ -327,6 +338,8 @@ class FlinkWatcher:
         if attempt.restore is not None and self.last_id is None:
             # What the restored checkpoint's id and those before it were is the earlier attempts' story.
             self.last_id = attempt.restore.checkpoint_id
+            if self.prefetch is not None:
+                self.prefetch.forget_through(self.last_id)
         log.info("flink-watch: run %s of Flink job %s started", attempt.run_id, attempt.job_id)
 
     def _restored_offsets(
@@ -424,10 +437,15 @@ class FlinkWatcher:
             elif stat.checkpoint_id in reads:
                 self._write(stat, reads[stat.checkpoint_id], run)
             self.last_id = stat.checkpoint_id
+        if self.prefetch is not None and self.last_id is not None:
+            self.prefetch.forget_through(self.last_id)
 
     def _read(self, stat: CheckpointStat) -> FlinkCheckpointOffsets | ev.Missed:
         if stat.external_path is None:
             return ev.Missed(stat.checkpoint_id, vocab.MISSED_NO_EXTERNAL_PATH)
+        ahead = None if self.prefetch is None else self.prefetch.take(stat.external_path)
+        if ahead is not None and ahead.checkpoint_id == stat.checkpoint_id:
+            return ahead
         try:
             return self.read(stat.external_path)
         except (FlinkStateError, InfrastructureError) as exc:

@@ -121,7 +121,11 @@ def test_the_retention_option_is_read_from_the_jobmanager_configuration() -> Non
     config = parse_checkpoint_config(sample("checkpoints-config-1.20.json"), entries)
 
     assert config == CheckpointConfig(
-        interval_ms=1000, externalized=True, delete_on_cancellation=False, num_retained=3
+        interval_ms=1000,
+        externalized=True,
+        delete_on_cancellation=False,
+        num_retained=3,
+        directory="file:/tmp/flink-checkpoints",
     )
     assert retention_warnings(config, poll_s=1.0) == []
 

@@ -433,3 +433,54 @@ def test_a_sidecar_started_beside_its_jobmanager_waits_for_the_rest_api_within_i
     flink.down = True
     with pytest.raises(FlinkRestError):
         watcher(flink, tmp_path / "ledger", clock).start(wait_s=5.0, stop=FakeStop(clock))
+
+
+def test_a_checkpoint_read_ahead_from_its_directory_is_recorded_though_flink_deleted_it_before_the_poll(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    from app.flink.prefetch import Prefetcher
+    from tests.unit import flink_bytes as fb
+
+    root = tmp_path / "checkpoints"
+    flink.config.append({"key": "execution.checkpointing.dir", "value": f"file:{root}"})
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    prefetch = Prefetcher(read_checkpoint)  # scanned by hand below: no thread, no timing
+    w = watcher(flink, ledger, clock, prefetch=prefetch)
+    w.read = read_checkpoint
+    w.start()
+    w.poll_once()  # the job is followed: its directory is scanned from now on
+    chk = root / JOB_A / "chk-1"
+    chk.mkdir(parents=True)
+    (chk / "_metadata").write_bytes(
+        fb.kafka_source_checkpoint(4, 1, [[("orders", 0, 41)], [("orders", 1, 17)]])
+    )
+    assert prefetch.scan_once() == 1
+    flink.complete(JOB_A, 1, T0 + 1000, {})
+    flink.history[JOB_A][-1]["external_path"] = f"file:{chk}"
+    (chk / "_metadata").unlink()  # Flink retained newer ones before the REST API answered
+
+    w.poll_once()
+
+    assert w.summary.missed == []
+    completed = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED)
+    assert sorted((r["checkpoint_id"], r["partition"], r["offset"]) for r in completed) == [
+        (1, 0, 41),
+        (1, 1, 17),
+    ]
+    assert prefetch.take(f"file:{chk}") is None  # taken once, then forgotten
+
+
+def test_without_the_read_ahead_the_same_checkpoint_is_named_missed(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, tmp_path / "ledger", clock)
+    w.read = read_checkpoint
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {})
+    flink.history[JOB_A][-1]["external_path"] = f"file:{tmp_path / 'gone' / 'chk-1'}"
+
+    w.poll_once()
+
+    assert [m[vocab.DETAIL_REASON] for m in w.summary.missed] == [vocab.MISSED_FILES_GONE]
