@@ -39,6 +39,8 @@ START_TIMEOUT_S = 120.0
 CHECKPOINT_TIMEOUT_S = 120.0
 ORACLE_TIMEOUT_S = 180.0
 REST_TIMEOUT_S = 5.0
+# The source operator's records out, summed over subtasks: both sources report it (the sink is chained).
+SOURCE_RECORDS_OUT = "Source__kafka-source.numRecordsOut"
 POLL_S = 0.2
 
 # C1 only: these JVMs live for seconds to minutes, where start-up time dominates.
@@ -307,6 +309,34 @@ class FlinkJob:
         what = f"{count} completed checkpoints after {after_id} at {self.rest_url}"
         return wait_for(probe, timeout_s, what)
 
+    def records_read(self) -> int | None:
+        """Records the source emitted in this process (summed over subtasks), None before it reports."""
+        base = f"{self.rest_url}/jobs/{self.job_id}"
+        vertices = rest_get(base)["vertices"]
+        source = next(v["id"] for v in vertices if str(v["name"]).startswith("Source: kafka-source"))
+        rows = rest_get(f"{base}/vertices/{source}/subtasks/metrics?get={SOURCE_RECORDS_OUT}&agg=sum")
+        return int(float(rows[0]["sum"])) if rows else None
+
+    def wait_records_read(self, count: int, timeout_s: float = CHECKPOINT_TIMEOUT_S) -> None:
+        def probe() -> bool | None:
+            self._alive()
+            read = self.records_read()
+            assert read is None or read <= count, (
+                f"the job read {read} records, more than the {count} expected"
+            )
+            return True if read == count else None
+
+        wait_for(probe, timeout_s, f"the job at {self.rest_url} to read {count} records")
+
+    def checkpoint_after_now(self, timeout_s: float = CHECKPOINT_TIMEOUT_S) -> dict[str, Any]:
+        """The first checkpoint triggered after this call, once completed: its REST entry.
+
+        Its state holds everything the job had read when this was called.
+        """
+        history = self.checkpoints().get("history", [])
+        newest = max((int(c["id"]) for c in history), default=0)
+        return self.wait_checkpoints(1, after_id=newest, timeout_s=timeout_s)[0]
+
     def latest_completed(self) -> dict[str, Any]:
         latest: dict[str, Any] = self.checkpoints()["latest"]["completed"]
         return latest
@@ -362,6 +392,16 @@ class FlinkJob:
     def checkpoint_path(self, checkpoint: dict[str, Any]) -> Path:
         """The local dir of a REST checkpoint entry (its external_path)."""
         return Path(str(checkpoint["external_path"]).removeprefix("file:"))
+
+    def copy_checkpoint(self, checkpoint: dict[str, Any]) -> Path:
+        """A copy of a completed checkpoint's dir, taken at once: the job deletes it when `num_retained`
+        newer ones complete, a few seconds at a 1 s interval, sooner than a reader may finish. The
+        state files' handles are relative to `_metadata`, so the copy reads as the original."""
+        source = self.checkpoint_path(checkpoint)
+        target = self.work_dir / "copies" / self.job_id / source.name
+        shutil.copytree(source, target)
+        assert (target / "_metadata").is_file(), f"{source} was deleted while it was copied"
+        return target
 
     def retained(self) -> list[Path]:
         """This job's chk-N dirs on disk, by id."""

@@ -12,18 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from app.contracts.vocabulary import ENGINE_FLINK_KAFKASOURCE, ENGINE_FLINK_LEGACY
 from app.kafka.clients import plain_conf
-from app.kafka.commit import committed_offsets
 from tests.flink.harness import FlinkJob, FlinkStack, JobSpec, oracle, wait_for
-from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic
+from tests.kafka.streaming import create_topic
 
 pytestmark = pytest.mark.flink
 
 PARTITIONS = 2
-CAUGHT_UP_TIMEOUT_S = 120.0
 VARIANTS = ("1.20-kafkasource", "1.20-legacy", "2.2-kafkasource")
 
 
@@ -47,9 +45,8 @@ class Running:
     job: FlinkJob
     bootstrap: str
     ends: dict[int, int]
-    # One client for all the polling: a fresh AdminClient per poll crashed librdkafka's main thread.
-    # It never subscribes, so it never joins the job's group.
-    commits: Consumer
+    # records the current process has to read to be caught up: a restored one starts from its state
+    to_read: int
 
     @property
     def legacy(self) -> bool:
@@ -64,25 +61,13 @@ class Running:
         produce(self.bootstrap, self.job.spec.topic, counts)
         for p, n in counts.items():
             self.ends[p] = self.ends.get(p, 0) + n
+        self.to_read += sum(counts.values())
 
     def wait_caught_up(self) -> dict[str, Any]:
-        """Until the group's commits reach the end offsets, then one more checkpoint: its REST entry.
-
-        Both sources commit on checkpoint completion the offset of the next record to read, so
-        commits equal to the end offsets mean a completed checkpoint holds every record read.
-        """
-        spec = self.job.spec
-
-        partitions = [(spec.topic, p) for p in range(PARTITIONS)]
-
-        def caught_up() -> bool | None:
-            self.job.job_state()  # the process must still serve REST
-            committed = committed_offsets(self.commits, partitions, KAFKA_TIMEOUT_S)
-            return True if {p: o for (_, p), o in committed.items()} == self.ends else None
-
-        wait_for(caught_up, CAUGHT_UP_TIMEOUT_S, f"the group {spec.group} to commit {self.ends}", step_s=0.5)
-        latest = int(self.job.latest_completed()["id"])
-        return self.job.wait_checkpoints(1, after_id=latest)[-1]
+        """Until the job has read every record produced, then a checkpoint triggered after that: its
+        REST entry."""
+        self.job.wait_records_read(self.to_read)
+        return self.job.checkpoint_after_now()
 
 
 @pytest.fixture(scope="module", params=VARIANTS)
@@ -100,18 +85,15 @@ def running(
     started: list[FlinkJob] = []
     spec = JobSpec(bootstrap, topic, f"{topic}-group", source=source)
     work = tmp_path_factory.mktemp(f"flink-{request.param}")
-    commits = Consumer(plain_conf(bootstrap, **{"group.id": spec.group, "enable.auto.commit": False}))
     try:
         job = FlinkJob(flink_stacks(stack), spec, work, on_start=started.append).start()
-        yield Running(job, bootstrap, dict(counts), commits)
+        yield Running(job, bootstrap, dict(counts), to_read=sum(counts.values()))
     finally:
         for j in started:
             j.stop()
-        commits.close()
 
 
 def test_retained_checkpoints_hold_what_the_job_read(running: Running) -> None:
-    last = running.wait_caught_up()
     running.job.wait_checkpoints(3)
 
     def latest_three_on_disk() -> bool | None:
@@ -122,9 +104,8 @@ def test_retained_checkpoints_hold_what_the_job_read(running: Running) -> None:
         return True if len(done) == 3 and all((p / "_metadata").is_file() for p in paths) else None
 
     wait_for(latest_three_on_disk, 30, "the 3 latest completed checkpoints at their external_path")
-    path = running.job.checkpoint_path(last)
-    assert (path / "_metadata").is_file(), f"checkpoint {last['id']} is not retained at {path}"
-    assert [int(p.name[4:]) for p in running.job.retained()][-1] >= int(last["id"])
+    last = running.wait_caught_up()
+    path = running.job.copy_checkpoint(last)
 
     read = oracle(running.job.stack, path, running.job.work_dir / "oracle.log")
 
@@ -142,6 +123,7 @@ def test_kill9_restore_savepoint_cancel(running: Running) -> None:
 
     restarted = running.job.restart_from(restore_from)
     running.job = restarted
+    running.to_read = 0  # the checkpoint it restored holds every record produced so far
     restored = wait_for(
         lambda: restarted.checkpoints()["latest"]["restored"], 60, "the restored checkpoint in REST"
     )

@@ -84,6 +84,8 @@ public final class FlinkKafkaJob {
         set(conf, "state.checkpoints.num-retained", retained);
         set(conf, "execution.checkpointing.externalized-checkpoint-retention", "RETAIN_ON_CANCELLATION");
         set(conf, "state.backend.type", "hashmap");
+        // REST serves metrics from a cache refreshed every 10 s by default: the tests poll them
+        set(conf, "metrics.fetcher.update-interval", "500 ms");
         // a checkpoint that fails on a loaded test machine must not fail the job over: the tests wait
         // for completed ones, and the restarts they make are their own
         set(conf, "execution.checkpointing.tolerable-failed-checkpoints", "1000");
