@@ -178,7 +178,8 @@ def _check_kafka_serializer(inp: DataInput, state_name: str, key: str, snapshot_
     n_fields = inp.i32("number of tuple fields")
     if tuple_class != _TUPLE2_CLASS or n_fields != 2:
         raise inp.fail(f"unknown serializer for {state_name}: {tuple_class} of {n_fields} fields")
-    field_class = _read_snapshot_head(inp)
+    field_class = inp.utf("first field's serializer snapshot class")  # nested: no proxy version
+    inp.i32("first field's serializer snapshot version")
     type_class = inp.utf("Kryo type class") if field_class == _KRYO_SNAPSHOT else None
     if type_class != _KAFKA_TOPIC_PARTITION:
         raise inp.fail(f"unknown serializer for {state_name}: first field is {field_class} of {type_class}")
