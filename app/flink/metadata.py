@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from app.contracts.vocabulary import ENGINE_FLINK_KAFKASOURCE, ENGINE_FLINK_LEGACY
-from app.errors import FlinkStateError
-from app.flink.files import metadata_location, read_bytes, state_file_location
+from app.errors import FlinkCheckpointGoneError, FlinkStateError
+from app.flink.files import metadata_location, moved_state_file_location, read_bytes, state_file_location
 from app.flink.metadata_format import (
     MODE_SPLIT_DISTRIBUTE,
     MODE_UNION,
@@ -190,7 +190,16 @@ def _state_stream(
         return stream.data, metadata_file
     if stream.kind in ("file", "relative") and stream.path is not None:
         location = state_file_location(checkpoint_dir, stream.path, relative=stream.kind == "relative")
-        data = read_file(location)
+        try:
+            data = read_file(location)
+        except FlinkCheckpointGoneError:
+            moved = moved_state_file_location(checkpoint_dir, stream.path)
+            if stream.kind == "relative" or moved == location:
+                raise
+            # A checkpoint copied or moved away from where Flink wrote it keeps its exclusive
+            # state files beside _metadata, under the names Flink gave them.
+            location = moved
+            data = read_file(location)
         if stream.size is not None and stream.size != len(data):
             raise FlinkStateError(location, f"is {len(data)} bytes, the checkpoint recorded {stream.size}")
         return data, location

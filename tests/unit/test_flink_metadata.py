@@ -133,6 +133,13 @@ def test_state_in_a_file_beside_metadata_relative_or_absolute(tmp_path: Path) ->
         fb.metadata(4, 4, [fb.operator(4, [(0, fb.subtask_state(4, absolute))])])
     )
     assert read_checkpoint(str(directory)).offsets == (SplitOffset("t", 0, 11, None),)
+    moved = fb.operator_state_handle(
+        partitions, fb.file_handle("file:/elsewhere/chk-4/4f1c-state", len(stream))
+    )
+    (directory / "_metadata").write_bytes(
+        fb.metadata(4, 4, [fb.operator(4, [(0, fb.subtask_state(4, moved))])])
+    )
+    assert read_checkpoint(str(directory)).offsets == (SplitOffset("t", 0, 11, None),)  # copied checkpoint
     (directory / "4f1c-state").write_bytes(stream[:-1])
     with pytest.raises(FlinkStateError, match=r"4f1c-state: is .* bytes, the checkpoint recorded"):
         read_checkpoint(str(directory))
