@@ -84,7 +84,7 @@ def synthetic_samples() -> list[Sample]:
 def fixture_samples() -> list[Sample]:
     """The real checkpoints under flink_fixtures (each ``<name>/chk-N`` with its files)."""
     samples = []
-    for metadata in sorted(FIXTURES.glob("*/chk-*/_metadata")):
+    for metadata in sorted(FIXTURES.glob("*/*/_metadata")):
         directory = metadata.parent
         files = {
             f"{CHECKPOINT_DIR}/{f.name}": f.read_bytes() for f in directory.iterdir() if f.name != "_metadata"
@@ -195,6 +195,6 @@ def test_random_bytes_raise() -> None:
 
 def test_fixtures_carry_their_oracle() -> None:
     # Each real checkpoint is committed with the State Processor API's answer beside it.
-    for metadata in FIXTURES.glob("*/chk-*/_metadata"):
+    for metadata in FIXTURES.glob("*/*/_metadata"):
         oracle = metadata.parent.parent / f"oracle-{metadata.parent.name}.json"
         assert json.loads(oracle.read_text())["offsets"], oracle
