@@ -41,7 +41,9 @@ def test_the_decoder_agrees_with_the_state_processor_api(checkpoint: Path) -> No
 
 def test_both_stacks_and_both_sources_are_pinned() -> None:
     # The fixtures must keep covering what the decoder claims: Flink 1.20 (metadata v4) with the
-    # KafkaSource and the legacy consumer, Flink 2.2 (v6), checkpoints and savepoints.
+    # KafkaSource and the legacy consumer, Flink 2.2 (v6), checkpoints and savepoints, and 2,000
+    # partitions whose state is in files beside _metadata (above the 20 kb inline threshold).
     names = {p.parent.name for p in CHECKPOINTS}
     assert {"1.20-kafkasource-small", "1.20-legacy-small", "2.2-kafkasource-small"} <= names, names
+    assert any(len(list(p.iterdir())) > 1 for p in CHECKPOINTS), "no fixture with state files"
     assert {p.name.split("-")[0] for p in CHECKPOINTS} == {"chk", "savepoint"}
