@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Final
 
 from app.errors import FlinkStateError
@@ -89,6 +90,10 @@ def read_kafka_elements(
     inp = DataInput(stream, source)
     _check_state_serializer(inp, state_name)
     own = all_partitions[state_name].offsets
+    if any(a >= b for a, b in pairwise(own)):
+        # Flink writes a state's elements in order, so its offsets only grow; one repeated would
+        # read an element twice in place of another.
+        raise FlinkStateError(source, f"{state_name} element offsets are not increasing: {list(own)[:8]}")
     # Elements are written back to back, state after state: each one must end where the next
     # element (of any state) starts, or at the end of the stream. A misplaced offset cannot pass.
     boundaries = sorted({o for p in all_partitions.values() for o in p.offsets} | {len(stream)})

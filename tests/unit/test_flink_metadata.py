@@ -331,3 +331,23 @@ def test_the_legacy_state_as_flink_1_20_serializes_it(tmp_path: Path) -> None:
     got = read_checkpoint(str(write_checkpoint(tmp_path, metadata)))
     assert got.engine == ENGINE_FLINK_LEGACY
     assert got.offsets == tuple(SplitOffset(t, p, o, None) for t, p, o in sorted(FLINK_LEGACY_ELEMENTS))
+
+
+def test_an_element_offset_repeated_in_place_of_another(tmp_path: Path) -> None:
+    # [a, b] -> [b, b] would read the last element twice and lose the first, silently: refused.
+    stream, partitions = fb.backend_stream(
+        [
+            fb.StateMeta(
+                fb.SOURCE_READER_STATE,
+                fb.snapshot(fb.BYTE_ARRAY_SNAPSHOT),
+                [fb.split_element("t", 0, 5), fb.split_element("t", 1, 6)],
+            )
+        ]
+    )
+    mode, (_, second) = partitions[fb.SOURCE_READER_STATE]
+    handle = fb.operator_state_handle(
+        {fb.SOURCE_READER_STATE: (mode, (second, second))}, fb.bytes_handle(stream)
+    )
+    metadata = fb.metadata(6, 3, [fb.operator(6, [(0, fb.subtask_state(6, handle))])])
+    with pytest.raises(FlinkStateError, match="offsets are not increasing"):
+        read_checkpoint(str(write_checkpoint(tmp_path, metadata)))
