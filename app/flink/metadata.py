@@ -100,7 +100,11 @@ def decode_checkpoint(
     for op, state in candidates:
         try:
             offsets = _read_operator_offsets(op, state, checkpoint_dir, metadata_file, read_file)
+        except FlinkCheckpointGoneError:
+            raise
         except FlinkStateError as exc:
+            if state != SOURCE_READER_STATE:
+                raise
             failures.append(exc)
             continue
         decoded.append(
@@ -117,6 +121,7 @@ def decode_checkpoint(
         raise failures[0]
     # Another FLIP-27 source (files, datagen) also keeps a SourceReaderState, whose splits are not
     # Kafka's: with exactly one operator decoding as Kafka, the failures are those other sources.
+    # (Only the bytes of such a state are passed over so; a missing file never is.)
     return decoded[0]
 
 
