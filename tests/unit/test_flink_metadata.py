@@ -351,3 +351,30 @@ def test_an_element_offset_repeated_in_place_of_another(tmp_path: Path) -> None:
     metadata = fb.metadata(6, 3, [fb.operator(6, [(0, fb.subtask_state(6, handle))])])
     with pytest.raises(FlinkStateError, match="offsets are not increasing"):
         read_checkpoint(str(write_checkpoint(tmp_path, metadata)))
+
+
+def test_a_missing_state_file_is_never_passed_over(tmp_path: Path) -> None:
+    # Beside another FLIP-27 source whose splits are not Kafka's, the Kafka source's missing state file
+    # is what the error names (the checkpoint is gone), not the other source's bytes.
+    file_split = fb.i32(12) + fb.i32(1) + fb.i32(4) + b"path"
+    files = fb.operator(6, [(0, kafka_source_subtask(6, [file_split]))], operator_id=bytes(16), uid="files")
+    stream, _ = fb.backend_stream(
+        [
+            fb.StateMeta(
+                fb.SOURCE_READER_STATE, fb.snapshot(fb.BYTE_ARRAY_SNAPSHOT), [fb.split_element("t", 0, 5)]
+            )
+        ]
+    )
+    kafka = fb.operator(
+        6,
+        [
+            (
+                0,
+                kafka_source_subtask(
+                    6, [fb.split_element("t", 0, 5)], fb.relative_handle("gone", len(stream))
+                ),
+            )
+        ],
+    )
+    with pytest.raises(FlinkCheckpointGoneError, match="gone"):
+        read_checkpoint(str(write_checkpoint(tmp_path, fb.metadata(6, 3, [files, kafka]))))
