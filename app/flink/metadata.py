@@ -171,13 +171,14 @@ def _read_operator_offsets(
 
 def _add_unique(by_partition: dict[tuple[str, int], SplitOffset], element: KafkaElement, source: str) -> None:
     key = (element.topic, element.partition)
-    offset = SplitOffset(element.topic, element.partition, element.offset, element.stopping_offset)
-    seen = by_partition.setdefault(key, offset)
-    if seen != offset:
+    seen = by_partition.get(key)
+    if seen is None:
+        by_partition[key] = SplitOffset(*element)
+    elif (seen.raw_offset, seen.stopping_offset) != (element.offset, element.stopping_offset):
         raise FlinkStateError(
             source,
             f"partition {element.topic}-{element.partition} is stored twice with different offsets "
-            f"({seen.raw_offset}, {offset.raw_offset})",
+            f"({seen.raw_offset}, {element.offset})",
         )
 
 

@@ -21,9 +21,8 @@ one whose bytes it decodes:
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from itertools import pairwise
-from typing import Final
+from typing import Final, NamedTuple
 
 from app.errors import FlinkStateError
 from app.flink.binary import DataInput, decode_modified_utf8
@@ -73,9 +72,8 @@ _KRYO_CLASS_NAME: Final = 1
 _KRYO_NOT_NULL: Final = 1
 
 
-@dataclass(frozen=True)
-class KafkaElement:
-    """One element of the Kafka source's state, as Flink stored it."""
+class KafkaElement(NamedTuple):
+    """One element of the Kafka source's state, as Flink stored it (a tuple: thousands per checkpoint)."""
 
     topic: str
     partition: int
