@@ -50,6 +50,11 @@ def state_file_location(checkpoint_dir: str, path: str, relative: bool) -> str:
     return f"{checkpoint_dir}/{path}"
 
 
+def moved_state_file_location(checkpoint_dir: str, path: str) -> str:
+    """Where the file Flink wrote at ``path`` is once its checkpoint directory was copied elsewhere."""
+    return f"{checkpoint_dir}/{posixpath.basename(urlsplit(path).path)}"
+
+
 def read_bytes(
     location: str,
     storage_options: Mapping[str, str] | None = None,

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from app.contracts.vocabulary import ENGINE_FLINK_KAFKASOURCE, ENGINE_FLINK_LEGACY
-from app.errors import FlinkStateError
-from app.flink.files import metadata_location, read_bytes, state_file_location
+from app.errors import FlinkCheckpointGoneError, FlinkStateError
+from app.flink.files import metadata_location, moved_state_file_location, read_bytes, state_file_location
 from app.flink.metadata_format import (
     MODE_SPLIT_DISTRIBUTE,
     MODE_UNION,
@@ -100,7 +100,11 @@ def decode_checkpoint(
     for op, state in candidates:
         try:
             offsets = _read_operator_offsets(op, state, checkpoint_dir, metadata_file, read_file)
+        except FlinkCheckpointGoneError:
+            raise
         except FlinkStateError as exc:
+            if state != SOURCE_READER_STATE:
+                raise
             failures.append(exc)
             continue
         decoded.append(
@@ -117,6 +121,7 @@ def decode_checkpoint(
         raise failures[0]
     # Another FLIP-27 source (files, datagen) also keeps a SourceReaderState, whose splits are not
     # Kafka's: with exactly one operator decoding as Kafka, the failures are those other sources.
+    # (Only the bytes of such a state are passed over so; a missing file never is.)
     return decoded[0]
 
 
@@ -166,13 +171,14 @@ def _read_operator_offsets(
 
 def _add_unique(by_partition: dict[tuple[str, int], SplitOffset], element: KafkaElement, source: str) -> None:
     key = (element.topic, element.partition)
-    offset = SplitOffset(element.topic, element.partition, element.offset, element.stopping_offset)
-    seen = by_partition.setdefault(key, offset)
-    if seen != offset:
+    seen = by_partition.get(key)
+    if seen is None:
+        by_partition[key] = SplitOffset(*element)
+    elif (seen.raw_offset, seen.stopping_offset) != (element.offset, element.stopping_offset):
         raise FlinkStateError(
             source,
             f"partition {element.topic}-{element.partition} is stored twice with different offsets "
-            f"({seen.raw_offset}, {offset.raw_offset})",
+            f"({seen.raw_offset}, {element.offset})",
         )
 
 
@@ -190,7 +196,16 @@ def _state_stream(
         return stream.data, metadata_file
     if stream.kind in ("file", "relative") and stream.path is not None:
         location = state_file_location(checkpoint_dir, stream.path, relative=stream.kind == "relative")
-        data = read_file(location)
+        try:
+            data = read_file(location)
+        except FlinkCheckpointGoneError:
+            moved = moved_state_file_location(checkpoint_dir, stream.path)
+            if stream.kind == "relative" or moved == location:
+                raise
+            # A checkpoint copied or moved away from where Flink wrote it keeps its exclusive
+            # state files beside _metadata, under the names Flink gave them.
+            location = moved
+            data = read_file(location)
         if stream.size is not None and stream.size != len(data):
             raise FlinkStateError(location, f"is {len(data)} bytes, the checkpoint recorded {stream.size}")
         return data, location

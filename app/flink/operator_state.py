@@ -21,8 +21,8 @@ one whose bytes it decodes:
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Final
+from itertools import pairwise
+from typing import Final, NamedTuple
 
 from app.errors import FlinkStateError
 from app.flink.binary import DataInput, decode_modified_utf8
@@ -72,9 +72,8 @@ _KRYO_CLASS_NAME: Final = 1
 _KRYO_NOT_NULL: Final = 1
 
 
-@dataclass(frozen=True)
-class KafkaElement:
-    """One element of the Kafka source's state, as Flink stored it."""
+class KafkaElement(NamedTuple):
+    """One element of the Kafka source's state, as Flink stored it (a tuple: thousands per checkpoint)."""
 
     topic: str
     partition: int
@@ -89,6 +88,10 @@ def read_kafka_elements(
     inp = DataInput(stream, source)
     _check_state_serializer(inp, state_name)
     own = all_partitions[state_name].offsets
+    if any(a >= b for a, b in pairwise(own)):
+        # Flink writes a state's elements in order, so its offsets only grow; one repeated would
+        # read an element twice in place of another.
+        raise FlinkStateError(source, f"{state_name} element offsets are not increasing: {list(own)[:8]}")
     # Elements are written back to back, state after state: each one must end where the next
     # element (of any state) starts, or at the end of the stream. A misplaced offset cannot pass.
     boundaries = sorted({o for p in all_partitions.values() for o in p.offsets} | {len(stream)})
@@ -178,7 +181,8 @@ def _check_kafka_serializer(inp: DataInput, state_name: str, key: str, snapshot_
     n_fields = inp.i32("number of tuple fields")
     if tuple_class != _TUPLE2_CLASS or n_fields != 2:
         raise inp.fail(f"unknown serializer for {state_name}: {tuple_class} of {n_fields} fields")
-    field_class = _read_snapshot_head(inp)
+    field_class = inp.utf("first field's serializer snapshot class")  # nested: no proxy version
+    inp.i32("first field's serializer snapshot version")
     type_class = inp.utf("Kryo type class") if field_class == _KRYO_SNAPSHOT else None
     if type_class != _KAFKA_TOPIC_PARTITION:
         raise inp.fail(f"unknown serializer for {state_name}: first field is {field_class} of {type_class}")

@@ -149,9 +149,12 @@ def snapshot(cls: str, version: int = 3, body: bytes = b"") -> bytes:
 
 def legacy_serializer_snapshot() -> bytes:
     kryo_body = utf(KAFKA_TOPIC_PARTITION) + b"\x00" * 12  # registrations etc.: never read
-    nested = i32(1333245) + i32(1) + i32(2) + snapshot(KRYO_SNAPSHOT, 2, kryo_body) + snapshot(LONG_SNAPSHOT)
+    # Nested snapshots have no proxy format version (TypeSerializerSnapshot.writeVersionedSnapshot).
+    nested = (
+        i32(1333245) + i32(1) + i32(2) + utf(KRYO_SNAPSHOT) + i32(2) + kryo_body + utf(LONG_SNAPSHOT) + i32(3)
+    )
     return snapshot(
-        TUPLE_SNAPSHOT, 3, i32(911108) + i32(1) + utf("org.apache.flink.api.java.tuple.Tuple2") + nested
+        TUPLE_SNAPSHOT, 3, i32(911108) + i32(2) + utf("org.apache.flink.api.java.tuple.Tuple2") + nested
     )
 
 

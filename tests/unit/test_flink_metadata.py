@@ -133,6 +133,13 @@ def test_state_in_a_file_beside_metadata_relative_or_absolute(tmp_path: Path) ->
         fb.metadata(4, 4, [fb.operator(4, [(0, fb.subtask_state(4, absolute))])])
     )
     assert read_checkpoint(str(directory)).offsets == (SplitOffset("t", 0, 11, None),)
+    moved = fb.operator_state_handle(
+        partitions, fb.file_handle("file:/elsewhere/chk-4/4f1c-state", len(stream))
+    )
+    (directory / "_metadata").write_bytes(
+        fb.metadata(4, 4, [fb.operator(4, [(0, fb.subtask_state(4, moved))])])
+    )
+    assert read_checkpoint(str(directory)).offsets == (SplitOffset("t", 0, 11, None),)  # copied checkpoint
     (directory / "4f1c-state").write_bytes(stream[:-1])
     with pytest.raises(FlinkStateError, match=r"4f1c-state: is .* bytes, the checkpoint recorded"):
         read_checkpoint(str(directory))
@@ -272,3 +279,102 @@ def test_a_partition_stored_twice(tmp_path: Path) -> None:
     directory = str(write_checkpoint(tmp_path, fb.metadata(6, 3, [fb.operator(6, differing)]), "chk-8"))
     with pytest.raises(FlinkStateError, match="stored twice with different offsets"):
         read_checkpoint(directory)
+
+
+# Printed by Flink 1.20.3's own TupleSerializer(KryoSerializer<KafkaTopicPartition>, LongSerializer), the
+# legacy consumer's state serializer (FlinkKafkaConsumerBase.createStateSerializer), over
+# flink-connector-kafka 3.4.0-1.20: the serializer snapshot written into the meta info, and elements.
+FLINK_LEGACY_SERIALIZER_SNAPSHOT = bytes.fromhex(
+    "0000000200436f72672e6170616368652e666c696e6b2e6170692e6a6176612e747970657574696c732e72756e74696d652e"
+    "5475706c6553657269616c697a6572536e617073686f7400000003000de7040000000200266f72672e6170616368652e666c"
+    "696e6b2e6170692e6a6176612e7475706c652e5475706c6532001457fd000000010000000200476f72672e6170616368652e"
+    "666c696e6b2e6170692e6a6176612e747970657574696c732e72756e74696d652e6b72796f2e4b72796f53657269616c697a"
+    "6572536e617073686f740000000200496f72672e6170616368652e666c696e6b2e73747265616d696e672e636f6e6e656374"
+    "6f72732e6b61666b612e696e7465726e616c732e4b61666b61546f706963506172746974696f6e000004f2c69a3d70000000"
+    "0200496f72672e6170616368652e666c696e6b2e73747265616d696e672e636f6e6e6563746f72732e6b61666b612e696e74"
+    "65726e616c732e4b61666b61546f706963506172746974696f6e010000004b00496f72672e6170616368652e666c696e6b2e"
+    "73747265616d696e672e636f6e6e6563746f72732e6b61666b612e696e7465726e616c732e4b61666b61546f706963506172"
+    "746974696f6e010000004f00496f72672e6170616368652e666c696e6b2e73747265616d696e672e636f6e6e6563746f7273"
+    "2e6b61666b612e696e7465726e616c732e4b61666b61546f706963506172746974696f6e0000000000296f72672e61706163"
+    "68652e6176726f2e67656e657269632e47656e6572696344617461244172726179010000002b00296f72672e617061636865"
+    "2e6176726f2e67656e657269632e47656e657269634461746124417272617901000000b600556f72672e6170616368652e66"
+    "6c696e6b2e6170692e6a6176612e747970657574696c732e72756e74696d652e6b72796f2e53657269616c697a6572732444"
+    "756d6d794176726f52656769737465726564436c6173730000000100596f72672e6170616368652e666c696e6b2e6170692e"
+    "6a6176612e747970657574696c732e72756e74696d652e6b72796f2e53657269616c697a6572732444756d6d794176726f4b"
+    "72796f53657269616c697a6572436c617373000004f2c69a3d7000000000000004f2c69a3d700000000000506f72672e6170"
+    "616368652e666c696e6b2e6170692e636f6d6d6f6e2e747970657574696c732e626173652e4c6f6e6753657269616c697a65"
+    "72244c6f6e6753657269616c697a6572536e617073686f7400000003"
+)
+FLINK_LEGACY_ELEMENTS = {
+    ("orders", 3, 41): "0c01839998ff0806016f72646572f30000000000000029",
+    ("événements", 70_000, -915623761776): "0c019ceea69a0ae0c508018bc3a976c3a96e656d656e7473ffffff2ad0922890",
+    ("x", 0, 7): "0c01903a000182780000000000000007",
+}
+
+
+def test_the_legacy_state_as_flink_1_20_serializes_it(tmp_path: Path) -> None:
+    elements = [bytes.fromhex(h) for h in FLINK_LEGACY_ELEMENTS.values()]
+    assert elements[0] == fb.legacy_element("orders", 3, 41, registered_id=10)  # the builder agrees
+    stream, partitions = fb.backend_stream(
+        [
+            fb.StateMeta(
+                fb.LEGACY_STATE,
+                FLINK_LEGACY_SERIALIZER_SNAPSHOT,
+                elements,
+                mode=fb.UNION,
+                options={"KEY_OPERATOR_STATE_DISTRIBUTION_MODE": "UNION"},
+            )
+        ]
+    )
+    handle = fb.operator_state_handle(partitions, fb.bytes_handle(stream))
+    metadata = fb.metadata(4, 5, [fb.operator(4, [(0, fb.subtask_state(4, handle))])])
+    got = read_checkpoint(str(write_checkpoint(tmp_path, metadata)))
+    assert got.engine == ENGINE_FLINK_LEGACY
+    assert got.offsets == tuple(SplitOffset(t, p, o, None) for t, p, o in sorted(FLINK_LEGACY_ELEMENTS))
+
+
+def test_an_element_offset_repeated_in_place_of_another(tmp_path: Path) -> None:
+    # [a, b] -> [b, b] would read the last element twice and lose the first, silently: refused.
+    stream, partitions = fb.backend_stream(
+        [
+            fb.StateMeta(
+                fb.SOURCE_READER_STATE,
+                fb.snapshot(fb.BYTE_ARRAY_SNAPSHOT),
+                [fb.split_element("t", 0, 5), fb.split_element("t", 1, 6)],
+            )
+        ]
+    )
+    mode, (_, second) = partitions[fb.SOURCE_READER_STATE]
+    handle = fb.operator_state_handle(
+        {fb.SOURCE_READER_STATE: (mode, (second, second))}, fb.bytes_handle(stream)
+    )
+    metadata = fb.metadata(6, 3, [fb.operator(6, [(0, fb.subtask_state(6, handle))])])
+    with pytest.raises(FlinkStateError, match="offsets are not increasing"):
+        read_checkpoint(str(write_checkpoint(tmp_path, metadata)))
+
+
+def test_a_missing_state_file_is_never_passed_over(tmp_path: Path) -> None:
+    # Beside another FLIP-27 source whose splits are not Kafka's, the Kafka source's missing state file
+    # is what the error names (the checkpoint is gone), not the other source's bytes.
+    file_split = fb.i32(12) + fb.i32(1) + fb.i32(4) + b"path"
+    files = fb.operator(6, [(0, kafka_source_subtask(6, [file_split]))], operator_id=bytes(16), uid="files")
+    stream, _ = fb.backend_stream(
+        [
+            fb.StateMeta(
+                fb.SOURCE_READER_STATE, fb.snapshot(fb.BYTE_ARRAY_SNAPSHOT), [fb.split_element("t", 0, 5)]
+            )
+        ]
+    )
+    kafka = fb.operator(
+        6,
+        [
+            (
+                0,
+                kafka_source_subtask(
+                    6, [fb.split_element("t", 0, 5)], fb.relative_handle("gone", len(stream))
+                ),
+            )
+        ],
+    )
+    with pytest.raises(FlinkCheckpointGoneError, match="gone"):
+        read_checkpoint(str(write_checkpoint(tmp_path, fb.metadata(6, 3, [files, kafka]))))
