@@ -28,16 +28,20 @@ and counted in its RUN_STOPPED.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from app import __version__
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey, commit_offset_for
 from app.flink.metadata import FlinkCheckpointOffsets
 from app.flink.rest import CheckpointStat, Restore
+
+# A retained checkpoint's directory name (a savepoint's is `savepoint-...`).
+CHECKPOINT_NAME: Final = re.compile(r"^chk-\d+$")
 
 
 def at_ms(ms: int) -> datetime:
@@ -122,6 +126,11 @@ def run_started(
 
 
 def restore_source(restore: Restore) -> str:
+    """Checkpoint or savepoint. Flink 2 reports every restore from a path (a resubmission with
+    `execution.state-recovery.path`) as a savepoint, a retained `chk-N` too: the path's name says."""
+    path = (restore.external_path or "").rstrip("/")
+    if CHECKPOINT_NAME.match(path.rsplit("/", 1)[-1]):
+        return vocab.RESTORE_CHECKPOINT
     return vocab.RESTORE_SAVEPOINT if restore.is_savepoint else vocab.RESTORE_CHECKPOINT
 
 

@@ -375,7 +375,11 @@ class FlinkWatcher:
     ) -> None:
         """Record the restored checkpoint as the previous run's completion when the ledger lacks it."""
         restore = attempt.restore
-        if restore is None or restore.is_savepoint or restore.checkpoint_id in self.ledger.completed_ids():
+        if (
+            restore is None
+            or ev.restore_source(restore) != vocab.RESTORE_CHECKPOINT
+            or restore.checkpoint_id in self.ledger.completed_ids()
+        ):
             return
         stat = next((s for s in checkpoints.history if s.checkpoint_id == restore.checkpoint_id), None)
         if stat is None:

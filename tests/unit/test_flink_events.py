@@ -195,3 +195,13 @@ def test_a_stopped_run_says_how_it_ended_and_what_it_missed() -> None:
     assert stopped.detail[vocab.DETAIL_MISSED_CHECKPOINTS] == [
         {"id": 4, vocab.DETAIL_REASON: vocab.MISSED_UNREADABLE, vocab.DETAIL_MESSAGE: "bad magic"}
     ]
+
+
+def test_a_restore_from_a_retained_checkpoint_is_a_checkpoint_restore_though_flink_2_says_savepoint() -> None:
+    restore = Restore(6, 1764237700000, True, f"file:/cp/{JOB_ID}/chk-6")
+    attempt = ev.Attempt(JOB_ID, 1764237600000, restore)
+
+    assert ev.run_started(source(), attempt).detail["startup_mode"] == vocab.RESTORE_CHECKPOINT
+    restored = ev.offsets_restored(source(), attempt, {("orders", 0): 40})
+    assert restored[0].detail[vocab.DETAIL_SOURCE] == vocab.RESTORE_CHECKPOINT
+    assert ev.run_started(source(), attempt).detail[vocab.DETAIL_SAVEPOINT] is True  # Flink's own word, kept
