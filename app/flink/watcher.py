@@ -44,14 +44,16 @@ from app.errors import (
     UsageError,
 )
 from app.flink import events as ev
+from app.flink.events import for_engine
 from app.flink.metadata import FlinkCheckpointOffsets, SplitOffset, read_checkpoint
-from app.flink.prefetch import Prefetcher
+from app.flink.prefetch import CHECKPOINT_DIR, Prefetcher, local_dir
 from app.flink.rest import (
     STATUS_COMPLETED,
     Checkpoints,
     CheckpointStat,
     FlinkRest,
     JobSummary,
+    Restore,
     newest_by_name,
     retention_warnings,
 )
@@ -373,30 +375,40 @@ class FlinkWatcher:
         restored: dict[TopicPartitionKey, int | None],
         checkpoints: Checkpoints,
     ) -> None:
-        """Record the restored checkpoint as the previous run's completion when the ledger lacks it."""
+        """Record the restored checkpoint as the previous run's completion when the ledger lacks it,
+        with the retained checkpoints before it that run did not record either: they completed between
+        its last poll and its end (a process killed moments after a few checkpoints)."""
         restore = attempt.restore
-        if (
-            restore is None
-            or ev.restore_source(restore) != vocab.RESTORE_CHECKPOINT
-            or restore.checkpoint_id in self.ledger.completed_ids()
-        ):
+        if restore is None or ev.restore_source(restore) != vocab.RESTORE_CHECKPOINT:
             return
-        stat = next((s for s in checkpoints.history if s.checkpoint_id == restore.checkpoint_id), None)
-        if stat is None:
-            # A resubmission's history starts empty: the checkpoint completed before the restore.
-            when = _modified_ms(restore.external_path) or restore.restore_ms
-            when = min(when, restore.restore_ms - 1)
-            stat = CheckpointStat(
-                restore.checkpoint_id, STATUS_COMPLETED, False, when, when, restore.external_path, False
+        held = self.ledger.completed_ids(run_id=previous)
+        if restore.checkpoint_id in held:
+            return
+        extra = {vocab.DETAIL_RECOVERED: True}
+        source = EventSource(self.ledger.job_name, previous, engine, self.group_id)
+        for checkpoint_id, path in _retained_between(restore.external_path, max(held, default=-1), restore):
+            try:
+                earlier = self.read(path)
+            except (FlinkStateError, InfrastructureError) as exc:
+                log.warning(
+                    "flink-watch: retained checkpoint %s of run %s not recovered: %s", path, previous, exc
+                )
+                continue
+            stat = _stat_from_file(checkpoint_id, path, restore.restore_ms)
+            events = ev.checkpoint_events(
+                for_engine(source, earlier.engine), stat, earlier, commits=False, extra=extra
             )
+            self.summary.events_written += self.ledger.write_checkpoint(previous, checkpoint_id, events)
+            self.summary.checkpoints_recorded += 1
+        in_history = next((s for s in checkpoints.history if s.checkpoint_id == restore.checkpoint_id), None)
+        # A resubmission's history starts empty: the checkpoint completed before the restore.
+        stat = in_history or _stat_from_file(restore.checkpoint_id, restore.external_path, restore.restore_ms)
         offsets = tuple(
             SplitOffset(t, p, raw, None) for (t, p), raw in sorted(restored.items()) if raw is not None
         )
         decoded = FlinkCheckpointOffsets(
             restore.checkpoint_id, engine, "", restore.external_path or "", offsets
         )
-        source = EventSource(self.ledger.job_name, previous, engine, self.group_id)
-        extra = {vocab.DETAIL_RECOVERED: True}
         events = ev.checkpoint_events(source, stat, decoded, commits=False, extra=extra)
         self.summary.events_written += self.ledger.write_checkpoint(previous, restore.checkpoint_id, events)
         self.summary.checkpoints_recorded += 1
@@ -498,6 +510,36 @@ class FlinkWatcher:
             return
         self._record(self.rest.checkpoints(job.job_id), self.run)
         self._stop(self.run, job)
+
+
+def _stat_from_file(checkpoint_id: int, path: str | None, restore_ms: int) -> CheckpointStat:
+    """A retained checkpoint's REST facts when REST no longer has them: completed when Flink wrote
+    its `_metadata` (before the restore that read it)."""
+    when = min(_modified_ms(path) or restore_ms, restore_ms - 1)
+    return CheckpointStat(checkpoint_id, STATUS_COMPLETED, False, when, when, path, False)
+
+
+def _retained_between(restored_path: str | None, after: int, restore: Restore) -> list[tuple[int, str]]:
+    """The retained `chk-K` beside the restored checkpoint with ``after`` < K < its id, ascending
+    (local directories only)."""
+    directory = None if restored_path is None else local_dir(os.path.dirname(restored_path.rstrip("/")))
+    if directory is None:
+        return []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        match = CHECKPOINT_DIR.match(name)
+        path = os.path.join(directory, name)
+        if (
+            match
+            and after < int(match.group(1)) < restore.checkpoint_id
+            and os.path.exists(os.path.join(path, "_metadata"))
+        ):
+            found.append((int(match.group(1)), path))
+    return sorted(found)
 
 
 def _modified_ms(external_path: str | None) -> int | None:

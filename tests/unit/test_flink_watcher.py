@@ -484,3 +484,42 @@ def test_without_the_read_ahead_the_same_checkpoint_is_named_missed(
     w.poll_once()
 
     assert [m[vocab.DETAIL_REASON] for m in w.summary.missed] == [vocab.MISSED_FILES_GONE]
+
+
+def test_checkpoints_completed_between_the_last_poll_and_a_kill_are_recovered_from_their_files(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    from tests.unit import flink_bytes as fb
+
+    def retained(job: str, checkpoint_id: int, offset: int) -> str:
+        chk = tmp_path / "cp" / job / f"chk-{checkpoint_id}"
+        chk.mkdir(parents=True)
+        splits = [[("orders", 0, offset)]]
+        (chk / "_metadata").write_bytes(fb.kafka_source_checkpoint(4, checkpoint_id, splits))
+        return f"file:{chk}"
+
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0, name="payments")
+    w = watcher(flink, ledger, clock, flink_job_id=None, flink_job_name="payments")
+    w.read = read_checkpoint
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {})
+    flink.history[JOB_A][-1]["external_path"] = retained(JOB_A, 1, 10)
+    w.poll_once()
+    # Checkpoints 2 and 3 complete, and the process is killed before the next poll saw them.
+    retained(JOB_A, 2, 20)
+    restored = retained(JOB_A, 3, 30)
+    flink.jobs.clear()
+    flink.submit(JOB_B, T0 + 9000, name="payments")
+    flink.restore(JOB_B, 3, T0 + 9500)
+    flink.restored[JOB_B]["external_path"] = restored  # type: ignore[index]
+    w.poll_once()
+
+    completed = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, JOB_A)
+    assert sorted((r["checkpoint_id"], r["offset"]) for r in completed) == [(1, 10), (2, 20), (3, 30)]
+    assert [
+        json.loads(r["detail"]).get(vocab.DETAIL_RECOVERED)
+        for r in sorted(completed, key=lambda r: r["checkpoint_id"])
+    ] == [None, True, True]
+    restarted = of(ledger, vocab.EVENT_OFFSETS_RESTORED)
+    assert [(r["checkpoint_id"], r["offset"]) for r in restarted] == [(3, 30)]
