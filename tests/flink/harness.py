@@ -42,6 +42,7 @@ REST_TIMEOUT_S = 5.0
 # The source operator's records out, summed over subtasks: both sources report it (the sink is chained).
 SOURCE_RECORDS_OUT = "Source__kafka-source.numRecordsOut"
 POLL_S = 0.2
+PORT_ATTEMPTS = 3
 
 # C1 only: these JVMs live for seconds to minutes, where start-up time dominates.
 JVM_OPTIONS = (
@@ -74,6 +75,12 @@ def wait_for(probe: Callable[[], T | None], timeout_s: float, what: str, step_s:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
         time.sleep(step_s)
+
+
+def _port_taken(log_file: Path, since: int) -> bool:
+    with log_file.open("rb") as f:
+        f.seek(since)
+        return b"Could not start rest endpoint on any port" in f.read()
 
 
 def free_port() -> int:
@@ -243,7 +250,30 @@ class FlinkJob:
         return self._proc.pid
 
     def start(self) -> FlinkJob:
+        """Start the process and wait for its job to run; a REST port taken between choosing it and
+        Flink binding it is chosen again."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
+            self._spawn()
+            try:
+                self.job_id = wait_for(
+                    self._running_job, START_TIMEOUT_S, f"a RUNNING job at {self.rest_url}"
+                )
+                return self
+            except AssertionError:
+                lost_port = (
+                    self._proc is not None
+                    and self._proc.poll() is not None
+                    and _port_taken(self.log_file, log_start)
+                )
+                if not lost_port or attempt == PORT_ATTEMPTS:
+                    raise
+            self.port = free_port()
+            self.rest_url = f"http://127.0.0.1:{self.port}"
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> None:
         args = [*self.spec.args(), "--checkpoint-dir", self.checkpoint_dir.resolve().as_uri()]
         args += ["--rest-port", str(self.port)]
         if self.restore is not None:
@@ -262,8 +292,6 @@ class FlinkJob:
             )
         if self.on_start is not None:
             self.on_start(self)
-        self.job_id = wait_for(self._running_job, START_TIMEOUT_S, f"a RUNNING job at {self.rest_url}")
-        return self
 
     def _alive(self) -> None:
         assert self._proc is not None

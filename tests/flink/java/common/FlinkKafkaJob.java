@@ -27,7 +27,17 @@ import org.apache.kafka.clients.consumer.OffsetResetStrategy;
 public final class FlinkKafkaJob {
     static final String SOURCE_UID = "kafka-source";
 
-    public static void main(String[] argv) throws Exception {
+    public static void main(String[] argv) {
+        try {
+            run(argv);
+        } catch (Throwable t) {
+            // the MiniCluster's non-daemon threads would keep a JVM whose start failed alive
+            t.printStackTrace();
+            System.exit(2);
+        }
+    }
+
+    static void run(String[] argv) throws Exception {
         Map<String, String> args = parseArgs(argv);
         Configuration conf = configuration(args);
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
