@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps python-deps jvm-deps demo test test-unit test-spark test-kafka test-cluster lint format bench clean
+.PHONY: setup system-deps python-deps jvm-deps demo test test-unit test-spark test-kafka test-cluster test-flink lint format bench clean
 
 setup: system-deps python-deps jvm-deps
 
@@ -32,8 +32,8 @@ $(STAMPS)/python-deps: pyproject.toml
 
 python-deps: $(STAMPS)/python-deps
 
-# Delta, the Kafka connector, the s3a connector and the Kafka broker from Maven Central into the local
-# Maven repository.
+# Delta, the Kafka connector, the s3a connector, the Kafka broker and the Flink stacks the tests run
+# from Maven Central into the local Maven repository.
 jvm-deps: python-deps
 	$(VENV)/bin/offset-audit setup-jvm
 
@@ -55,6 +55,11 @@ test-kafka: setup
 # A Spark standalone master and two workers, and an S3 API server (moto), on loopback; `make test` runs it too.
 test-cluster: setup
 	$(PY) -m pytest -m cluster $(PYTEST_ARGS)
+
+# Flink 1.20 and 2.2 jobs on MiniClusters reading the local broker, their checkpoints read back by
+# Flink's State Processor API; `make test` runs it too.
+test-flink: setup
+	$(PY) -m pytest -m flink $(PYTEST_ARGS)
 
 lint: python-deps
 	$(VENV)/bin/ruff check .

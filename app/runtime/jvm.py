@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JVM_CONF_DIR = REPO_ROOT / "conf" / "jvm"
-CLASSPATH_NAMES = ("spark", "kafka", "s3")
+# flink-*: a MiniCluster, the Kafka connector and the State Processor API per Flink stack, for the tests.
+CLASSPATH_NAMES = ("spark", "kafka", "s3", "flink-1.20", "flink-2.2")
 MAVEN_TIMEOUT_S = 1800
 
 
