@@ -66,6 +66,23 @@ class CheckpointFormatError(OffsetAuditError):
     """A Spark checkpoint file does not look like Spark wrote it."""
 
 
+class FlinkStateError(OffsetAuditError):
+    """A Flink checkpoint or savepoint the decoder does not understand: never guessed at.
+
+    The message names the file and what in it was not understood (an unknown format version, an
+    unknown serializer, a truncated or corrupt structure), so no offsets are taken from it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class FlinkCheckpointGoneError(FlinkStateError):
+    """A checkpoint file that is not there: Flink deleted it (retention) or it never was written."""
+
+
 class AttachError(OffsetAuditError):
     """A streaming query the audit cannot attach to (its checkpoint cannot be found)."""
 

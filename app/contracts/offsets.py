@@ -50,6 +50,9 @@ TIMESTAMP: Final = -915623761777
 KAFKASOURCE_LATEST_OFFSET: Final = -1
 KAFKASOURCE_EARLIEST_OFFSET: Final = -2
 KAFKASOURCE_COMMITTED_OFFSET: Final = -3
+# MIGRATED (connector 5.0.0+, Long.MIN_VALUE): a split whose offset the enumerator still has to
+# initialise after a restore from an older connector's state; a start position, never an offset.
+KAFKASOURCE_MIGRATED_OFFSET: Final = -(2**63)
 
 # Spark's Kafka source offset JSON (startingOffsets / endingOffsets).
 SPARK_LATEST_OFFSET: Final = -1
@@ -62,7 +65,12 @@ _SENTINELS: Final[Mapping[str, frozenset[int]]] = MappingProxyType(
             {OFFSET_NOT_SET, EARLIEST_OFFSET, LATEST_OFFSET, GROUP_OFFSET, TIMESTAMP}
         ),
         ENGINE_FLINK_KAFKASOURCE: frozenset(
-            {KAFKASOURCE_LATEST_OFFSET, KAFKASOURCE_EARLIEST_OFFSET, KAFKASOURCE_COMMITTED_OFFSET}
+            {
+                KAFKASOURCE_LATEST_OFFSET,
+                KAFKASOURCE_EARLIEST_OFFSET,
+                KAFKASOURCE_COMMITTED_OFFSET,
+                KAFKASOURCE_MIGRATED_OFFSET,
+            }
         ),
     }
 )

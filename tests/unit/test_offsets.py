@@ -52,7 +52,7 @@ def test_flink_legacy_sentinel_values_match_flink() -> None:
     ("engine", "sentinels"),
     [
         (ENGINE_FLINK_LEGACY, LEGACY_SENTINELS),
-        (ENGINE_FLINK_KAFKASOURCE, [-1, -2, -3]),
+        (ENGINE_FLINK_KAFKASOURCE, [-1, -2, -3, -(2**63)]),
         (ENGINE_SPARK, [-1, -2]),
     ],
 )

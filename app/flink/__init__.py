@@ -1,0 +1,1 @@
+"""Flink jobs audited from outside: their checkpoints and savepoints decoded without a JVM."""
