@@ -253,7 +253,7 @@ class LedgerAudit:
         """One row per run start in the window (that has a previous run) and partition.
 
         A restart is judged per partition against the last checkpoint of the job completed before
-        the run started: resumed at it -> exact, below it -> replay, above it -> skip, either
+        the run started by another run: resumed at it -> exact, below it -> replay, above it -> skip, either
         unknown -> unknown. Partitions come from the run's OFFSETS_RESTORED rows and from that
         checkpoint, so a partition the new run never restored still shows up (as unknown). The
         group's committed offset at the start (plus clock skew) is kept beside it.
@@ -283,7 +283,10 @@ class LedgerAudit:
                        arg_max_null(k.checkpoint_id, {order}) AS previous_checkpoint_id,
                        arg_max_null(k.run_id, {order}) AS previous_checkpoint_run
                 FROM r JOIN checkpoints k ON r.job_name = k.job_name
-                WHERE k."offset" IS NOT NULL AND k.completed_at < r.started_at
+                -- Never the run's own batch: a RUN_STARTED written late (an attach after the
+                -- run's first batches, a clock skew between the file system and the writer) is
+                -- dated after the run's first completions.
+                WHERE k."offset" IS NOT NULL AND k.completed_at < r.started_at AND k.run_id <> r.run_id
                 GROUP BY r.job_name, r.run_id, k.topic, k."partition"
             ), prior_start AS (
                 -- No checkpoint ever completed (a run killed inside its first batch): the
