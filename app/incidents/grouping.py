@@ -53,7 +53,7 @@ from app.incidents.remedy import (
     ReplayStep,
     ResetOffsetsStep,
 )
-from app.reconcile.findings import StoredFinding
+from app.reconcile.findings import StoredFinding, skipped_records
 
 # External offset changes further apart than this are separate incidents.
 EXTERNAL_CHANGE_CLUSTER: Final = timedelta(minutes=10)
@@ -266,11 +266,20 @@ def impact(incident: IncidentDraft) -> Impact:
     ]
     # A batch's findings count offsets (rows cannot be tied to offsets in a delta_batches sink):
     # a lost batch's offsets are lost records, a batch written twice re-processed its offsets.
+    # A skip read back from the source (a sink that cannot show missing records) counts the data
+    # records it never read; a coordinates sink's skip is counted by the GAPs inside it.
+    skipped = [
+        counts
+        for f in incident.findings
+        if f.finding_type == vocab.RESTART_SKIP and (counts := skipped_records(f)) is not None
+    ]
     return Impact(
         records_lost=_count(incident, vocab.GAP, vocab.CONFIRMED)
-        + _count(incident, vocab.BATCH_NOT_IN_SINK, vocab.CONFIRMED),
+        + _count(incident, vocab.BATCH_NOT_IN_SINK, vocab.CONFIRMED)
+        + sum(lost for lost, _ in skipped),
         records_unverifiable=_count(incident, vocab.GAP, vocab.UNVERIFIABLE, vocab.OPEN)
-        + _count(incident, vocab.BATCH_NOT_IN_SINK, vocab.UNVERIFIABLE),
+        + _count(incident, vocab.BATCH_NOT_IN_SINK, vocab.UNVERIFIABLE)
+        + sum(gone for _, gone in skipped),
         records_duplicated=_count(incident, vocab.DUPLICATE),
         records_replayed=_count(incident, vocab.RESTART_REPLAY) + _count(incident, vocab.BATCH_WRITTEN_TWICE),
         max_commit_lag=max(lags, default=None),

@@ -28,6 +28,7 @@ from app.contracts.vocabulary import (
     DETAIL_QUERY_ID,
     DUPLICATE,
     EVENT_RUN_STARTED,
+    RESTART_SKIPPED,
     SEVERITIES,
     SINK_COORDINATES,
     SINK_DELTA_BATCHES,
@@ -296,19 +297,38 @@ def _sink_and_restart_findings(
 
     result.sink_seconds = time.monotonic() - sink_started
     result.gaps_suspected = len(gaps)
-    verdicts: list[dict[str, Any] | None] = [None] * len(gaps)
-    if gaps and confirmer is not None:
+    # A restart's skipped range in a sink that cannot show missing records is read back as a gap is:
+    # the records it never read are lost whatever the sink.
+    skips = [r for r in restart_rows if _judged_from_source(p.cfg, r)]
+    suspected = [SuspectedGap(g.topic, g.partition, s, e) for g, s, e in gaps] + [
+        SuspectedGap(r["topic"], r["partition"], *fx.restart_range(r)) for r in skips
+    ]
+    verdicts: list[dict[str, Any] | None] = [None] * len(suspected)
+    if suspected and confirmer is not None:
         # A failure here propagates: unconfirmed gaps written as findings would claim a loss the
         # audit could not check, and the next run must look at them again.
-        verdicts = list(confirmer([SuspectedGap(g.topic, g.partition, s, e) for g, s, e in gaps]))
-        result.confirmation = f"{len(gaps)} gap(s) read back from Kafka"
-    elif gaps:
+        verdicts = list(confirmer(suspected))
+        result.confirmation = f"{len(gaps)} gap(s) and {len(skips)} skipped range(s) read back from Kafka"
+    elif suspected:
         result.confirmation = "disabled: gaps left open"
-    judged = [(rng, start, end, v) for (rng, start, end), v in zip(gaps, verdicts, strict=True)]
+    judged = [(rng, start, end, v) for (rng, start, end), v in zip(gaps, verdicts[: len(gaps)], strict=True)]
     sink_rows += rc.gap_findings(judged)
+    read_back = {fx.restart_key(r): v for r, v in zip(skips, verdicts[len(gaps) :], strict=True)}
 
-    core = [*fx.find_restart_anomalies(restart_rows, observed), *_with_copy_dates(audit, sink_rows)]
+    core = [
+        *fx.find_restart_anomalies(restart_rows, observed, read_back),
+        *_with_copy_dates(audit, sink_rows),
+    ]
     return rc.finalize_findings(core, result.run_id, p.now), ranges, stats
+
+
+def _judged_from_source(cfg: AppConfig, restart: Mapping[str, Any]) -> bool:
+    """A skip of a job whose sink cannot show missing records (`delta_batches`, `none`); a
+    `coordinates` sink's GAPs inside the skipped range tell what it lacks (and a repair mends)."""
+    return (
+        restart["classification"] == RESTART_SKIPPED
+        and cfg.reconcile.sink_mode_for(restart["job_name"]) != SINK_COORDINATES
+    )
 
 
 def _delta_batch_findings(p: _Pass, job: str) -> list[Finding]:
