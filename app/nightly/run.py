@@ -69,7 +69,8 @@ class NightlyResult:
     run_id: str
     started_at: str
     steps: list[StepOutcome] = field(default_factory=list)
-    findings: dict[str, int] = field(default_factory=dict)  # severity -> count (reconcile + forensics)
+    # severity -> count (reconcile + forensics), less the findings of incidents a repair resolved
+    findings: dict[str, int] = field(default_factory=dict)
     failed_expectations: dict[str, int] = field(default_factory=dict)  # severity -> count
     report: str | None = None
     screenshot: str | None = None
@@ -283,6 +284,8 @@ class Nightly:
             "gaps_suspected": outcome.gaps_suspected,
             "confirmation": outcome.confirmation,
             "counts": [[t, s, n] for (t, s), n in sorted(outcome.counts.items())],
+            # Of those, the findings of incidents a repair resolved: they fail no night.
+            "settled": [[t, s, n] for (t, s), n in sorted(outcome.settled.items())],
             "top": [f.to_row() for f in outcome.top[:10]],
             "incidents": summaries_json(outcome.incidents),
         }
@@ -369,6 +372,9 @@ class Nightly:
                 for _, severity, n in step.summary.get("counts", []):
                     if severity in SEVERITIES:
                         result.findings[severity] = result.findings.get(severity, 0) + int(n)
+                for _, severity, n in step.summary.get("settled", []):
+                    if severity in SEVERITIES:
+                        result.findings[severity] = result.findings.get(severity, 0) - int(n)
             elif step.step == "check":
                 result.failed_expectations = dict(step.summary.get("failed_by_severity", {}))
             elif step.step == "report":

@@ -33,6 +33,7 @@ from app.contracts.vocabulary import (
     SINK_COORDINATES,
     SINK_DELTA_BATCHES,
     SINK_NONE,
+    severity_at_least,
 )
 from app.errors import (
     ConfigError,
@@ -94,6 +95,8 @@ class ReconcileResult:
     jobs: list[str]
     partitions: int = 0
     counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (finding_type, severity) -> n
+    # Of ``counts``, the findings of incidents that stay resolved: made good, they fail no run.
+    settled: dict[tuple[str, str], int] = field(default_factory=dict)
     new_findings: int = 0
     gaps_suspected: int = 0
     confirmation: str = "not needed"
@@ -107,6 +110,18 @@ class ReconcileResult:
     def worst(self) -> str | None:
         present = {sev for (_, sev), n in self.counts.items() if n}
         return next((s for s in SEVERITIES if s in present), None)
+
+    def failing(self, fail_on: str) -> int:
+        """The findings at or above ``fail_on`` outside incidents that stay resolved."""
+        return failing_findings(self.counts, self.settled, fail_on)
+
+
+def failing_findings(
+    counts: Mapping[tuple[str, str], int], settled: Mapping[tuple[str, str], int], fail_on: str
+) -> int:
+    """How many of ``counts`` ((type, severity) -> n) fail a run at ``fail_on``: those at or above
+    it, less the ``settled`` ones (findings of incidents a repair resolved)."""
+    return sum(n - settled.get(key, 0) for key, n in counts.items() if severity_at_least(key[1], fail_on))
 
 
 def match_rules(r: ReconcileConfig) -> rc.MatchRules:
@@ -207,10 +222,9 @@ def _reconcile_inputs(p: _Pass) -> None:
     # Open incidents keep their earlier windows' findings; only this run's findings are stored.
     earlier = open_incident_findings(spark, tables, jobs, {f.finding_id for f in local})
     found = incidents.group_findings([*local, *earlier])
-    result.incidents = incidents.carry_resolution(
-        incidents.to_incidents(found, result.run_id, _completed_offsets(ranges)),
-        resolved_incidents(spark, tables),
-    )
+    built = incidents.to_incidents(found, result.run_id, _completed_offsets(ranges))
+    result.incidents = incidents.carry_resolution(built, resolved_incidents(spark, tables))
+    settled = incidents.settled_findings(built, result.incidents)
     result.audited_jobs = jobs
     windows = _completeness(p, local)
     # Everything is known before the first write: a failure above leaves the tables untouched.
@@ -222,6 +236,8 @@ def _reconcile_inputs(p: _Pass) -> None:
     for f in local:
         key = (f.finding_type, f.severity)
         result.counts[key] = result.counts.get(key, 0) + 1
+        if f.finding_id in settled:
+            result.settled[key] = result.settled.get(key, 0) + 1
         if f.job_name is not None and f.topic is not None and f.partition is not None:
             tp_counts = by_type[(f.job_name, f.topic, f.partition)]
             tp_counts[f.finding_type] = tp_counts.get(f.finding_type, 0) + 1

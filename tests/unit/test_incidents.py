@@ -276,6 +276,27 @@ def test_rule_restart_a_coordinates_skip_is_counted_by_its_gaps_alone() -> None:
     assert (after.kind, after.impact.harm) == (vocab.INCIDENT_RESTART, 0)
 
 
+def test_a_resolved_incident_is_carried_over_as_written_and_its_findings_fail_no_run() -> None:
+    missing = next(i for i in incidents_of(restart_from_latest()) if i.kind == vocab.INCIDENT_RESTART)
+    undo = ("RESTORE TABLE delta.`/sink` TO VERSION AS OF 3",)
+    repaired = after_repair(missing, RepairOutcome((Replayed(30, version_before=3, version_after=4),), undo))
+    # A later reconcile: the RESTART_SKIP again, its gap replayed.
+    found = stored([f for f in restart_from_latest() if f.finding_type != vocab.GAP], "rec-2")
+    built = inc.to_incidents(inc.group_findings(found), "rec-2", {})
+    (again,) = built
+    assert again.incident_id == repaired.incident_id
+    kept = inc.carry_resolution(built, {repaired.incident_id: repaired})
+    assert kept == [repaired]  # impact, severity, cause, remedy with its execution: as written
+    skip = next(f for f in found if f.finding_type == vocab.RESTART_SKIP)
+    assert skip.finding_id in inc.settled_findings(built, kept)
+    # The loss back (the replay undone): open again, as this run sees it, and failing.
+    reopened = inc.to_incidents(inc.group_findings(stored(restart_from_latest(), "rec-3")), "rec-3", {})
+    carried = inc.carry_resolution(reopened, {repaired.incident_id: repaired})
+    back = next(i for i in carried if i.incident_id == repaired.incident_id)
+    assert (back.status, back.impact.records_lost) == (vocab.INCIDENT_OPEN, 30)
+    assert inc.settled_findings(reopened, carried) == set()
+
+
 def test_rule_restart_a_crash_then_a_replay_and_its_duplicates_are_one_incident() -> None:
     found = ledger_findings(
         ev("RUN_STARTED", 0),
