@@ -272,11 +272,16 @@ def skipped_records(f: StoredFinding) -> tuple[int, int] | None:
     """(records lost, offsets unverifiable) of a RESTART_SKIP judged from the source; None for one
     a sink's GAPs judge (`coordinates`: what the sink lacks is the loss, and a repair makes it good).
     Not read back (confirmation off): every offset of its range is unverifiable."""
-    if SKIPPED_RECORDS_KEY not in f.evidence:
+    return skipped_counts(f.evidence, f.record_count)
+
+
+def skipped_counts(evidence: Mapping[str, JsonValue], record_count: int | None) -> tuple[int, int] | None:
+    """``skipped_records`` from a RESTART_SKIP's parsed evidence and its record count (its offsets)."""
+    if SKIPPED_RECORDS_KEY not in evidence:
         return None
-    counts = f.evidence[SKIPPED_RECORDS_KEY]
+    counts = evidence[SKIPPED_RECORDS_KEY]
     if not isinstance(counts, dict):
-        return 0, f.record_count or 0
+        return 0, record_count or 0
     lost, gone = counts.get("lost"), counts.get("unverifiable")
     return (lost if isinstance(lost, int) else 0), (gone if isinstance(gone, int) else 0)
 
