@@ -60,13 +60,9 @@ RESTART_COLUMNS: Final = (
 Observed = Mapping[tuple[str, str, str, int], Mapping[str, Any]]
 
 
-def _key(row: Mapping[str, Any]) -> tuple[str, str, str, int]:
-    return (row["job_name"], row["run_id"], row["topic"], row["partition"])
-
-
 def restart_key(row: Mapping[str, Any]) -> tuple[str, str, str, int]:
-    """A restart's (job, run, topic, partition)."""
-    return _key(row)
+    """A restart's (job, run, topic, partition): the key of what is known of it per partition."""
+    return (row["job_name"], row["run_id"], row["topic"], row["partition"])
 
 
 def restart_range(row: Mapping[str, Any]) -> tuple[int, int]:
@@ -101,7 +97,7 @@ def restarts_table(
     out = []
     for r in restarts:
         row = {f.name: r.get(f.name) for f in RESTARTS_SCHEMA.fields}
-        row["duplicates_observed"] = observed.get(_key(r), {}).get("duplicates_observed")
+        row["duplicates_observed"] = observed.get(restart_key(r), {}).get("duplicates_observed")
         row["forensics_run_id"] = forensics_run_id
         out.append(row)
     return out
@@ -133,15 +129,15 @@ def find_restart_anomalies(
             continue
         replay = r["classification"] == RESTART_REPLAYED
         start, end = restart_range(r)
-        seen = observed.get(_key(r), {})
+        seen = observed.get(restart_key(r), {})
         evidence = {
             **{c: r[c] for c in _EVIDENCE},
             "duplicates_observed_in_sink": seen.get("duplicates_observed"),
             "offsets_present_in_sink": seen.get("present_offsets"),
         }
         status = OPEN
-        if not replay and read_back is not None and _key(r) in read_back:
-            status, judged = skip_judged(read_back[_key(r)])
+        if not replay and read_back is not None and restart_key(r) in read_back:
+            status, judged = skip_judged(read_back[restart_key(r)])
             evidence.update(judged)
             severity = _SKIP_SEVERITY[status]
         out.append(
