@@ -463,7 +463,7 @@ def test_covered_skips_are_judged_as_soon_as_their_covering_commit_is_ingested(e
     superseded in flight, checkpoint 4 evicted from the pending ones, the commits of 3 and 5 cover
     them. Group commits are ingested a moment after the job stopped, before its end is past the
     clock skew: the covering commits already settle both skips, so each is one benign
-    SKIPPED_COMMIT and nothing else is found."""
+    SKIPPED_COMMIT naming the checkpoint that superseded or evicted it, and nothing else is found."""
     events, commit_rows = covered_skips_story(engine)
     ledger, commits = ledger_table(events), commits_table(*commit_rows)
     dialect = {e.offset - e.raw_offset for e in events if e.offset is not None and e.raw_offset is not None}
@@ -481,12 +481,13 @@ def test_covered_skips_are_judged_as_soon_as_their_covering_commit_is_ingested(e
             f.severity,
             f.status,
             f.evidence["skip_reason"],
+            f.evidence["superseded_by"],
             f.evidence["covered_by_checkpoint"],
         )
         for f in found
     ) == [
-        (vocab.SKIPPED_COMMIT, 2, 20, vocab.INFO, vocab.BENIGN, vocab.SKIP_SUPERSEDED_IN_FLIGHT, 3),
-        (vocab.SKIPPED_COMMIT, 4, 40, vocab.INFO, vocab.BENIGN, vocab.SKIP_PENDING_EVICTED, 5),
+        (vocab.SKIPPED_COMMIT, 2, 20, vocab.INFO, vocab.BENIGN, vocab.SKIP_SUPERSEDED_IN_FLIGHT, 3, 3),
+        (vocab.SKIPPED_COMMIT, 4, 40, vocab.INFO, vocab.BENIGN, vocab.SKIP_PENDING_EVICTED, 5, 5),
     ]
 
 
