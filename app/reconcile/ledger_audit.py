@@ -431,10 +431,11 @@ class LedgerAudit:
           ``commit_match_window_s``.
 
         One claim explains at most one commit and one commit is explained by at most one claim
-        (``commit_claims.pair_claims``: the nearest commit at or after the request), so a reset
-        to the very offset the job then commits is foreign although the job's own commit of it
-        follows. An Admin API snapshot is no commit but a reading of the group's offset, which
-        many ingests repeat: it is explained by any claim made before it (plus the skew).
+        (``commit_claims.pair_claims``: in the order both were made, then the nearest commit at or
+        after the request), so a reset to the very offset the job then commits is foreign although
+        the job's own commit of it follows. An Admin API snapshot is no commit but a reading of
+        the group's offset, which many ingests repeat: it is explained by any claim made before
+        it (plus the skew).
         ``match_kind`` says how:
 
         - 'exact': the offset the job requested or was acknowledged;
@@ -491,7 +492,8 @@ class LedgerAudit:
             ) WHERE carried_offset IS NOT NULL GROUP BY claim_row, carried_offset;
 
             CREATE TEMP TABLE claim_candidates AS
-            SELECT c.commit_row, c.commit_time, c.log_offset, a.claim_row, a.claimed_at, k.match_kind,
+            SELECT c.commit_row, c.commit_time, c.log_offset, a.claim_row, a.claimed_at, a.latest,
+                   k.match_kind,
                    count(*) OVER (PARTITION BY c.commit_row) AS claims_of_commit,
                    count(*) OVER (PARTITION BY a.claim_row) AS commits_of_claim
             FROM commits c
@@ -507,6 +509,7 @@ class LedgerAudit:
             commit_claims.Candidate(
                 r["claim_row"],
                 r["claimed_at"],
+                r["latest"],
                 r["commit_row"],
                 r["commit_time"],
                 r["match_kind"] == "exact",
