@@ -3,15 +3,16 @@
     from app.attach import attach
 
     query = df.writeStream.format("delta").option("checkpointLocation", cp).start(path)
-    audit = attach(query, job_name="payments", ledger="s3a://bucket/audit/ledger")
-    ...
-    query.awaitTermination()
-    audit.close()  # waits until the run's last events are in the ledger
+    with attach(query, job_name="payments", ledger="s3a://bucket/audit/ledger"):
+        query.awaitTermination()
+    # leaving the block, even by a failed query's error, waits until the run's last events are in
+    # the ledger (`Attachment.close`)
 
 It writes the ledger events the reference job writes (CONTRACTS.md section 4) for every Kafka
 source of the query (subscribe, subscribePattern, assign, several sources in one query):
-RUN_STARTED and OFFSETS_RESTORED once, a CHECKPOINT_SNAPSHOT and a CHECKPOINT_COMPLETED per
-completed batch (the batch id is the checkpoint id), RUN_STOPPED when the query ends.
+RUN_STARTED and OFFSETS_RESTORED once, dated when the run started however late the attach came
+(`run_started_at`), a CHECKPOINT_SNAPSHOT and a CHECKPOINT_COMPLETED per completed batch (the batch
+id is the checkpoint id, dated when Spark wrote its files), RUN_STOPPED when the query ends.
 
 With ``group_id`` each completed batch's end offsets are committed to that consumer group by the
 reference job's committer (`stream.committer.OffsetCommitter`: one commit in flight, superseded
@@ -43,11 +44,12 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, Final, TypeVar
+from types import TracebackType
+from typing import Any, Final, NamedTuple, TypeVar
 
 from confluent_kafka import Consumer, KafkaException
 from pyspark.sql import SparkSession
@@ -160,6 +162,34 @@ def run_start(
     return RunStart(first, StartupPlan(mode=vocab.RESTORE_SPECIFIC, starts=starts, notes=(note,)))
 
 
+def spark_instant(text: str | None) -> datetime | None:
+    """An instant as Spark's listener events write it (`2026-03-04T10:00:00.123Z`, UTC), None when
+    absent or unreadable (a time that cannot be read dates nothing)."""
+    if not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def run_started_at(
+    attached_at: datetime, query_started: datetime | None, reported: Iterable[datetime | None]
+) -> datetime:
+    """When the attached run started: the earliest of the attach itself, the query's start as
+    Spark's listener reported it (``query_started``, known to `attach_session`) and the trigger
+    times of the progress reports the run made before the attach (``reported``).
+
+    An attach can come after the run's first batches (`attach_session` attaches a query at its
+    first progress report, `attach` may be called late): the run's RUN_STARTED and OFFSETS_RESTORED
+    must still be dated before those batches' completions, which are dated when Spark wrote their
+    files (`checkpoint.batch_events`), or reconcile takes the run's own first batch for the last
+    one before the restart. A batch's trigger starts before Spark plans or commits it, so the
+    first report's time is never later than any of the run's checkpoint files."""
+    return min([attached_at, *(t for t in (query_started, *reported) if t is not None)])
+
+
 @dataclass(frozen=True)
 class GroupCommits:
     """The consumer group an attached run commits to: the committer and its Kafka client."""
@@ -218,8 +248,11 @@ class _Listener(StreamingQueryListener):
 class Attachment:
     """The audit attached to one streaming query: a listener and the thread that writes its ledger.
 
-    Made by `attach`. `close()` after the query ended waits until RUN_STOPPED is written;
-    `ledger_write_failures` counts the ledger operations that failed after their retries."""
+    Made by `attach`. `close()` after the query ended waits until RUN_STOPPED is written; as a
+    context manager, leaving the block closes it (`close_if_ended`), also when the block raised.
+    ``query_started``: when Spark says the run started, where the attach knows it (see
+    `run_started_at`). `ledger_write_failures` counts the ledger operations that failed after
+    their retries."""
 
     def __init__(
         self,
@@ -229,6 +262,7 @@ class Attachment:
         checkpoint: CheckpointFiles,
         clock: Callable[[], datetime] = utc_now,
         commits: GroupCommits | None = None,
+        query_started: datetime | None = None,
     ) -> None:
         self.query = query
         self.query_id = str(query.id)
@@ -236,7 +270,9 @@ class Attachment:
         self.writer = writer
         self.checkpoint = checkpoint
         self.clock = clock
+        # The run's start: the attach's time until `_begin` knows better (`run_started_at`).
         self.started_at = clock()
+        self._query_started = query_started
         self.ledger_write_failures = 0
         self.recovered_events = 0
         self.batches_written = 0
@@ -292,6 +328,32 @@ class Attachment:
         else:
             log.warning("the ledger writer of %s did not finish in %.0fs", self.writer.job_name, timeout)
         return finished
+
+    def __enter__(self) -> Attachment:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Leaving ``with attach(...)``: `close()`, whether the block ended or raised (a failed
+        query's `awaitTermination()` raises), so the run's end is written either way."""
+        self.close_if_ended()
+
+    def close_if_ended(self, timeout: float = CLOSE_TIMEOUT_S) -> bool:
+        """`close()` once the query has ended; while it still runs (the block was left by an
+        interrupt or an error of its own), nothing to wait for: the listener stays and writes the
+        run's end when the query ends, if the process is still there."""
+        if self.query.isActive:
+            log.warning(
+                "the audit of job %s was left while its query still runs: the run's end is written "
+                "when the query ends",
+                self.writer.job_name,
+            )
+            return False
+        return self.close(timeout)
 
     def _ended_reason(self) -> str:
         failure = self.query.exception()
@@ -354,7 +416,11 @@ class Attachment:
 
         offset_log = self.checkpoint.offset_log()
         committed = self.checkpoint.log_ids(COMMITS)
-        reported = [int(p.batchId) for p in self.query.recentProgress]
+        progress = self.query.recentProgress
+        reported = [int(p.batchId) for p in progress]
+        self.started_at = run_started_at(
+            self.started_at, self._query_started, [spark_instant(p.timestamp) for p in progress]
+        )
         self._start = run_start(
             offset_log, committed, reported, self.checkpoint.source_initial_offsets(), previous_starts
         )
@@ -566,6 +632,7 @@ def _attach(
     storage_options: Mapping[str, str] | None,
     group_id: str | None,
     conf: Mapping[str, Any] | None,
+    query_started: datetime | None = None,
 ) -> Attachment:
     checkpoint = CheckpointFiles(spark, checkpoint_root(query))
     storage = StorageConfig(options=dict(storage_options)) if storage_options else spark
@@ -574,7 +641,8 @@ def _attach(
     run_id = str(query.runId)
     writer = LedgerWriter(storage, ledger, job_name, run_id, scope=str(query.id))
     commits = None if group_id is None or conf is None else group_commits(job_name, run_id, group_id, conf)
-    return Attachment(query, spark, writer, checkpoint, commits=commits).start()
+    attachment = Attachment(query, spark, writer, checkpoint, commits=commits, query_started=query_started)
+    return attachment.start()
 
 
 def commit_client_conf(
@@ -632,6 +700,16 @@ def redacted(message: str, conf: Mapping[str, Any]) -> str:
 QueryNamer = Callable[[StreamingQuery], str | None]
 
 
+class _Seen(NamedTuple):
+    """What the session listener hands its audit's thread: one event of one query's run."""
+
+    kind: str  # "started", "progress" (the run's first) or "terminated"
+    query_id: str
+    run_id: str
+    kafka: bool = False  # a progress report naming a Kafka source
+    at: datetime | None = None  # when Spark says the run started (its start event)
+
+
 def query_name(query: StreamingQuery) -> str | None:
     """The job name `attach_session` gives a query by default: its `queryName`."""
     return query.name or None
@@ -651,7 +729,8 @@ class _SessionListener(StreamingQueryListener):
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's listener API
         try:
-            self._audit.hand(("started", str(event.id), str(event.runId), False))
+            started = spark_instant(event.timestamp)
+            self._audit.hand(_Seen("started", str(event.id), str(event.runId), at=started))
         except Exception:  # a listener error must never reach Spark's listener bus
             log.exception("query start handling failed")
 
@@ -660,7 +739,7 @@ class _SessionListener(StreamingQueryListener):
             run = str(event.progress.runId)
             if run not in self._judged:
                 self._judged.add(run)
-                self._audit.hand(("progress", str(event.progress.id), run, reads_kafka(event.progress)))
+                self._audit.hand(_Seen("progress", str(event.progress.id), run, reads_kafka(event.progress)))
         except Exception:
             log.exception("progress handling failed")
 
@@ -670,7 +749,7 @@ class _SessionListener(StreamingQueryListener):
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
         try:
             self._judged.discard(str(event.runId))
-            self._audit.hand(("terminated", str(event.id), str(event.runId), False))
+            self._audit.hand(_Seen("terminated", str(event.id), str(event.runId)))
         except Exception:
             log.exception("termination handling failed")
 
@@ -680,8 +759,9 @@ class SessionAudit:
 
     Made by `attach_session`. Which sources a query reads is known from its first progress report
     (the public API says no more before), so a query is attached then; its batches reported before
-    are its own run's (`run_start`), so nothing is missed. `close()` after the queries ended waits
-    for every attached run's RUN_STOPPED."""
+    are its own run's (`run_start`), so nothing is missed, and its start is dated by the query's
+    start event. `close()` after the queries ended waits for every attached run's RUN_STOPPED; as
+    a context manager, leaving the block does so for every run whose query has ended."""
 
     def __init__(
         self,
@@ -699,8 +779,9 @@ class SessionAudit:
         self.group_id = group_id
         self.kafka_options = kafka_options
         self.attachments: dict[str, Attachment] = {}  # by Spark's run id
-        self._started: dict[str, StreamingQuery | None] = {}  # runs seen starting, not yet judged
-        self._queue: queue.Queue[tuple[str, str, str, bool] | None] = queue.Queue()
+        # Runs seen starting, not yet judged: the query and when the run started.
+        self._started: dict[str, tuple[StreamingQuery | None, datetime | None]] = {}
+        self._queue: queue.Queue[_Seen | None] = queue.Queue()
         self._lock = threading.Lock()
         self._listener = _SessionListener(self)
         self._thread = threading.Thread(target=self._work, name="ledger-session", daemon=True)
@@ -710,7 +791,7 @@ class SessionAudit:
         self._thread.start()
         return self
 
-    def hand(self, message: tuple[str, str, str, bool]) -> None:
+    def hand(self, message: _Seen) -> None:
         """From Spark's listener thread: never blocks (the queue is unbounded, one item per event
         of a query's start, first batch and end)."""
         self._queue.put_nowait(message)
@@ -718,37 +799,55 @@ class SessionAudit:
     def close(self, timeout: float = CLOSE_TIMEOUT_S) -> bool:
         """Stop attaching new queries; wait (at most ``timeout`` seconds for each) until every
         attached run that has ended wrote its last events. True when all of them did."""
+        return all([a.close(timeout) for a in self._stop_attaching(timeout)])
+
+    def __enter__(self) -> SessionAudit:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Leaving ``with attach_session(...)``, whether the block ended or raised: no new query is
+        attached, and every attached run whose query has ended gets its end written (as
+        `Attachment.close_if_ended`)."""
+        for attachment in self._stop_attaching(CLOSE_TIMEOUT_S):
+            attachment.close_if_ended()
+
+    def _stop_attaching(self, timeout: float) -> list[Attachment]:
+        """Remove the session's listener, let its thread attach what it was handed; the attachments."""
         self.spark.streams.removeListener(self._listener)
         self._queue.put_nowait(None)
         self._thread.join(timeout)
         with self._lock:
-            attachments = list(self.attachments.values())
-        return all([a.close(timeout) for a in attachments])
+            return list(self.attachments.values())
 
     def _work(self) -> None:
         while (message := self._queue.get()) is not None:
-            self._try(*message)
+            self._try(message)
         # Progress events still on Spark's listener bus when the listener went are never handed
         # over: the runs that started meanwhile are judged by the progress they keep themselves.
-        for run_id, query in list(self._started.items()):
+        for run_id, (query, _) in list(self._started.items()):
             recent = [] if query is None else query.recentProgress
-            self._try(
-                "progress", "" if query is None else str(query.id), run_id, any(map(reads_kafka, recent))
-            )
+            query_id = "" if query is None else str(query.id)
+            self._try(_Seen("progress", query_id, run_id, any(map(reads_kafka, recent))))
 
-    def _try(self, kind: str, query_id: str, run_id: str, kafka: bool) -> None:
+    def _try(self, seen: _Seen) -> None:
         try:
-            self._handle(kind, query_id, run_id, kafka)
+            self._handle(seen)
         except Exception:  # one query's failure to attach must not end the others' audit
-            log.exception("attaching query %s failed", query_id)
+            log.exception("attaching query %s failed", seen.query_id)
 
-    def _handle(self, kind: str, query_id: str, run_id: str, kafka: bool) -> None:
-        if kind == "started":
+    def _handle(self, seen: _Seen) -> None:
+        query_id = seen.query_id
+        if seen.kind == "started":
             # Taken now: once the query has ended, the session no longer hands it out.
-            self._started[run_id] = self.spark.streams.get(query_id)
+            self._started[seen.run_id] = (self.spark.streams.get(query_id), seen.at)
             return
-        query = self._started.pop(run_id, None)
-        if kind != "progress" or not kafka:
+        query, started = self._started.pop(seen.run_id, (None, None))
+        if seen.kind != "progress" or not seen.kafka:
             return
         query = query or self.spark.streams.get(query_id)
         if query is None:
@@ -763,9 +862,11 @@ class SessionAudit:
             return
         group = None if self.group_id is None else self.group_id(query)
         conf = commit_client_conf(group, self.kafka_options if group else None)
-        attachment = _attach(self.spark, query, job, self.ledger, self.storage_options, group, conf)
+        attachment = _attach(
+            self.spark, query, job, self.ledger, self.storage_options, group, conf, query_started=started
+        )
         with self._lock:
-            self.attachments[run_id] = attachment
+            self.attachments[seen.run_id] = attachment
         log.info("attached query %s as job %s", query_id, job)
 
 

@@ -3,9 +3,9 @@
     from app import audit
 
     query = payments.writeStream.format("delta").option("checkpointLocation", cp).start(path)
-    attachment = audit.attach(query, job_name="payments", ledger="s3a://bucket/audit/ledger")
-    query.awaitTermination()
-    attachment.close()  # waits until the run's last events are in the ledger
+    with audit.attach(query, job_name="payments", ledger="s3a://bucket/audit/ledger"):
+        query.awaitTermination()  # leaving the block (even by a failed query's error) waits
+                                  # until the run's last events are in the ledger
 
 and, for a query that was never attached, from a session that can read its checkpoint:
 
@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from app import __version__
-from app.attach import Attachment, attach, attach_session
+from app.attach import Attachment, SessionAudit, attach, attach_session
 from app.config import StorageConfig
 from app.errors import AttachError, FlinkRestError, FlinkStateError, OffsetAuditError
 from app.flink.import_ import FlinkImportResult, import_retained
@@ -50,6 +50,7 @@ __all__ = [
     "FlinkStateError",
     "ImportResult",
     "OffsetAuditError",
+    "SessionAudit",
     "WatchSummary",
     "__version__",
     "attach",

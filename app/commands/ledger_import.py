@@ -76,10 +76,10 @@ def sink_summary(result: Mapping[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.runtime.session import spark_session
+    from app.runtime.session import spark_session, table_storage
     from app.storage.tables import tables_from_config
     from app.stream.checkpoint import CheckpointFiles
-    from app.stream.ledger_import import import_checkpoint
+    from app.stream.ledger_import import check_inputs, import_checkpoint
 
     directory = str(args.checkpoint).rstrip("/")
     if not directory:
@@ -92,6 +92,8 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     if args.sink_app_id is not None and (sink is None or not args.sink_app_id.strip()):
         raise UsageError("--sink-app-id needs --sink and must name the txn app id")
     ledger = args.ledger or tables_from_config(cfg).ledger
+    # A wrong path answers before Spark starts (tens of seconds on a busy machine) where it can.
+    check_inputs(table_storage(cfg), directory, sink, args.sink_app_id)
     spark = spark_session(cfg)
     result = import_checkpoint(
         CheckpointFiles(spark, directory),

@@ -42,8 +42,10 @@ def summary_text(result: Any, fail_on: str) -> str:
     for (ftype, sev), n in sorted(
         result.counts.items(), key=lambda kv: (SEVERITIES.index(kv[0][1]), kv[0][0])
     ):
-        mark = "!" if severity_at_least(sev, fail_on) else " "
-        lines.append(f"  {mark} {sev:<8} {ftype:<24} {n}")
+        settled = result.settled.get((ftype, sev), 0)
+        mark = "!" if severity_at_least(sev, fail_on) and n > settled else " "
+        note = f" ({settled} of resolved incidents)" if settled else ""
+        lines.append(f"  {mark} {sev:<8} {ftype:<24} {n}{note}")
     if result.incidents:
         lines.append(f"  incidents ({len(result.incidents)}):")
         lines += ["    " + line for line in incidents_text(result.incidents).splitlines()]
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     result = run_reconcile(
         spark, cfg, audit_run(args, COMMAND_RECONCILE, now), confirmer=confirmer, times=times
     )
-    failing = sum(n for (_, sev), n in result.counts.items() if severity_at_least(sev, args.fail_on))
+    failing = result.failing(args.fail_on)
     summary = {
         "run_id": result.run_id,
         "jobs": result.audited_jobs,
@@ -98,7 +100,13 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         "gaps_suspected": result.gaps_suspected,
         "confirmation": result.confirmation,
         "findings": [
-            {"finding_type": t, "severity": s, "count": n} for (t, s), n in sorted(result.counts.items())
+            {
+                "finding_type": t,
+                "severity": s,
+                "count": n,
+                "of_resolved_incidents": result.settled.get((t, s), 0),
+            }
+            for (t, s), n in sorted(result.counts.items())
         ],
         "failing_findings": failing,
         "incidents": summaries_json(result.incidents),

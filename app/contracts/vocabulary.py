@@ -64,10 +64,11 @@ ERROR_OUTCOME_UNKNOWN, ERROR_NOT_SENT = "OUTCOME_UNKNOWN", "NOT_SENT"
 # source, as another writer may name it).
 DETAIL_KEYS: Final = (
     "attempt", "error", "retriable", "message", "reason", "source", "resume_source", "recovered",
-    "superseded_by", "discarded_pending",
+    "superseded_by", "evicted_by", "discarded_pending",
 )
 (DETAIL_ATTEMPT, DETAIL_ERROR, DETAIL_RETRIABLE, DETAIL_MESSAGE, DETAIL_REASON, DETAIL_SOURCE,
- DETAIL_RESUME_SOURCE, DETAIL_RECOVERED, DETAIL_SUPERSEDED_BY, DETAIL_DISCARDED_PENDING) = DETAIL_KEYS
+ DETAIL_RESUME_SOURCE, DETAIL_RECOVERED, DETAIL_SUPERSEDED_BY, DETAIL_EVICTED_BY,
+ DETAIL_DISCARDED_PENDING) = DETAIL_KEYS
 # The streaming query a run belongs to (RUN_STARTED of attached and imported runs: the id in its
 # checkpoint's metadata), and the mark of events rebuilt from a checkpoint by `ledger-import`.
 DETAIL_QUERY_ID: Final = "query_id"

@@ -53,7 +53,7 @@ from app.incidents.remedy import (
     ReplayStep,
     ResetOffsetsStep,
 )
-from app.reconcile.findings import StoredFinding
+from app.reconcile.findings import StoredFinding, skipped_records
 
 # External offset changes further apart than this are separate incidents.
 EXTERNAL_CHANGE_CLUSTER: Final = timedelta(minutes=10)
@@ -266,11 +266,20 @@ def impact(incident: IncidentDraft) -> Impact:
     ]
     # A batch's findings count offsets (rows cannot be tied to offsets in a delta_batches sink):
     # a lost batch's offsets are lost records, a batch written twice re-processed its offsets.
+    # A skip read back from the source (a sink that cannot show missing records) counts the data
+    # records it never read; a coordinates sink's skip is counted by the GAPs inside it.
+    skipped = [
+        counts
+        for f in incident.findings
+        if f.finding_type == vocab.RESTART_SKIP and (counts := skipped_records(f)) is not None
+    ]
     return Impact(
         records_lost=_count(incident, vocab.GAP, vocab.CONFIRMED)
-        + _count(incident, vocab.BATCH_NOT_IN_SINK, vocab.CONFIRMED),
+        + _count(incident, vocab.BATCH_NOT_IN_SINK, vocab.CONFIRMED)
+        + sum(lost for lost, _ in skipped),
         records_unverifiable=_count(incident, vocab.GAP, vocab.UNVERIFIABLE, vocab.OPEN)
-        + _count(incident, vocab.BATCH_NOT_IN_SINK, vocab.UNVERIFIABLE),
+        + _count(incident, vocab.BATCH_NOT_IN_SINK, vocab.UNVERIFIABLE)
+        + sum(gone for _, gone in skipped),
         records_duplicated=_count(incident, vocab.DUPLICATE),
         records_replayed=_count(incident, vocab.RESTART_REPLAY) + _count(incident, vocab.BATCH_WRITTEN_TWICE),
         max_commit_lag=max(lags, default=None),
@@ -501,13 +510,24 @@ def to_incidents(
     return sorted(out, key=incident_order)
 
 
-def carry_resolution(incidents: Sequence[StoredIncident], resolved: set[str]) -> list[StoredIncident]:
-    """An incident a repair resolved stays resolved when a later reconciliation finds it again
-    without records lost, unverifiable or duplicated (a RESTART_SKIP stays in the ledger for
-    good, but the gap it left was replayed)."""
-    return [
-        dataclasses.replace(i, status=vocab.INCIDENT_RESOLVED)
-        if i.incident_id in resolved and i.impact.harm == 0
-        else i
-        for i in incidents
-    ]
+def carry_resolution(
+    incidents: Sequence[StoredIncident], resolved: Mapping[str, StoredIncident]
+) -> list[StoredIncident]:
+    """The incidents to store, given the ``resolved`` ones stored (by id). A resolved incident is
+    history: found again with nothing lost, unverifiable or duplicated now (a RESTART_SKIP stays in
+    the ledger for good, but the gap it left was replayed), it is carried over as it was written,
+    its impact, severity, cause and remedy with the repair's execution record and undo; its findings
+    stay claimed by it, so they form no new incident. Found again with harm (the loss came back,
+    e.g. the repair was undone), it is open again, as this run sees it."""
+    out = []
+    for incident in incidents:
+        stored = resolved.get(incident.incident_id)
+        out.append(incident if stored is None or incident.impact.harm else stored)
+    return sorted(out, key=incident_order)
+
+
+def settled_findings(built: Sequence[StoredIncident], kept: Sequence[StoredIncident]) -> set[str]:
+    """The ids of this run's findings that belong to an incident that stays resolved: what a
+    repair already made good, which fails no run (``--fail-on``)."""
+    resolved = {i.incident_id for i in kept if i.status == vocab.INCIDENT_RESOLVED}
+    return {fid for i in built if i.incident_id in resolved for fid in i.finding_ids}

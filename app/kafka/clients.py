@@ -167,12 +167,18 @@ class RepeatFilter(logging.Filter):
 
 def librdkafka_logger() -> logging.Logger:
     """The Python logger every confluent-kafka client logs to: warnings and above unless configured
-    otherwise, repeats dropped. Without it librdkafka writes its own lines straight to stderr."""
+    otherwise, repeats dropped. Without it librdkafka writes its own lines straight to stderr.
+
+    Quiet unless the application configures logging: a NullHandler, so an unconfigured application
+    (a job that attached the audit) does not get librdkafka's connection errors printed on its
+    stderr by Python's last-resort handler; configured, the records reach its handlers."""
     logger = logging.getLogger(LIBRDKAFKA_LOGGER)
     if not any(isinstance(f, RepeatFilter) for f in logger.filters):
         logger.addFilter(RepeatFilter())
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.WARNING)
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
     return logger
 
 

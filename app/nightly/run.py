@@ -69,7 +69,8 @@ class NightlyResult:
     run_id: str
     started_at: str
     steps: list[StepOutcome] = field(default_factory=list)
-    findings: dict[str, int] = field(default_factory=dict)  # severity -> count (reconcile + forensics)
+    # severity -> count (reconcile + forensics), less the findings of incidents a repair resolved
+    findings: dict[str, int] = field(default_factory=dict)
     failed_expectations: dict[str, int] = field(default_factory=dict)  # severity -> count
     report: str | None = None
     screenshot: str | None = None
@@ -174,7 +175,7 @@ class Nightly:
             # Only a night whose every step finished moves the audit window (CONTRACTS.md section 5).
             runs = tables_from_config(self.cfg).audit_runs
             confirm_runs(self.spark, runs, self.run_id)
-        self._collect(result)
+        collect_steps(result)
         self._alert(result)
         return result
 
@@ -283,6 +284,8 @@ class Nightly:
             "gaps_suspected": outcome.gaps_suspected,
             "confirmation": outcome.confirmation,
             "counts": [[t, s, n] for (t, s), n in sorted(outcome.counts.items())],
+            # Of those, the findings of incidents a repair resolved: they fail no night.
+            "settled": [[t, s, n] for (t, s), n in sorted(outcome.settled.items())],
             "top": [f.to_row() for f in outcome.top[:10]],
             "incidents": summaries_json(outcome.incidents),
         }
@@ -362,18 +365,23 @@ class Nightly:
             "files_vacuumed": sum(t.files_vacuumed for t in result.tables),
         }
 
-    # --- summary ---------------------------------------------------------------------------------
-    def _collect(self, result: NightlyResult) -> None:
-        for step in result.steps:
-            if step.step in (COMMAND_RECONCILE, COMMAND_FORENSICS):
-                for _, severity, n in step.summary.get("counts", []):
-                    if severity in SEVERITIES:
-                        result.findings[severity] = result.findings.get(severity, 0) + int(n)
-            elif step.step == "check":
-                result.failed_expectations = dict(step.summary.get("failed_by_severity", {}))
-            elif step.step == "report":
-                result.report = step.summary.get("html")
-                result.screenshot = step.summary.get("png")
+
+def collect_steps(result: NightlyResult) -> None:
+    """The night's totals from its steps' summaries: findings by severity (less those of incidents a
+    repair resolved, which fail no night), failed expectations, the report's files."""
+    for step in result.steps:
+        if step.step in (COMMAND_RECONCILE, COMMAND_FORENSICS):
+            for _, severity, n in step.summary.get("counts", []):
+                if severity in SEVERITIES:
+                    result.findings[severity] = result.findings.get(severity, 0) + int(n)
+            for _, severity, n in step.summary.get("settled", []):
+                if severity in SEVERITIES:
+                    result.findings[severity] = result.findings.get(severity, 0) - int(n)
+        elif step.step == "check":
+            result.failed_expectations = dict(step.summary.get("failed_by_severity", {}))
+        elif step.step == "report":
+            result.report = step.summary.get("html")
+            result.screenshot = step.summary.get("png")
 
 
 def summary_text(result: NightlyResult, fail_on: str) -> str:

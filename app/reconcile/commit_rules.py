@@ -243,10 +243,13 @@ def skipped_commits(audit: LedgerQueries, horizon: datetime | None) -> list[Find
         ), events AS (
             SELECT * FROM ledger WHERE checkpoint_id IS NOT NULL
         ), skipped AS (
-            -- The first reason is the cause (an evicted checkpoint is later also an unknown one).
+            -- The first reason is the cause (an evicted checkpoint is later also an unknown one);
+            -- the checkpoint that took its place: the one whose request replaced it in the commit
+            -- slot (superseded_by) or whose snapshot pushed it out of the pending ones (evicted_by).
             SELECT {key},
                    arg_min_null({reason}, {{'t': event_time, 'r': {reason}}}) AS skip_reason,
-                   max({sql_detail(vocab.DETAIL_SUPERSEDED_BY)}) AS superseded_by
+                   max(coalesce({sql_detail(vocab.DETAIL_SUPERSEDED_BY)},
+                                {sql_detail(vocab.DETAIL_EVICTED_BY)})) AS superseded_by
             FROM events WHERE event_type = '{vocab.EVENT_COMMIT_SKIPPED}' GROUP BY {key}
         ), failed AS (
             SELECT {key}, topic, "partition", max({sql_detail(vocab.DETAIL_ERROR)}) AS error

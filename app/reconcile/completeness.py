@@ -35,6 +35,7 @@ from app.contracts.instants import instant
 from app.contracts.tables import COMPLETENESS_SCHEMA
 from app.contracts.vocabulary import (
     BATCH_NOT_IN_SINK,
+    RESTART_SKIP,
     SINK_COORDINATES,
     SINK_DELTA_BATCHES,
     UNVERIFIABLE,
@@ -86,6 +87,7 @@ class _Job:
     to_confirm: dict[Cell, list[cw.Range]] = field(default_factory=dict)
     lost_batches: dict[PartitionKey, list[cw.Range]] = field(default_factory=dict)
     unverifiable_batches: dict[PartitionKey, list[cw.Range]] = field(default_factory=dict)
+    skipped: dict[PartitionKey, list[cw.Range]] = field(default_factory=dict)  # no run read them
 
 
 def completeness_rows(p: CompletenessPass) -> list[dict[str, Any]]:
@@ -197,14 +199,18 @@ def _windows(
         plan.sink = _sink_windows(p, sink_df, plan.facts, parts)
     if plan.mode == SINK_DELTA_BATCHES:
         plan.lost_batches, plan.unverifiable_batches = _batches_not_in_sink(p, job)
+    if plan.mode != SINK_COORDINATES:
+        # A coordinates sink lacks the skipped offsets, which its missing ranges already hold.
+        plan.skipped = _skipped(p, job)
     for cell, facts in plan.facts.items():
         tp = cell[0]
         if plan.mode == SINK_COORDINATES:
             sink = plan.sink.get(cell, cw.SinkWindow())
             missing = cw.missing_ranges(facts.offsets, sink.lowest, sink.highest, sink.holes)
             plan.to_confirm[cell] = cw.clip(missing, facts.judged)
-        elif plan.mode == SINK_DELTA_BATCHES:
-            plan.to_confirm[cell] = cw.clip(plan.lost_batches.get(tp, []), facts.judged)
+        else:
+            never_written = [*plan.lost_batches.get(tp, []), *plan.skipped.get(tp, [])]
+            plan.to_confirm[cell] = cw.clip(never_written, facts.judged)
     return plan
 
 
@@ -346,6 +352,26 @@ def _batches_not_in_sink(
 ) -> tuple[dict[PartitionKey, list[cw.Range]], dict[PartitionKey, list[cw.Range]]]:
     """The offsets of the job's batches that never reached its sink (the BATCH_NOT_IN_SINK findings
     stored, this run's included): confirmed, and beyond the sink's log retention (unverifiable)."""
+    lost: dict[PartitionKey, list[cw.Range]] = defaultdict(list)
+    gone: dict[PartitionKey, list[cw.Range]] = defaultdict(list)
+    for r in _ranges_found(p, job, BATCH_NOT_IN_SINK):
+        into = gone if r["status"] == UNVERIFIABLE else lost
+        into[(r["topic"], r["partition"])].append((int(r["offset_start"]), int(r["offset_end"])))
+    return dict(lost), dict(gone)
+
+
+def _skipped(p: CompletenessPass, job: str) -> dict[PartitionKey, list[cw.Range]]:
+    """The offsets no run of the job ever read: the ranges of its RESTART_SKIP findings (stored,
+    this run's included), which are read back from the source whatever the sink mode."""
+    out: dict[PartitionKey, list[cw.Range]] = defaultdict(list)
+    for r in _ranges_found(p, job, RESTART_SKIP):
+        out[(r["topic"], r["partition"])].append((int(r["offset_start"]), int(r["offset_end"])))
+    return dict(out)
+
+
+def _ranges_found(p: CompletenessPass, job: str, finding_type: str) -> list[dict[str, Any]]:
+    """The findings of ``finding_type`` of ``job`` with a partition and a range, stored or this
+    run's (which win: they are not stored yet), one per finding id."""
     cols = [
         "finding_id",
         "job_name",
@@ -356,25 +382,22 @@ def _batches_not_in_sink(
         "offset_start",
         "offset_end",
     ]
-    where = (pc.field("job_name") == job) & (pc.field("finding_type") == BATCH_NOT_IN_SINK)
+    where = (pc.field("job_name") == job) & (pc.field("finding_type") == finding_type)
     table = facade.rows(p.spark, p.tables.findings, where, columns=cols)
     found = {r["finding_id"]: r for r in ([] if table is None else table.to_pylist())}
     for f in p.findings:
-        if f.job_name == job and f.finding_type == BATCH_NOT_IN_SINK:
+        if f.job_name == job and f.finding_type == finding_type:
             found[f.finding_id] = {c: getattr(f, c) for c in cols}
-    lost: dict[PartitionKey, list[cw.Range]] = defaultdict(list)
-    gone: dict[PartitionKey, list[cw.Range]] = defaultdict(list)
-    for r in found.values():
-        if (
+    return [
+        r
+        for r in found.values()
+        if not (
             r["topic"] is None
             or r["partition"] is None
             or r["offset_start"] is None
             or r["offset_end"] is None
-        ):
-            continue
-        into = gone if r["status"] == UNVERIFIABLE else lost
-        into[(r["topic"], r["partition"])].append((int(r["offset_start"]), int(r["offset_end"])))
-    return dict(lost), dict(gone)
+        )
+    ]
 
 
 def _verdicts(p: CompletenessPass, jobs: Sequence[_Job]) -> dict[tuple[str, Cell], cw.Verdicts]:
@@ -403,10 +426,13 @@ def _rows(p: CompletenessPass, jobs: Sequence[_Job]) -> list[dict[str, Any]]:
                 counts = cw.coordinates_counts(facts, job.sink.get(cell, cw.SinkWindow()), judged)
             elif job.mode == SINK_DELTA_BATCHES:
                 counts = cw.batches_counts(
-                    facts, job.lost_batches.get(tp, []), job.unverifiable_batches.get(tp, []), judged
+                    facts,
+                    [*job.lost_batches.get(tp, []), *job.skipped.get(tp, [])],
+                    job.unverifiable_batches.get(tp, []),
+                    judged,
                 )
             else:
-                counts = cw.offsets_counts(facts)
+                counts = cw.offsets_counts(facts, judged)
             rows.append(_row(p, job, cell, facts, counts))
     return rows
 

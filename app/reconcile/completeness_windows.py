@@ -288,10 +288,11 @@ def batches_counts(
     facts: WindowFacts, lost_batches: Sequence[Range], unverifiable_batches: Sequence[Range], judged: Verdicts
 ) -> Counts:
     """A `delta_batches` window: rows cannot be tied to offsets, so landed, duplicated and the
-    latencies are unknown. Known: the data records of its offsets inside batches that never reached
-    the sink (``judged``, the verdicts of those offsets), the offsets inside batches whose sink
-    commit is beyond the sink's log retention (unverifiable), and the offsets inside completed
-    batches that reached the sink."""
+    latencies are unknown. Known: the data records of its offsets that never reached the sink
+    (``lost_batches``: inside batches with no sink commit, or skipped by a restart, read by no
+    batch; ``judged``, the verdicts of those offsets), the offsets inside batches whose sink commit
+    is beyond the sink's log retention (unverifiable), and the offsets inside completed batches
+    that reached the sink."""
     judged_range = facts.judged
     not_in_sink = sum(overlap(r, judged_range) for r in [*lost_batches, *unverifiable_batches])
     gone = sum(overlap(r, judged_range) for r in unverifiable_batches)
@@ -304,6 +305,13 @@ def batches_counts(
     )
 
 
-def offsets_counts(facts: WindowFacts) -> Counts:
-    """A `none` window: the sink is not read; only the offsets not yet judged are known."""
-    return Counts(pending=overlap(facts.pending, facts.offsets), final=facts.is_final(True))
+def offsets_counts(facts: WindowFacts, judged: Verdicts) -> Counts:
+    """A `none` window: the sink is not read. Known: the offsets not yet judged, and the data
+    records no run of the job read (a restart that skipped them; ``judged``, the verdicts of
+    those offsets): lost whatever the sink holds."""
+    return Counts(
+        lost=judged.lost if judged.known else None,
+        unverifiable=judged.unverifiable if judged.known else None,
+        pending=overlap(facts.pending, facts.offsets),
+        final=facts.is_final(judged.read),
+    )

@@ -263,6 +263,29 @@ _NULL: Final = "\u2400"
 _SEP: Final = "\u241f"
 
 
+# A RESTART_SKIP judged from the source (its job's sink cannot show missing records): the evidence
+# key with the data records lost and the offsets unverifiable in its range.
+SKIPPED_RECORDS_KEY: Final = "skipped_records"
+
+
+def skipped_records(f: StoredFinding) -> tuple[int, int] | None:
+    """(records lost, offsets unverifiable) of a RESTART_SKIP judged from the source; None for one
+    a sink's GAPs judge (`coordinates`: what the sink lacks is the loss, and a repair makes it good).
+    Not read back (confirmation off): every offset of its range is unverifiable."""
+    return skipped_counts(f.evidence, f.record_count)
+
+
+def skipped_counts(evidence: Mapping[str, JsonValue], record_count: int | None) -> tuple[int, int] | None:
+    """``skipped_records`` from a RESTART_SKIP's parsed evidence and its record count (its offsets)."""
+    if SKIPPED_RECORDS_KEY not in evidence:
+        return None
+    counts = evidence[SKIPPED_RECORDS_KEY]
+    if not isinstance(counts, dict):
+        return 0, record_count or 0
+    lost, gone = counts.get("lost"), counts.get("unverifiable")
+    return (lost if isinstance(lost, int) else 0), (gone if isinstance(gone, int) else 0)
+
+
 def finding_id(row: Mapping[str, Any]) -> str:
     parts = [_NULL if row[c] is None else str(row[c]) for c in IDENTITY_COLUMNS]
     return hashlib.sha256(_SEP.join(parts).encode("utf-8")).hexdigest()

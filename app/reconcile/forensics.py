@@ -20,16 +20,20 @@ from typing import Any, Final
 
 from app.contracts.tables import RESTARTS_SCHEMA
 from app.contracts.vocabulary import (
+    BENIGN,
+    CONFIRMED,
     CRITICAL,
+    ERROR,
     OPEN,
     RESTART_REPLAY,
     RESTART_REPLAYED,
     RESTART_SKIP,
     RESTART_SKIPPED,
+    UNVERIFIABLE,
     WARN,
 )
 from app.incidents.incident import StoredIncident
-from app.reconcile.findings import Finding, StoredFinding
+from app.reconcile.findings import SKIPPED_RECORDS_KEY, Finding, StoredFinding
 
 # A restart per run start and partition, as app.reconcile.ledger_audit classifies it: the restarts contract
 # minus what the sink and the forensics run add (duplicates_observed, forensics_run_id), plus the
@@ -56,8 +60,17 @@ RESTART_COLUMNS: Final = (
 Observed = Mapping[tuple[str, str, str, int], Mapping[str, Any]]
 
 
-def _key(row: Mapping[str, Any]) -> tuple[str, str, str, int]:
+def restart_key(row: Mapping[str, Any]) -> tuple[str, str, str, int]:
+    """A restart's (job, run, topic, partition): the key of what is known of it per partition."""
     return (row["job_name"], row["run_id"], row["topic"], row["partition"])
+
+
+def restart_range(row: Mapping[str, Any]) -> tuple[int, int]:
+    """[start, end) of the offsets a replay or skip affects."""
+    return (
+        min(row["resumed_offset"], row["previous_checkpoint_offset"]),
+        max(row["resumed_offset"], row["previous_checkpoint_offset"]),
+    )
 
 
 def restart_ranges(restarts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -84,7 +97,7 @@ def restarts_table(
     out = []
     for r in restarts:
         row = {f.name: r.get(f.name) for f in RESTARTS_SCHEMA.fields}
-        row["duplicates_observed"] = observed.get(_key(r), {}).get("duplicates_observed")
+        row["duplicates_observed"] = observed.get(restart_key(r), {}).get("duplicates_observed")
         row["forensics_run_id"] = forensics_run_id
         out.append(row)
     return out
@@ -96,11 +109,18 @@ def restart_severity(classification: str) -> str | None:
     return {RESTART_REPLAYED: WARN, RESTART_SKIPPED: CRITICAL}.get(classification)
 
 
-def find_restart_anomalies(restarts: Iterable[Mapping[str, Any]], observed: Observed) -> list[Finding]:
+def find_restart_anomalies(
+    restarts: Iterable[Mapping[str, Any]],
+    observed: Observed,
+    read_back: Mapping[tuple[str, str, str, int], Mapping[str, Any] | None] | None = None,
+) -> list[Finding]:
     """RESTART_REPLAY (warn) and RESTART_SKIP (critical) findings.
 
     ``observed`` adds, per restart and partition, what the sink shows in the affected range:
-    duplicates_observed and present_offsets.
+    duplicates_observed and present_offsets. ``read_back``: the skipped ranges of the jobs whose
+    sink cannot show missing records (`delta_batches`, `none`), as the GAP confirmation read them
+    back from the source (None: not read back), per the same key; a skip of a `coordinates` sink
+    is not in it, its GAPs tell what the sink lacks.
     """
     out = []
     for r in restarts:
@@ -108,19 +128,23 @@ def find_restart_anomalies(restarts: Iterable[Mapping[str, Any]], observed: Obse
         if severity is None:
             continue
         replay = r["classification"] == RESTART_REPLAYED
-        start = min(r["resumed_offset"], r["previous_checkpoint_offset"])
-        end = max(r["resumed_offset"], r["previous_checkpoint_offset"])
-        seen = observed.get(_key(r), {})
+        start, end = restart_range(r)
+        seen = observed.get(restart_key(r), {})
         evidence = {
             **{c: r[c] for c in _EVIDENCE},
             "duplicates_observed_in_sink": seen.get("duplicates_observed"),
             "offsets_present_in_sink": seen.get("present_offsets"),
         }
+        status = OPEN
+        if not replay and read_back is not None and restart_key(r) in read_back:
+            status, judged = skip_judged(read_back[restart_key(r)])
+            evidence.update(judged)
+            severity = _SKIP_SEVERITY[status]
         out.append(
             Finding.of(
                 RESTART_REPLAY if replay else RESTART_SKIP,
                 severity,
-                OPEN,
+                status,
                 r,
                 evidence,
                 cols=("job_name", "group_id", "topic", "partition", "run_id"),
@@ -130,6 +154,26 @@ def find_restart_anomalies(restarts: Iterable[Mapping[str, Any]], observed: Obse
             )
         )
     return out
+
+
+# A skip read back from the source: data records never read are lost (critical), offsets retention
+# deleted cannot be told (error), markers, aborted and compacted records cost nothing (warn: the run
+# still started past where it should have).
+_SKIP_SEVERITY: Final = {CONFIRMED: CRITICAL, OPEN: CRITICAL, UNVERIFIABLE: ERROR, BENIGN: WARN}
+
+
+def skip_judged(verdict: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """A RESTART_SKIP's status and the evidence of its range read back (``app.kafka.gaps.verdict``;
+    None: confirmation not run, the whole range unverifiable): ``skipped_records`` holds the data
+    records lost and the offsets unverifiable, what the restart's incident counts."""
+    if verdict is None:
+        return OPEN, {"confirmation": "not run", SKIPPED_RECORDS_KEY: None}
+    found = int(verdict["data_records"])
+    gone = int(verdict["offsets_below_log_start"]) + int(verdict["offsets_beyond_high_watermark"])
+    return str(verdict["status"]), {
+        **{k: v for k, v in verdict.items() if k != "status"},
+        SKIPPED_RECORDS_KEY: {"lost": found, "unverifiable": gone},
+    }
 
 
 # A restart finding's evidence: its restart row minus the finding's own columns.

@@ -35,7 +35,7 @@ from app.contracts.vocabulary import (
     EVENT_RUN_STARTED,
     EVENT_RUN_STOPPED,
 )
-from app.reconcile import commit_rules, ledger_rules
+from app.reconcile import commit_claims, commit_rules, ledger_rules
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile.findings import Finding
@@ -253,7 +253,7 @@ class LedgerAudit:
         """One row per run start in the window (that has a previous run) and partition.
 
         A restart is judged per partition against the last checkpoint of the job completed before
-        the run started: resumed at it -> exact, below it -> replay, above it -> skip, either
+        the run started by another run: resumed at it -> exact, below it -> replay, above it -> skip, either
         unknown -> unknown. Partitions come from the run's OFFSETS_RESTORED rows and from that
         checkpoint, so a partition the new run never restored still shows up (as unknown). The
         group's committed offset at the start (plus clock skew) is kept beside it.
@@ -283,7 +283,10 @@ class LedgerAudit:
                        arg_max_null(k.checkpoint_id, {order}) AS previous_checkpoint_id,
                        arg_max_null(k.run_id, {order}) AS previous_checkpoint_run
                 FROM r JOIN checkpoints k ON r.job_name = k.job_name
-                WHERE k."offset" IS NOT NULL AND k.completed_at < r.started_at
+                -- Never the run's own batch: a RUN_STARTED written late (an attach after the
+                -- run's first batches, a clock skew between the file system and the writer) is
+                -- dated after the run's first completions.
+                WHERE k."offset" IS NOT NULL AND k.completed_at < r.started_at AND k.run_id <> r.run_id
                 GROUP BY r.job_name, r.run_id, k.topic, k."partition"
             ), prior_start AS (
                 -- No checkpoint ever completed (a run killed inside its first batch): the
@@ -413,67 +416,149 @@ class LedgerAudit:
         """A temp table ``matched``: each effective group commit with the claim of the job that
         makes it the job's own, if any.
 
-        A commit is the job's own only when the job sent or was acknowledged that very offset for
-        that partition (``claims``: a COMMIT_REQUESTED, a recovered completion the dead process
-        may have sent, a COMMIT_SUCCEEDED) within the match window of that event: requested at
-        most ``commit_match_window_s`` before the commit (and no more than the clock skew after
-        it), or acknowledged at most that long after it. An Admin API snapshot, which has no
-        history, is explained by a claim at any earlier time. ``match_kind`` says how:
+        A claim is one commit attempt of one partition (``claims``: a COMMIT_REQUESTED and the
+        COMMIT_SUCCEEDED of the same attempt together, or a recovered completion the dead process
+        may have sent). It explains a commit of an offset it carries, made inside its span:
+
+        - from its request (a recovered completion: when Spark wrote the batch's commit file),
+          less the clock skew between the job's and the broker's clocks: a commit made earlier was
+          made before the job asked for that offset (its run made the request, so also before the
+          run started), however close in time: an operator's reset while the job was down;
+          without a recorded request, from the acknowledgement less the match window, and never
+          before the run's start;
+        - to its acknowledgement plus the clock skew (Kafka stored it before answering), or, never
+          acknowledged (failed, closed as OUTCOME_UNKNOWN), the request plus
+          ``commit_match_window_s``.
+
+        One claim explains at most one commit and one commit is explained by at most one claim
+        (``commit_claims.pair_claims``: in the order both were made, then the nearest commit at or
+        after the request), so a reset to the very offset the job then commits is foreign although
+        the job's own commit of it follows. An Admin API snapshot is no commit but a reading of
+        the group's offset, which many ingests repeat: it is explained by any claim made before
+        it (plus the skew).
+        ``match_kind`` says how:
 
         - 'exact': the offset the job requested or was acknowledged;
         - 'raw': the request's raw offset where it differs from the normalized one (Flink
           legacy's last processed offset): what a committer that forgot the +1 sends. The
           commit is the job's, and COMMIT_MISMATCH reports its wrong offset;
-        - null: no claim of any job carries that offset. The commit is foreign whenever it was
-          made, even seconds after the job's own commit: a reset of the group (to earliest, to
-          latest) or another client committing with the job's group id.
-
-        Of several claims an exact one wins over a raw one, a request over an acknowledgement,
-        then the latest.
+        - null: no claim explains it. The commit is foreign whenever it was made, even seconds
+          after the job's own commit: a reset of the group (to earliest, to latest) or another
+          client committing with the job's group id.
         """
         if self._has_matched:
             return
         skew, window = sql_secs(self.rules.clock_skew_s), sql_secs(self.rules.commit_match_window_s)
-        requested = f"r.requested_at - {skew} <= c.commit_time AND c.commit_time <= r.requested_at + {window}"
-        acknowledged = (
-            f"r.requested_at - {window} <= c.commit_time AND c.commit_time <= r.requested_at + {skew}"
-        )
-        in_time = (
-            f"CASE WHEN r.claim = '{CLAIM_ACKNOWLEDGED}' THEN {acknowledged} ELSE {requested} END "
-            f"OR (c.record_kind = '{vocab.RECORD_SNAPSHOT}' "
-            f"AND (c.commit_time IS NULL OR r.requested_at <= c.commit_time + {skew}))"
-        )
-        same_tp = 'c.group_id = r.group_id AND c.topic = r.topic AND c."partition" = r."partition"'
-        ranked = (
-            "row_number() OVER (PARTITION BY c.commit_row ORDER BY r.match_kind = 'exact' DESC, "
-            f"r.claim = '{CLAIM_REQUESTED}' DESC, r.requested_at DESC, r.run_id)"
-        )
-        claim_cols = (
-            "r.match_kind, r.job_name, r.run_id, r.checkpoint_id, r.requested_offset, r.checkpoint_offset, "
-            "r.requested_at"
-        )
+        same_tp = 'c.group_id = a.group_id AND c.topic = a.topic AND c."partition" = a."partition"'
+        carried = "k.claim_row = a.claim_row AND k.carried_offset = c.committed_offset"
+        requested = f"claim = '{CLAIM_REQUESTED}'"
+        acknowledged = f"claim = '{CLAIM_ACKNOWLEDGED}'"
         self._db.execute(
             f"""
-            CREATE TEMP TABLE matched AS
-            WITH carried AS (
-                SELECT *, requested_offset AS carried_offset, 'exact' AS match_kind FROM claims
-                UNION ALL
-                SELECT *, requested_raw AS carried_offset, 'raw' AS match_kind FROM claims
-                WHERE claim = '{CLAIM_REQUESTED}' AND requested_raw >= 0 AND requested_raw != requested_offset
-            ), own AS (
-                SELECT c.*, {claim_cols}, {ranked} AS rank
-                FROM commits c JOIN carried r
-                  ON {same_tp} AND c.committed_offset = r.carried_offset AND ({in_time})
-                QUALIFY rank = 1
+            CREATE TEMP TABLE claim_spans AS
+            WITH started AS (
+                SELECT job_name, run_id, min(event_time) AS started_at
+                FROM ledger WHERE event_type = '{EVENT_RUN_STARTED}' GROUP BY job_name, run_id
+            ), attempts AS (
+                SELECT job_name, run_id, checkpoint_id, group_id, topic, "partition", attempt, recovered,
+                       min(requested_at) FILTER (WHERE {requested}) AS requested_at,
+                       arg_min(requested_offset, requested_at) FILTER (WHERE {requested}) AS requested_offset,
+                       arg_min(requested_raw, requested_at) FILTER (WHERE {requested}) AS requested_raw,
+                       min(requested_at) FILTER (WHERE {acknowledged}) AS acknowledged_at,
+                       arg_min(requested_offset, requested_at) FILTER (WHERE {acknowledged})
+                           AS acknowledged_offset,
+                       max(checkpoint_offset) AS checkpoint_offset
+                FROM claims
+                GROUP BY job_name, run_id, checkpoint_id, group_id, topic, "partition", attempt, recovered
             )
-            SELECT * EXCLUDE (rank) FROM own
-            UNION ALL BY NAME
-            SELECT c.*, NULL AS match_kind, NULL AS job_name, NULL AS run_id, NULL::BIGINT AS checkpoint_id,
-                   NULL::BIGINT AS requested_offset, NULL::BIGINT AS checkpoint_offset,
-                   NULL::TIMESTAMP AS requested_at
-            FROM commits c WHERE c.commit_row NOT IN (SELECT commit_row FROM own)
+            SELECT row_number() OVER (
+                       ORDER BY a.job_name, a.run_id, a.checkpoint_id, a.topic, a."partition", a.attempt
+                   ) AS claim_row,
+                   a.*, coalesce(a.requested_at, a.acknowledged_at) AS claimed_at,
+                   coalesce(a.requested_at, least(greatest(a.acknowledged_at - {window}, s.started_at),
+                                                  a.acknowledged_at)) - {skew} AS earliest,
+                   coalesce(a.acknowledged_at + {skew}, a.requested_at + {window}) AS latest
+            FROM attempts a LEFT JOIN started s ON a.job_name = s.job_name AND a.run_id = s.run_id;
+
+            -- The offsets each claim carries, an exact one over the request's raw one.
+            CREATE TEMP TABLE claim_offsets AS
+            SELECT claim_row, carried_offset, min(match_kind) AS match_kind FROM (
+                SELECT claim_row, requested_offset AS carried_offset, 'exact' AS match_kind FROM claim_spans
+                UNION ALL
+                SELECT claim_row, acknowledged_offset, 'exact' FROM claim_spans
+                UNION ALL
+                SELECT claim_row, requested_raw, 'raw' FROM claim_spans
+                WHERE requested_raw >= 0 AND requested_raw != requested_offset
+            ) WHERE carried_offset IS NOT NULL GROUP BY claim_row, carried_offset;
+
+            CREATE TEMP TABLE claim_candidates AS
+            SELECT c.commit_row, c.commit_time, c.log_offset, a.claim_row, a.claimed_at, a.latest,
+                   k.match_kind,
+                   count(*) OVER (PARTITION BY c.commit_row) AS claims_of_commit,
+                   count(*) OVER (PARTITION BY a.claim_row) AS commits_of_claim
+            FROM commits c
+            JOIN claim_spans a ON {same_tp}
+            JOIN claim_offsets k ON {carried}
+            WHERE c.record_kind = '{vocab.RECORD_COMMIT}'
+              AND c.commit_time BETWEEN a.earliest AND a.latest;
             """
         )
+        # Nearly every commit and claim have one candidate each: paired as they stand. The rest
+        # (a reset or a retry of an offset inside a claim's span) are paired one to one in Python.
+        contested = [
+            commit_claims.Candidate(
+                r["claim_row"],
+                r["claimed_at"],
+                r["latest"],
+                r["commit_row"],
+                r["commit_time"],
+                r["match_kind"] == "exact",
+                r["log_offset"],
+            )
+            for r in self.rows(
+                "SELECT * FROM claim_candidates WHERE claims_of_commit > 1 OR commits_of_claim > 1"
+            )
+        ]
+        pairs = commit_claims.pair_claims(contested)
+        self._db.register(
+            "claim_pairs",
+            pa.Table.from_pylist([{"claim_row": a, "commit_row": c} for a, c in pairs], schema=_CLAIM_PAIRS),
+        )
+        try:
+            self._db.execute(
+                f"""
+                CREATE TEMP TABLE matched AS
+                WITH paired AS (
+                    SELECT commit_row, claim_row, match_kind FROM claim_candidates
+                    WHERE claims_of_commit = 1 AND commits_of_claim = 1
+                    UNION ALL
+                    SELECT k.commit_row, k.claim_row, k.match_kind
+                    FROM claim_pairs p JOIN claim_candidates k
+                      ON k.commit_row = p.commit_row AND k.claim_row = p.claim_row
+                ), observed AS (
+                    SELECT c.commit_row, a.claim_row, k.match_kind
+                    FROM commits c
+                    JOIN claim_spans a ON {same_tp}
+                    JOIN claim_offsets k ON {carried}
+                    WHERE c.record_kind = '{vocab.RECORD_SNAPSHOT}'
+                      AND (c.commit_time IS NULL OR a.claimed_at <= c.commit_time + {skew})
+                    QUALIFY row_number() OVER (
+                        PARTITION BY c.commit_row
+                        ORDER BY k.match_kind = 'exact' DESC, a.requested_at IS NOT NULL DESC,
+                                 a.claimed_at DESC, a.run_id) = 1
+                ), own AS (
+                    SELECT * FROM paired UNION ALL SELECT * FROM observed
+                )
+                SELECT c.*, o.match_kind, a.job_name, a.run_id, a.checkpoint_id,
+                       coalesce(a.requested_offset, a.acknowledged_offset) AS requested_offset,
+                       a.checkpoint_offset, a.claimed_at AS requested_at
+                FROM commits c
+                LEFT JOIN own o ON c.commit_row = o.commit_row
+                LEFT JOIN claim_spans a ON a.claim_row = o.claim_row
+                """
+            )
+        finally:
+            self._db.unregister("claim_pairs")
         self._has_matched = True
 
     # --- COMMIT_REGRESSION -------------------------------------------------------------------------
@@ -482,6 +567,9 @@ class LedgerAudit:
 
     # --- COMMITTED_AHEAD ---------------------------------------------------------------------------
 
+
+# The claims and commits ``commit_claims.pair_claims`` paired.
+_CLAIM_PAIRS: Final = pa.schema([("claim_row", pa.int64()), ("commit_row", pa.int64())])
 
 # The keys of the DUPLICATE findings ``copy_dates`` looks up: their writers, and their ranges.
 _DUP_WRITERS: Final = pa.schema(

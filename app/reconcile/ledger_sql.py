@@ -131,12 +131,16 @@ FROM gc WHERE record_kind IN ({sql_in((vocab.RECORD_COMMIT, vocab.RECORD_SNAPSHO
 -- What the job says it sent to the group, per partition: its COMMIT_REQUESTED rows, the completions
 -- it recovered after a crash (the dead process may have sent their commit) and what Kafka
 -- acknowledged to it (COMMIT_SUCCEEDED), each with the checkpoint's normalized offset and the time
--- the run ended: its RUN_STOPPED or, when it died without one, the job's next start.
+-- the run ended: its RUN_STOPPED or, when it died without one, the job's next start. A request and
+-- its acknowledgement share their attempt (one OffsetCommit call); a recovered completion has none.
 CREATE TEMP TABLE claims AS
 WITH sent AS (
     SELECT job_name, run_id, checkpoint_id, group_id, engine, topic, "partition",
            CASE WHEN event_type = '{EVENT_COMMIT_SUCCEEDED}' THEN '{CLAIM_ACKNOWLEDGED}'
                 ELSE '{CLAIM_REQUESTED}' END AS claim,
+           event_type = '{EVENT_CHECKPOINT_COMPLETED}' AS recovered,
+           CASE WHEN event_type != '{EVENT_CHECKPOINT_COMPLETED}' THEN {sql_detail(vocab.DETAIL_ATTEMPT)}
+                END AS attempt,
            "offset" AS requested_offset, raw_offset AS requested_raw, event_time AS requested_at
     FROM ledger
     WHERE "partition" IS NOT NULL AND "offset" IS NOT NULL AND (

@@ -51,9 +51,12 @@ def merge_incidents(storage: StorageSettings, path: str, incidents: Sequence[Sto
     facade.merge(storage, path, INCIDENTS_SCHEMA, rows, "incident_id")
 
 
-def resolved_incidents(spark: SparkSession, tables: Tables) -> set[str]:
-    rows = facade.read_columns(spark, tables.incidents, ["incident_id", "status"]) or []
-    return {r["incident_id"] for r in rows if r["status"] == INCIDENT_RESOLVED}
+def resolved_incidents(storage: StorageSettings, tables: Tables) -> dict[str, StoredIncident]:
+    """The resolved incidents as stored, by id: history a later reconciliation carries over."""
+    table = facade.rows(storage, tables.incidents, pc.field("status") == INCIDENT_RESOLVED)
+    rows = [] if table is None else table.to_pylist()
+    incidents = (StoredIncident.from_row({k: instant(v) for k, v in r.items()}) for r in rows)
+    return {i.incident_id: i for i in incidents}
 
 
 def open_incident_findings(

@@ -28,10 +28,12 @@ from app.contracts.vocabulary import (
     DETAIL_QUERY_ID,
     DUPLICATE,
     EVENT_RUN_STARTED,
+    RESTART_SKIPPED,
     SEVERITIES,
     SINK_COORDINATES,
     SINK_DELTA_BATCHES,
     SINK_NONE,
+    severity_at_least,
 )
 from app.errors import (
     ConfigError,
@@ -93,6 +95,8 @@ class ReconcileResult:
     jobs: list[str]
     partitions: int = 0
     counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (finding_type, severity) -> n
+    # Of ``counts``, the findings of incidents that stay resolved: made good, they fail no run.
+    settled: dict[tuple[str, str], int] = field(default_factory=dict)
     new_findings: int = 0
     gaps_suspected: int = 0
     confirmation: str = "not needed"
@@ -106,6 +110,18 @@ class ReconcileResult:
     def worst(self) -> str | None:
         present = {sev for (_, sev), n in self.counts.items() if n}
         return next((s for s in SEVERITIES if s in present), None)
+
+    def failing(self, fail_on: str) -> int:
+        """The findings at or above ``fail_on`` outside incidents that stay resolved."""
+        return failing_findings(self.counts, self.settled, fail_on)
+
+
+def failing_findings(
+    counts: Mapping[tuple[str, str], int], settled: Mapping[tuple[str, str], int], fail_on: str
+) -> int:
+    """How many of ``counts`` ((type, severity) -> n) fail a run at ``fail_on``: those at or above
+    it, less the ``settled`` ones (findings of incidents a repair resolved)."""
+    return sum(n - settled.get(key, 0) for key, n in counts.items() if severity_at_least(key[1], fail_on))
 
 
 def match_rules(r: ReconcileConfig) -> rc.MatchRules:
@@ -206,10 +222,9 @@ def _reconcile_inputs(p: _Pass) -> None:
     # Open incidents keep their earlier windows' findings; only this run's findings are stored.
     earlier = open_incident_findings(spark, tables, jobs, {f.finding_id for f in local})
     found = incidents.group_findings([*local, *earlier])
-    result.incidents = incidents.carry_resolution(
-        incidents.to_incidents(found, result.run_id, _completed_offsets(ranges)),
-        resolved_incidents(spark, tables),
-    )
+    built = incidents.to_incidents(found, result.run_id, _completed_offsets(ranges))
+    result.incidents = incidents.carry_resolution(built, resolved_incidents(spark, tables))
+    settled = incidents.settled_findings(built, result.incidents)
     result.audited_jobs = jobs
     windows = _completeness(p, local)
     # Everything is known before the first write: a failure above leaves the tables untouched.
@@ -221,6 +236,8 @@ def _reconcile_inputs(p: _Pass) -> None:
     for f in local:
         key = (f.finding_type, f.severity)
         result.counts[key] = result.counts.get(key, 0) + 1
+        if f.finding_id in settled:
+            result.settled[key] = result.settled.get(key, 0) + 1
         if f.job_name is not None and f.topic is not None and f.partition is not None:
             tp_counts = by_type[(f.job_name, f.topic, f.partition)]
             tp_counts[f.finding_type] = tp_counts.get(f.finding_type, 0) + 1
@@ -296,19 +313,38 @@ def _sink_and_restart_findings(
 
     result.sink_seconds = time.monotonic() - sink_started
     result.gaps_suspected = len(gaps)
-    verdicts: list[dict[str, Any] | None] = [None] * len(gaps)
-    if gaps and confirmer is not None:
+    # A restart's skipped range in a sink that cannot show missing records is read back as a gap is:
+    # the records it never read are lost whatever the sink.
+    skips = [r for r in restart_rows if _judged_from_source(p.cfg, r)]
+    suspected = [SuspectedGap(g.topic, g.partition, s, e) for g, s, e in gaps] + [
+        SuspectedGap(r["topic"], r["partition"], *fx.restart_range(r)) for r in skips
+    ]
+    verdicts: list[dict[str, Any] | None] = [None] * len(suspected)
+    if suspected and confirmer is not None:
         # A failure here propagates: unconfirmed gaps written as findings would claim a loss the
         # audit could not check, and the next run must look at them again.
-        verdicts = list(confirmer([SuspectedGap(g.topic, g.partition, s, e) for g, s, e in gaps]))
-        result.confirmation = f"{len(gaps)} gap(s) read back from Kafka"
-    elif gaps:
+        verdicts = list(confirmer(suspected))
+        result.confirmation = f"{len(gaps)} gap(s) and {len(skips)} skipped range(s) read back from Kafka"
+    elif suspected:
         result.confirmation = "disabled: gaps left open"
-    judged = [(rng, start, end, v) for (rng, start, end), v in zip(gaps, verdicts, strict=True)]
+    judged = [(rng, start, end, v) for (rng, start, end), v in zip(gaps, verdicts[: len(gaps)], strict=True)]
     sink_rows += rc.gap_findings(judged)
+    read_back = {fx.restart_key(r): v for r, v in zip(skips, verdicts[len(gaps) :], strict=True)}
 
-    core = [*fx.find_restart_anomalies(restart_rows, observed), *_with_copy_dates(audit, sink_rows)]
+    core = [
+        *fx.find_restart_anomalies(restart_rows, observed, read_back),
+        *_with_copy_dates(audit, sink_rows),
+    ]
     return rc.finalize_findings(core, result.run_id, p.now), ranges, stats
+
+
+def _judged_from_source(cfg: AppConfig, restart: Mapping[str, Any]) -> bool:
+    """A skip of a job whose sink cannot show missing records (`delta_batches`, `none`); a
+    `coordinates` sink's GAPs inside the skipped range tell what it lacks (and a repair mends)."""
+    return (
+        restart["classification"] == RESTART_SKIPPED
+        and cfg.reconcile.sink_mode_for(restart["job_name"]) != SINK_COORDINATES
+    )
 
 
 def _delta_batch_findings(p: _Pass, job: str) -> list[Finding]:

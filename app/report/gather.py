@@ -27,6 +27,7 @@ from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, SEVERITIES
 from app.incidents.incident import StoredIncident, incident_order
+from app.reconcile.findings import parse_evidence, skipped_counts
 from app.reconcile.outputs import latest_reconcile_run
 from app.report import render as rp
 from app.storage import facade
@@ -190,13 +191,26 @@ def latest_summary(summary: pa.Table, reconcile_run_id: str | None) -> list[dict
 
 
 def unresolved_gap_records(findings: pa.Table) -> dict[tuple[str, str, int], int]:
+    """Per job, topic and partition, the offsets the sink lacks: its unresolved GAPs', and the records
+    a restart skipped in a sink that cannot show them (a RESTART_SKIP read back from the source)."""
     rows = _query(
         "SELECT job_name, topic, partition, CAST(sum(record_count) AS BIGINT) AS missing FROM findings "
         "WHERE finding_type = ? AND status <> ? GROUP BY ALL",
         [vocab.GAP, vocab.BENIGN],
         findings=findings,
     )
-    return {(r["job_name"], r["topic"], r["partition"]): int(r["missing"] or 0) for r in rows}
+    out = {(r["job_name"], r["topic"], r["partition"]): int(r["missing"] or 0) for r in rows}
+    skips = _query(
+        "SELECT job_name, topic, partition, record_count, evidence FROM findings WHERE finding_type = ?",
+        [vocab.RESTART_SKIP],
+        findings=findings,
+    )
+    for r in skips:
+        counts = skipped_counts(parse_evidence(r["evidence"]), r["record_count"])
+        if counts is not None:
+            key = (r["job_name"], r["topic"], r["partition"])
+            out[key] = out.get(key, 0) + sum(counts)
+    return out
 
 
 def checkpoint_commit_counts(ledger: pa.Table, findings: pa.Table | None) -> dict[str, tuple[int, int]]:

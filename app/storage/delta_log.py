@@ -21,11 +21,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
-from urllib.parse import urlparse
 
 from pyarrow import fs
 
-from app.storage import backend
+from app.storage import backend, driver_files
 
 LOG_DIR: Final = "_delta_log"
 RESTORE: Final = "RESTORE"
@@ -151,12 +150,22 @@ def commit_version(name: str) -> int | None:
 
 def _file_system(where: backend.Location) -> tuple[fs.FileSystem, str]:
     """The file system and the log directory's path in it."""
-    if urlparse(where.uri).scheme in backend.LOCAL_SCHEMES:
-        # Arrow's own local file system, for the shutdown reason `backend.arrow_dataset` gives.
-        return fs.LocalFileSystem(), os.path.join(os.path.abspath(urlparse(where.uri).path), LOG_DIR)
-    from deltalake.fs import DeltaStorageHandler
+    files, root = driver_files.file_system(where)
+    return files, os.path.join(root, LOG_DIR) if root else LOG_DIR
 
-    return fs.PyFileSystem(DeltaStorageHandler(where.uri, dict(where.options))), LOG_DIR
+
+def _commit_files(files: fs.FileSystem, log_dir: str) -> list[tuple[int, str, datetime | None]]:
+    """(version, path, mtime) of every commit file of the log, ascending."""
+    listed = files.get_file_info(fs.FileSelector(log_dir, allow_not_found=True))
+    return sorted(
+        (v, info.path, info.mtime) for info in listed if (v := commit_version(info.base_name)) is not None
+    )
+
+
+def _read_commit(files: fs.FileSystem, version: int, file_path: str) -> SinkCommit:
+    with files.open_input_stream(file_path) as stream:
+        text = stream.read().decode("utf-8")
+    return parse_commit(version, text.splitlines())
 
 
 def read_sink_log(
@@ -169,20 +178,31 @@ def read_sink_log(
     where = backend.location(storage, path)
     with backend.storage_errors(where, "read the log of"):
         files, log_dir = _file_system(where)
-        listed = files.get_file_info(fs.FileSelector(log_dir, allow_not_found=True))
-        versions = sorted(
-            (v, info.path, info.mtime) for info in listed if (v := commit_version(info.base_name)) is not None
-        )
+        versions = _commit_files(files, log_dir)
         if not versions:
             return None
-        commits = []
-        for version, file_path, mtime in versions:
-            if modified_since is not None and mtime is not None and _aware(mtime) < modified_since:
-                continue
-            with files.open_input_stream(file_path) as stream:
-                text = stream.read().decode("utf-8")
-            commits.append(parse_commit(version, text.splitlines()))
+        commits = [
+            _read_commit(files, version, file_path)
+            for version, file_path, mtime in versions
+            if modified_since is None or mtime is None or _aware(mtime) >= modified_since
+        ]
     return SinkLog(tuple(commits), versions[0][0])
+
+
+def holds_txn_of(storage: backend.StorageSettings, path: str, app_id: str) -> bool | None:
+    """Whether a commit of the table at ``path`` carries a txn of ``app_id`` (None when there is no
+    Delta log there). The commit files are read newest first up to the first that does: a streaming
+    sink's newest commits are its query's, so the right sink costs a listing and a file or so."""
+    where = backend.location(storage, path)
+    with backend.storage_errors(where, "read the log of"):
+        files, log_dir = _file_system(where)
+        versions = _commit_files(files, log_dir)
+        if not versions:
+            return None
+        return any(
+            any(a == app_id for a, _ in _read_commit(files, version, file_path).txns)
+            for version, file_path, _ in reversed(versions)
+        )
 
 
 def _aware(when: datetime) -> datetime:

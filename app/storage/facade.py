@@ -199,3 +199,9 @@ def sink_log(
     """The sink's commits from its transaction log (see `delta_log.read_sink_log`), or None when
     there is no table."""
     return delta_log.read_sink_log(storage, path, modified_since)
+
+
+def sink_holds_txn_of(storage: backend.StorageSettings, path: str, app_id: str) -> bool | None:
+    """Whether the sink's log holds a commit of txn app id ``app_id`` (see `delta_log.holds_txn_of`),
+    None when there is no table."""
+    return delta_log.holds_txn_of(storage, path, app_id)

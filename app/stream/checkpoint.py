@@ -32,6 +32,16 @@ OFFSETS = "offsets"
 COMMITS = "commits"
 
 
+def batch_ids(names: Iterable[str]) -> list[int]:
+    """The batch ids among a log directory's entry names (Spark's temporary files left out), ascending."""
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def parse_query_id(metadata: str) -> str:
+    """The streaming query's id from the text of the checkpoint's `metadata` file."""
+    return str(json.loads(metadata)["id"])
+
+
 class CheckpointFiles:
     """The checkpoint directory of one streaming query."""
 
@@ -41,8 +51,7 @@ class CheckpointFiles:
 
     def log_ids(self, log_name: str) -> list[int]:
         """The batch ids of the ``log_name`` log (OFFSETS or COMMITS), ascending."""
-        names = list_names(self.spark, f"{self.directory}/{log_name}")
-        return sorted(int(n) for n in names if n.isdigit())
+        return batch_ids(list_names(self.spark, f"{self.directory}/{log_name}"))
 
     def offsets_of(self, batch_id: int) -> dict[TopicPartitionKey, int] | None:
         """The end offsets Spark planned for ``batch_id``, None when the log has no entry for it."""
@@ -92,7 +101,7 @@ class CheckpointFiles:
     def query_id(self) -> str:
         """The streaming query's id from the checkpoint's metadata ('no-metadata' before Spark wrote it)."""
         meta = read_text(self.spark, f"{self.directory}/metadata")
-        return str(json.loads(meta)["id"]) if meta else "no-metadata"
+        return parse_query_id(meta) if meta else "no-metadata"
 
     def written_at(self, log_name: str, batch_id: int) -> datetime | None:
         """When Spark wrote ``batch_id``'s entry of the ``log_name`` log, None if it has none."""

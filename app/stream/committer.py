@@ -143,7 +143,10 @@ class OffsetCommitter:
                     self._max_pending,
                     evicted_id,
                 )
-                detail = {vocab.DETAIL_REASON: vocab.SKIP_PENDING_EVICTED, "evicted_by": checkpoint_id}
+                detail = {
+                    vocab.DETAIL_REASON: vocab.SKIP_PENDING_EVICTED,
+                    vocab.DETAIL_EVICTED_BY: checkpoint_id,
+                }
                 events += self._partition_events(vocab.EVENT_COMMIT_SKIPPED, evicted_id, evicted, now, detail)
             self._buffer.extend(events)
         self._notify(events)

@@ -36,10 +36,11 @@ from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import UsageError
 from app.storage import facade
 from app.storage.backend import StorageSettings
+from app.storage.driver_files import DriverDirectory, driver_readable
 from app.storage.files import modification_time_ms, read_text
-from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events
+from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events, batch_ids, parse_query_id
 from app.stream.ledger import LedgerWriter, QueryRecord
-from app.stream.sink_evidence import SinkCounts, SinkEvidence, require_commits, sink_counts
+from app.stream.sink_evidence import SinkCounts, SinkEvidence, no_commits_of, require_commits, sink_counts
 from app.stream.startup import ENGINE, PartitionStart, StartupPlan, plan_checkpoint_resume, restored_events
 
 log = logging.getLogger(__name__)
@@ -118,13 +119,43 @@ class ImportResult:
     oldest_verifiable_batch: int | None = None  # the oldest retained completed batch the log can check
 
 
+def no_checkpoint(directory: str) -> UsageError:
+    return UsageError(f"no Spark checkpoint at {directory}: {directory}/{METADATA} does not exist")
+
+
+def no_sink_table(path: str) -> UsageError:
+    return UsageError(f"--sink {path}: no Delta table there (no commit file in {path}/_delta_log)")
+
+
 def checkpoint_query_id(checkpoint: CheckpointFiles) -> str:
     """The query id of the checkpoint; a UsageError naming the path when it is not one."""
     if read_text(checkpoint.spark, f"{checkpoint.directory}/{METADATA}") is None:
-        raise UsageError(
-            f"no Spark checkpoint at {checkpoint.directory}: {checkpoint.directory}/{METADATA} does not exist"
-        )
+        raise no_checkpoint(checkpoint.directory)
     return checkpoint.query_id()
+
+
+def check_inputs(
+    storage: StorageSettings, directory: str, sink: str | None = None, sink_app_id: str | None = None
+) -> None:
+    """The checks `import_checkpoint` makes before it writes anything, made without a JVM where
+    the checkpoint is read on the driver (`driver_files`: a local disk, an S3 store), so a wrong
+    path answers before a session starts: a UsageError naming the path when ``directory`` holds no
+    checkpoint, or ``sink`` is no Delta table or holds no commit of the app id. On a scheme only
+    Hadoop reads, nothing is checked here: the import checks it all through the session."""
+    if not driver_readable(directory):
+        return
+    checkpoint = DriverDirectory.at(storage, directory)
+    metadata = checkpoint.read_text(METADATA)
+    if metadata is None:
+        raise no_checkpoint(directory)
+    if sink is None:
+        return
+    app_id = sink_app_id or parse_query_id(metadata)
+    held = facade.sink_holds_txn_of(storage, sink, app_id)
+    if held is None:
+        raise no_sink_table(sink)
+    if not held and batch_ids(checkpoint.names(COMMITS)):
+        raise no_commits_of(sink, app_id, sink_app_id is not None)
 
 
 def run_start_events(
@@ -236,7 +267,7 @@ def read_sink(storage: StorageSettings, path: str, app_id: str) -> SinkEvidence:
     """The sink's log, for the commits of ``app_id``; a UsageError when ``path`` is no Delta table."""
     log_ = facade.sink_log(storage, path)
     if log_ is None:
-        raise UsageError(f"--sink {path}: no Delta table there (no commit file in {path}/_delta_log)")
+        raise no_sink_table(path)
     return SinkEvidence.of(path, app_id, log_)
 
 

@@ -83,13 +83,18 @@ def require_commits(evidence: SinkEvidence, completed: Iterable[int], app_id_giv
     app id at all: the wrong sink, or a foreachBatch writing under its own txn app id."""
     if evidence.batches or not list(completed):
         return
+    raise no_commits_of(evidence.path, evidence.app_id, app_id_given)
+
+
+def no_commits_of(path: str, app_id: str, app_id_given: bool) -> UsageError:
+    """The error of a sink whose log holds no commit of the app id (`require_commits`)."""
     hint = (
         "is --sink-app-id the txnAppId the job's foreachBatch writes with?"
         if app_id_given
         else "Spark's Delta sink writes the query's id; a foreachBatch names its own (--sink-app-id)"
     )
-    raise UsageError(
-        f"--sink {evidence.path}: its transaction log holds no commit of app id {evidence.app_id} "
+    return UsageError(
+        f"--sink {path}: its transaction log holds no commit of app id {app_id} "
         f"(the checkpoint's completed batches would be there): the wrong sink? {hint}"
     )
 

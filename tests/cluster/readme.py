@@ -19,8 +19,16 @@ from app.runtime.jvm import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
 SECTION = "## Running on a cluster"
+USER_JOB_SECTION = "## Audit your own job"
+# The placeholders of README's spark-submit line for a user's job: the zip `make dist` builds, and
+# the job's file.
+USER_PY_FILES = "dist/offset_audit-{version}-py-files.zip"
+USER_JOB_FILE = "your_job.py"
 PLACEHOLDER_MASTER = "spark://master:7077"
 _PACKAGES = re.compile(r"--packages \S+")
+# The token provider's pair beside --packages (README: Maven Central has no 4.1.3 of it); the
+# resolved jars hold the 4.1 build conf/jvm/spark/pom.xml takes, so the pair goes with --packages.
+_TOKEN_PROVIDER = re.compile(r"^\s*--exclude-packages \S+ \\\n\s*--jars https://\S+ \\\n", re.MULTILINE)
 _EXPORT = re.compile(r"^export (.*?)(\s+#.*)?$")
 _INVOCATION = re.compile(r"^submit (\S+)(.*?)(\s+#.*)?$")
 
@@ -42,7 +50,8 @@ class ClusterBlock:
         prelude = _replace_exports(self.prelude, values)
         assert PLACEHOLDER_MASTER in prelude, f"README's submit no longer names {PLACEHOLDER_MASTER}"
         assert _PACKAGES.search(prelude), "README's submit no longer passes --packages"
-        prelude = prelude.replace(PLACEHOLDER_MASTER, master_url)
+        assert _TOKEN_PROVIDER.search(prelude), "README's submit no longer replaces the token provider"
+        prelude = _TOKEN_PROVIDER.sub("", prelude.replace(PLACEHOLDER_MASTER, master_url))
         prelude = _PACKAGES.sub(lambda _: "--jars " + shlex.quote(",".join(map(str, jars))), prelude)
         return f"{prelude}\n{self.invocations[job]} {shlex.join(extra_args)}\n"
 
@@ -80,3 +89,30 @@ def _replace_exports(prelude: str, values: Mapping[str, str]) -> str:
             line = "export " + " ".join(f"{n}={shlex.quote(values[n])}" for n in names)
         out.append(line)
     return "\n".join(out)
+
+
+def user_job_block(text: str | None = None) -> str:
+    """README's spark-submit command for a user's job: the first ```bash block of "Audit your own
+    job" (backslash-continued lines, as a shell reads them)."""
+    text = README.read_text() if text is None else text
+    section = text[text.index(USER_JOB_SECTION) :]
+    start = section.index("```bash\n") + len("```bash\n")
+    block = section[start : section.index("```", start)].strip()
+    assert block.startswith("spark-submit "), f"README's user-job block is no spark-submit line: {block!r}"
+    return block
+
+
+def user_job_command(version: str, py_files: Path, job_file: Path, text: str | None = None) -> str:
+    """README's command for a user's job with only its two placeholders replaced."""
+    block = user_job_block(text)
+    for placeholder in (USER_PY_FILES.format(version=version), USER_JOB_FILE):
+        assert block.count(placeholder) == 1, f"README's user-job line no longer names {placeholder}"
+    block = block.replace(USER_PY_FILES.format(version=version), shlex.quote(str(py_files)))
+    return block.replace(USER_JOB_FILE, shlex.quote(str(job_file)))
+
+
+def packages_options(command: str) -> dict[str, str]:
+    """The values of a spark-submit command's --packages, --exclude-packages and --jars."""
+    words = shlex.split(command.replace("\\\n", " "), comments=True)
+    names = ("--packages", "--exclude-packages", "--jars")
+    return {w: words[i + 1] for i, w in enumerate(words) if w in names}

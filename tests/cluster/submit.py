@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from app import __version__
 from app.runtime.child_processes import parent_death_preexec
 from app.runtime.jvm import REPO_ROOT
 from tests.cluster import readme
@@ -36,6 +37,7 @@ from tests.cluster.servers import (
 )
 
 SUBMIT_TIMEOUT_S = float(os.environ.get("CLUSTER_SUBMIT_TIMEOUT_S", "900"))
+BUILD_TIMEOUT_S = 300
 KAFKA_USERNAME = "cluster-tier"  # conf/cluster.yaml's SASL settings, unused on the PLAINTEXT broker
 KAFKA_PASSWORD = "cluster-tier-kafka-password"
 # The tests' own instrumentation, outside the README's command: where each task ran, and pinned zones.
@@ -137,6 +139,16 @@ def submit_user_job(
         AWS_ACCESS_KEY_ID=S3_ACCESS_KEY, AWS_SECRET_ACCESS_KEY=S3_SECRET_KEY, PYSPARK_PYTHON=sys.executable
     )
     return start_script(shlex.join(argv), env, work_dir, name, event_log_dir)
+
+
+def build_py_files(dist: Path) -> Path:
+    """`make dist` into ``dist``; the `--py-files` zip it builds."""
+    built = subprocess.run(
+        ["make", "-o", "python-deps", "dist", f"PY={sys.executable}", f"DIST={dist}"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    return dist / f"offset_audit-{__version__}-py-files.zip"
 
 
 def new_event_log_dir(work_dir: Path, job: str) -> Path:

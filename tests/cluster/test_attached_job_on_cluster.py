@@ -12,8 +12,6 @@ transaction log on the object store.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,15 +23,14 @@ import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
-from app import __version__
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import TopicPartitionKey
 from app.kafka.clients import plain_conf
-from app.runtime.jvm import REPO_ROOT
 from app.stream.startup import parse_offset_log
 from tests.cluster.servers import S3_SECRET_KEY, S3Server, SparkCluster
 from tests.cluster.submit import (
     Submitted,
+    build_py_files,
     delta_rs_s3_options,
     event_log,
     read_table,
@@ -49,7 +46,6 @@ PARTITIONS = 2
 PER_TRIGGER = 40  # maxOffsetsPerTrigger: records per batch over both partitions
 BATCHES = 3
 RECORDS = BATCHES * PER_TRIGGER
-BUILD_TIMEOUT_S = 300
 USER_JOB = Path(__file__).with_name("user_job.py")
 
 
@@ -81,16 +77,6 @@ def produce_payments(bootstrap: str, topic: str, count: int) -> None:
         record = {"id": i, "amount": i * 1.5, "kind": "refund" if i % 4 == 0 else "payment"}
         producer.produce(topic, value=json.dumps(record).encode(), partition=i % PARTITIONS)
     assert producer.flush(30) == 0
-
-
-def build_py_files(dist: Path) -> Path:
-    """`make dist` into ``dist``; the `--py-files` zip it builds."""
-    built = subprocess.run(
-        ["make", "-o", "python-deps", "dist", f"PY={sys.executable}", f"DIST={dist}"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False,
-    )  # fmt: skip
-    assert built.returncode == 0, built.stderr
-    return dist / f"offset_audit-{__version__}-py-files.zip"
 
 
 def audit_args(run_id: str, group: str, sink: str) -> list[str]:

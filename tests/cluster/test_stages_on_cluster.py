@@ -18,6 +18,7 @@ import io
 import json
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,12 @@ NIGHT = "cluster-night"
 GAP = (2, 20, 30)  # partition, [start, end) deleted from the sink
 COPIES = (1, 5, 15)  # partition, [start, end) appended again by a second writer
 RESET = (0, 10)  # partition, offset an operator sets the group to
+# How old the records are (their CreateTime): every completeness window holding them is past its
+# lateness (2 x the 1 s trigger + 5 min) whenever a reconcile judges it. With records of the test's
+# own minute, a window became final between the local reconciles (run first) and the cluster's
+# (minutes later on a busy machine), and only the cluster's check failed completeness.floor on the
+# GAP's lost records: the two sides judged different ages of the same data.
+RECORD_AGE = timedelta(hours=1)
 
 FINDING_COLUMNS = (
     "finding_id", "finding_type", "severity", "status", "job_name", "group_id", "topic", "partition",
@@ -138,6 +145,11 @@ def run_locally(job: str, args: list[str], local_data: Path, bootstrap: str) -> 
     return Local(code, summary)
 
 
+def failed_suites(check_summary: dict[str, Any]) -> set[str]:
+    """The suites with a failed expectation in a `check --json` summary."""
+    return {s["suite"] for s in check_summary["suites"] if s["failed"]}
+
+
 def reset_group_offset(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:
     """An operator's offset reset: a commit no ledger event explains."""
     admin = AdminClient(plain_conf(bootstrap))
@@ -183,7 +195,8 @@ def night(
     prefix = f"night-{unique}"
     s3_data = f"s3a://{s3_server.bucket}/{prefix}"
     create_topic(bootstrap, topic, PARTITIONS)
-    produce(bootstrap, topic, RECORDS, PARTITIONS)
+    produced_at = datetime.now(UTC) - RECORD_AGE
+    produce(bootstrap, topic, RECORDS, PARTITIONS, timestamp_ms=int(produced_at.timestamp() * 1000))
 
     def submit(stage: str, args: list[str]) -> Running:
         return spark_submit(spark_cluster, s3_server, cluster_jars, bootstrap, s3_data, stage, args, work_dir)
@@ -277,6 +290,9 @@ def test_each_stage_on_the_cluster_over_s3a_finds_what_it_finds_locally(
     assert night.stages["forensics"].summary()["failing"] == night.local["forensics"].summary["failing"]
     check, local_check = night.stages["check"].summary(), night.local["check"].summary
     assert check["failing_expectations"] == local_check["failing_expectations"]
+    # The GAP's window is final on both sides (RECORD_AGE), so both judge its lost records.
+    assert failed_suites(check) == failed_suites(local_check)
+    assert "completeness.floor" in failed_suites(check)
 
     findings, expected = both(night, s3_server, "findings", FINDING_COLUMNS)
     assert findings == expected

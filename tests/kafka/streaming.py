@@ -59,10 +59,15 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     retry_kafka(create, f"creating {topic}", KAFKA_TIMEOUT_S)
 
 
-def produce(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0) -> None:
+def produce(
+    bootstrap: str, topic: str, count: int, partitions: int, start: int = 0, timestamp_ms: int = 0
+) -> None:
+    """``count`` records round-robin over ``partitions``, stamped ``timestamp_ms`` (0: the producer's now)."""
     producer = Producer(plain_conf(bootstrap, **{"linger.ms": 5}))
     for i in range(start, start + count):
-        producer.produce(topic, value=f"record-{i}".encode(), partition=i % partitions)
+        producer.produce(
+            topic, value=f"record-{i}".encode(), partition=i % partitions, timestamp=timestamp_ms
+        )
     assert producer.flush(30) == 0
 
 

@@ -15,21 +15,26 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 import app.attach as attach_module
+from app import audit
 from app.attach import attach
+from app.contracts import vocabulary as vocab
 from app.contracts.offsets import LedgerEvent
 from app.stream.ledger import LedgerWriter
 from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (
     PARTITIONS,
     PER_TRIGGER,
+    QUERY_TIMEOUT_S,
     checkpoint_batches,
     duplicate_keys,
     events_by_batch,
+    failing_query,
     kafka,
     payments_query,
     produce_payments,
@@ -166,3 +171,24 @@ def test_unwritable_ledger_never_fails_the_query_and_is_counted(
     assert audit.ledger_write_failures >= 2  # the ledger's creation and every batch at least
     assert audit.batches_written == 0
     assert any("failed 3 times" in r.getMessage() for r in caplog.records)
+
+
+def test_leaving_a_with_block_by_a_failed_query_writes_the_run_end(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    """README's `with audit.attach(...)`: the query's second batch fails, awaitTermination raises
+    out of the block, and the run still gets its RUN_STOPPED (naming the failure) after its one
+    completed batch: its end is known, not judged an unclean stop."""
+    topic = f"pay-w-{unique}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce_payments(bootstrap, topic, 3 * PER_TRIGGER)
+    ledger_path = str(tmp_path / "ledger")
+
+    query = failing_query(kafka(spark, bootstrap, "subscribe", topic), tmp_path / "cp")
+    with pytest.raises(StreamingQueryException), audit.attach(query, job_name="payments", ledger=ledger_path):
+        query.awaitTermination(QUERY_TIMEOUT_S)
+
+    ledger = spark.read.format("delta").load(ledger_path)
+    [stopped] = run_events(ledger, "RUN_STOPPED")
+    assert json.loads(stopped.detail)[vocab.DETAIL_REASON].startswith("query failed")
+    assert sorted(events_by_batch(ledger, "CHECKPOINT_COMPLETED")) == [0]

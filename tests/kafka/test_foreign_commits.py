@@ -3,10 +3,14 @@ checkpoint and commit, an operator resets its group to earliest on one partition
 another (skipping records that arrived since), and another client commits a lower offset with the
 job's group id on the third. Each lands inside `reconcile.commit_match_window_s` of the job's own
 commit; none carries an offset the job requested, so `reconcile` calls each a FOREIGN_COMMIT and
-none a COMMIT_MISMATCH (which would blame the job)."""
+none a COMMIT_MISMATCH (which would blame the job). And the common case of a reset: the group reset
+to latest while the job was down, the job restarted from the group's offsets and committing those
+very offsets moments later: the reset is still foreign, the job's own commits are its own."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,6 +21,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.contracts import vocabulary as vocab
+from app.contracts.instants import instant
 from app.kafka.clients import plain_conf, retry_kafka
 from app.kafka.commit import watermarks
 from app.offsets_topic.run import ingest_offsets
@@ -131,3 +136,69 @@ def test_resets_and_another_clients_commit_are_foreign_not_the_jobs_mismatch(
     incidents = read(spark, cfg, "incidents").where(F.col("kind") == vocab.INCIDENT_EXTERNAL_OFFSET_CHANGE)
     (incident,) = incidents.collect()
     assert "changed outside foreign-job" in incident.cause
+
+
+NEW_ON_FIRST = 10  # records on partition 0 only after the reset: the restarted job's first batch
+
+
+def test_a_reset_to_latest_before_a_restart_from_the_group_is_foreign_though_the_job_commits_it_next(
+    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    """The job stopped and its checkpoint was deleted; records arrived, and an operator reset the
+    group to latest (what `kafka-consumer-groups --reset-offsets --to-latest --execute` does). The
+    job restarted from the group's offsets; new records arrived on partition 0 only, so its first
+    checkpoint committed on partitions 1 and 2 the very offsets the reset had committed, moments
+    later and inside the match window of its acknowledgement. Each acknowledgement explains one
+    commit, its own: the three reset commits are FOREIGN_COMMITs of one external_offset_change
+    incident, and the job's commits are no finding."""
+    topic, group, job = f"reset-{unique}", f"reset-{unique}", "reset-job"
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, PARTITIONS * PER_PARTITION, PARTITIONS)
+    cfg = job_config(tmp_path, bootstrap, topic, group, job)
+    first = StreamJob(spark, cfg, bootstrap, run_id="run-1")
+    first.run(until_all_read(bootstrap, topic, PARTITIONS))
+    shutil.rmtree(first.checkpoint_dir)
+
+    produce(bootstrap, topic, PARTITIONS * ARRIVED_AFTER, PARTITIONS, start=PARTITIONS * PER_PARTITION)
+    admin = AdminClient(plain_conf(bootstrap))
+    latest = {p: high for p, (_, high) in log_bounds(bootstrap, topic).items()}
+    for partition, offset in latest.items():
+        alter_group(admin, group, topic, partition, offset)
+    assert group_offsets(bootstrap, group, topic, PARTITIONS) == latest
+    produce(bootstrap, topic, NEW_ON_FIRST, 1, start=PARTITIONS * (PER_PARTITION + ARRIVED_AFTER))
+    StreamJob(spark, cfg, bootstrap, run_id="run-2").run(until_all_read(bootstrap, topic, PARTITIONS))
+
+    ingest_offsets(spark, cfg, bootstrap, [group], run_id="ingest-1")
+    run_reconcile(spark, cfg, AuditRun(run_id="rec-1", now=datetime.now(UTC)))
+
+    # The restarted job was acknowledged the reset's offsets on partitions 1 and 2 (else the test
+    # would prove nothing), each inside the match window after the reset's commit of it ...
+    ledger = read(spark, cfg, "ledger")
+    acks = ledger.where((F.col("event_type") == vocab.EVENT_COMMIT_SUCCEEDED) & (F.col("run_id") == "run-2"))
+    acked: dict[tuple[int, int], datetime] = {}
+    for r in acks.collect():
+        acked[(r.partition, r.offset)] = min(r.event_time, acked.get((r.partition, r.offset), r.event_time))
+    assert {(1, latest[1]), (2, latest[2])} <= set(acked)
+    commits = read(spark, cfg, "group_commits").where(F.col("group_id") == group).collect()
+    times: dict[tuple[int, int], list[datetime]] = {}
+    for r in commits:
+        times.setdefault((r.partition, r.committed_offset), []).append(r.commit_time)
+    resets = {p: min(times[(p, o)]) for p, o in latest.items()}
+    window = cfg.reconcile.commit_match_window_s
+    for partition in (1, 2):
+        assert len(times[(partition, latest[partition])]) >= 2  # the reset's and the job's
+        assert 0 < (acked[(partition, latest[partition])] - resets[partition]).total_seconds() <= window
+
+    # ... yet the reset's commits are foreign, and the job's own commits are no finding.
+    findings = read(spark, cfg, "findings").collect()
+    assert [f for f in findings if f.finding_type == vocab.COMMIT_MISMATCH] == []
+    foreign = [f for f in findings if f.finding_type == vocab.FOREIGN_COMMIT]
+    assert sorted((f.partition, f.offset_start, f.job_name, f.severity) for f in foreign) == [
+        (p, o, job, "error") for p, o in sorted(latest.items())
+    ]
+    for f in foreign:
+        made = datetime.fromisoformat(json.loads(f.evidence)["commit_time"])
+        assert instant(made) == instant(resets[f.partition])
+    incidents = read(spark, cfg, "incidents").where(F.col("kind") == vocab.INCIDENT_EXTERNAL_OFFSET_CHANGE)
+    (incident,) = incidents.collect()
+    assert sorted(incident.finding_ids) == sorted(f.finding_id for f in foreign)

@@ -2,8 +2,9 @@
 second writer's copies are deleted and a reset tool's group offsets are set back, each once (a second
 run changes nothing and writes nowhere: neither the sink nor the incidents table gets a new Delta
 version, nor the group a new commit); a reconcile of the same window then finds neither gap nor
-duplicate, the incidents are resolved, and the printed undo restores the sink. A sink that is not the
-reference job's raw-record sink gets the plan only."""
+duplicate, the incidents are resolved, and the printed undo restores the sink. A repaired incident
+is history a later reconcile carries over as written. A sink that is not the reference job's
+raw-record sink gets the plan only."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from app import cli
 from app.config import AppConfig, KafkaConfig
 from app.kafka.clients import plain_conf, spark_kafka_options
 from app.kafka.gaps import kafka_gap_confirmer
+from app.reconcile.outputs import read_incidents
 from app.storage.tables import tables_from_config
 from app.stream.startup import to_sink_rows
 from tests.kafka.streaming import create_topic, group_offsets
@@ -171,6 +173,81 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     assert code == 2
     assert "only the plan can be produced" in capsys.readouterr().err
     assert spark.read.format("delta").load(narrow).count() == RECORDS + 5
+
+
+def test_a_repaired_restart_stays_as_it_was_written_and_fails_no_later_run(
+    spark: SparkSession,
+    app_config: AppConfig,
+    tmp_path: Path,
+    bootstrap: str,
+    unique: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A restart from 'latest' skipped [20, 30): its incident is critical with 10 records lost. After
+    the repair replayed them, a whole-history reconcile finds the restart's RESTART_SKIP again (the
+    ledger keeps it) but no gap: the resolved incident is history, carried over as written (impact,
+    severity, cause, the remedy with its execution record and undo), and `--fail-on critical`
+    exits 0, since the findings of a resolved incident fail no run."""
+    topic = f"repaired-{unique}"
+    create_topic(bootstrap, topic, 1)
+    producer = Producer(plain_conf(bootstrap))
+    for i in range(RECORDS):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+
+    cfg = config_for(app_config, tmp_path)
+    on_topic = F.when(F.col("partition").isNotNull(), F.lit(topic))
+    save(
+        ledger_df(
+            spark,
+            ev("RUN_STARTED", 0),
+            ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
+            checkpoint(1, 10, {0: 20}),
+            ev("RUN_STOPPED", 30),
+            ev("RUN_STARTED", 100, run="run-2"),
+            ev("OFFSETS_RESTORED", 100, run="run-2", offsets={0: 30}, detail={"source": "latest"}),
+            checkpoint(2, 110, {0: RECORDS}, run="run-2"),
+            ev("RUN_STOPPED", 120, run="run-2"),
+        ).withColumn("topic", on_topic),
+        cfg,
+        "ledger",
+    )
+    save(
+        commits_df(spark, gc(12, 0, 20, topic=topic), gc(112, 0, RECORDS, topic=topic)), cfg, "group_commits"
+    )
+    source = (
+        spark.read.format("kafka")
+        .options(**spark_kafka_options(KafkaConfig(bootstrap_servers=bootstrap), bootstrap))
+        .option("subscribe", topic)
+        .load()
+    )
+    to_sink_rows(source, 1, "run-1").where(~F.col("kafka_offset").between(20, 29)).write.format("delta").save(
+        tables_from_config(cfg).sink
+    )
+    confirm = kafka_gap_confirmer(
+        KafkaConfig(bootstrap_servers=bootstrap), bootstrap, max_records=100, timeout_s=60
+    )
+    (restart,) = reconcile(spark, cfg, "rec-1", confirmer=confirm).incidents
+    assert (restart.kind, restart.severity, restart.impact.records_lost) == ("restart", "critical", 10)
+
+    common = ["--set", f"paths.data_dir={tmp_path}", "--set", f"kafka.bootstrap_servers={bootstrap}"]
+    code, done = cli_json(capsys, "repair", "--incident", restart.incident_id, "--execute", *common)
+    assert (code, done["actions"][0]["records_appended"]) == (0, 10)
+    (repaired,) = [i for i in read_incidents(spark, cfg) if i.incident_id == restart.incident_id]
+    assert repaired.status == "resolved"
+    assert repaired.remedy.executed is not None
+
+    # The whole history again, as a scheduler gating on critical runs it.
+    history = ["--since", at(-3600).isoformat(), "--until", at(10_000).isoformat()]
+    code, again = cli_json(capsys, "reconcile", *history, "--fail-on", "critical", *common)
+    findings = {(f["finding_type"], f["severity"]): f for f in again["findings"]}
+    assert ("GAP", "critical") not in findings  # the replay holds
+    assert ("RESTART_SKIP", "critical") in findings  # the ledger keeps the restart for good
+    (after,) = [i for i in read_incidents(spark, cfg) if i.incident_id == restart.incident_id]
+    assert (after.impact.records_lost, after.severity) == (10, "critical")
+    assert after.to_row() == repaired.to_row()  # impact, severity, cause, remedy, execution, undo
+    assert (again["failing_findings"], code) == (0, 0)
+    assert findings[("RESTART_SKIP", "critical")]["of_resolved_incidents"] == 1
 
 
 def versions(cfg: AppConfig) -> tuple[int, int]:

@@ -31,8 +31,11 @@ from app.contracts import vocabulary as vocab
 from app.errors import ConfigError, UsageError
 from app.incidents import repair
 from app.incidents.remedy import ReplayStep
+from app.kafka.gaps import kafka_gap_confirmer
+from app.kafka.times import KafkaTimes
 from app.reconcile.forensics_run import run_forensics
 from app.reconcile.outputs import AuditRun, read_incidents
+from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
 from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (
@@ -257,6 +260,38 @@ def test_checkpoint_deleted_and_restarted_past_the_end_names_the_skipped_ranges_
     assert {(r["partition"], r["classification"]) for r in restarts.restarts} == {
         (p, vocab.RESTART_SKIPPED) for p in range(PARTITIONS)
     }
+
+    # No batch read the skipped offsets: read back from the source as a gap is, their data records
+    # are lost whatever the sink, in the incident and in the completeness windows.
+    judged = run_reconcile(
+        spark,
+        cfg,
+        AuditRun(run_id="rec-read-back", now=datetime.now(UTC), since=since),
+        confirmer=kafka_gap_confirmer(cfg.kafka, bootstrap, max_records=10_000, timeout_s=60),
+        times=KafkaTimes(cfg.kafka, bootstrap, 60),
+    )
+    (restart,) = [i for i in judged.incidents if i.kind == vocab.INCIDENT_RESTART]
+    effect = restart.impact
+    assert (restart.severity, effect.records_lost, effect.records_unverifiable) == (
+        vocab.CRITICAL,
+        skipped,
+        0,
+    )
+    assert f"skipped {skipped} offsets on {PARTITIONS} partition(s): {skipped} records lost" in restart.cause
+    windows = (
+        spark.read.format("delta")
+        .load(tables_from_config(cfg).completeness)
+        .where(F.col("reconcile_run_id") == "rec-read-back")
+        .collect()
+    )
+    assert windows
+    totals = (
+        sum(w.lost for w in windows),
+        sum(w.unverifiable for w in windows),
+        sum(w.pending for w in windows),
+        sum(w.offsets_in_sink_batches for w in windows),
+    )
+    assert totals == (skipped, 0, 0, 3 * PER_TRIGGER)  # every offset read by a batch, none skipped
 
 
 def test_a_driver_killed_mid_run_and_restarted_leaves_nothing_at_warn(

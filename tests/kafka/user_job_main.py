@@ -1,27 +1,53 @@
-"""A user's streaming job as a driver process of its own, for the tests that kill it with SIGKILL:
-one of `user_jobs`' jobs (default (a): Kafka payments into Delta through Spark's Delta sink),
-attached in one line, one micro-batch a second until killed. Job (c) reads the topics TOPIC matches
-(`subscribePattern`), the others TOPIC itself.
+"""A user's streaming job as a driver process of its own, for the tests that kill it with SIGKILL or
+read what it prints: one of `user_jobs`' jobs (default (a): Kafka payments into Delta through
+Spark's Delta sink), attached in one line, one micro-batch a second until killed. Job (c) reads the
+topics TOPIC matches (`subscribePattern`), the others TOPIC itself.
 
     python -m tests.kafka.user_job_main BOOTSTRAP TOPIC CHECKPOINT SINK LEDGER JOB DATA_DIR [a|b|c]
+        [--session] [--group GROUP --commit-to SERVERS] [--to-end] [--log FILE]
+
+--session audits through `attach_session` (the query attached at its first progress report)
+instead of `attach` right after `start()`; --group commits each batch to GROUP through the
+brokers SERVERS; --to-end reads what the topic holds and ends (availableNow), the audit closed by
+its `with` block; --log is the application configuring Python logging (every record of level INFO
+and up, as `name|level|message` lines in FILE); without it the application configures none.
 """
 
 from __future__ import annotations
 
+import argparse
+import logging
 import sys
 from pathlib import Path
+from typing import Any
 
-from app.attach import attach
+from app import audit
 from app.config import SparkConfig, load_config
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session
 from tests.kafka.user_jobs import kafka, start_job
 
+LOG_FORMAT = "%(name)s|%(levelname)s|%(message)s"
+
+
+def arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="user_job_main")
+    for name in ("bootstrap", "topic", "checkpoint", "sink", "ledger", "job", "data_dir"):
+        parser.add_argument(name)
+    parser.add_argument("kind", nargs="?", default="a", choices=("a", "b", "c"))
+    parser.add_argument("--session", action="store_true")
+    parser.add_argument("--group")
+    parser.add_argument("--commit-to")
+    parser.add_argument("--to-end", action="store_true")
+    parser.add_argument("--log")
+    return parser.parse_args(argv)
+
 
 def main(argv: list[str]) -> int:
-    bootstrap, topic, checkpoint, sink, ledger, job, data_dir = argv[:7]
-    kind = argv[7] if len(argv) > 7 else "a"
-    cfg = load_config("local", overrides=[f"paths.data_dir={data_dir}"], environ={})
+    args = arguments(argv)
+    if args.log:
+        logging.basicConfig(filename=args.log, level=logging.INFO, format=LOG_FORMAT)
+    cfg = load_config("local", overrides=[f"paths.data_dir={args.data_dir}"], environ={})
     spark_cfg = SparkConfig(
         **{
             **cfg.spark.__dict__,
@@ -31,13 +57,25 @@ def main(argv: list[str]) -> int:
             "shuffle_partitions": 2,
         }
     )
-    spark = build_spark_session(
-        spark_cfg, jvm.spark_extra_jars(cfg.paths.cache_dir), str(Path(data_dir) / "warehouse"), environ={}
-    )
-    raw = kafka(spark, bootstrap, "subscribePattern" if kind == "c" else "subscribe", topic)
-    query = start_job(kind, raw, checkpoint, sink, {"processingTime": "1 second"})
-    attach(query, job_name=job, ledger=ledger)
-    query.awaitTermination()
+    warehouse = str(Path(args.data_dir) / "warehouse")
+    spark = build_spark_session(spark_cfg, jvm.spark_extra_jars(cfg.paths.cache_dir), warehouse, environ={})
+    commits: dict[str, Any] = {}
+    if args.group:
+        commits = {"group_id": args.group, "kafka_options": {"bootstrap.servers": args.commit_to}}
+    trigger = {"availableNow": True} if args.to_end else {"processingTime": "1 second"}
+    raw = kafka(spark, args.bootstrap, "subscribePattern" if args.kind == "c" else "subscribe", args.topic)
+    if args.session:
+        group = args.group
+        session_commits = {**commits, "group_id": lambda _query: group} if group else {}
+        with audit.attach_session(
+            spark, ledger=args.ledger, job_name=lambda _query: args.job, **session_commits
+        ):
+            query = start_job(args.kind, raw, args.checkpoint, args.sink, trigger)
+            query.awaitTermination()
+        return 0
+    query = start_job(args.kind, raw, args.checkpoint, args.sink, trigger)
+    with audit.attach(query, job_name=args.job, ledger=args.ledger, **commits):
+        query.awaitTermination()
     return 0
 
 

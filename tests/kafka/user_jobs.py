@@ -64,6 +64,7 @@ __all__ = [
     "copy_settings",
     "duplicate_keys",
     "events_by_batch",
+    "failing_query",
     "kafka",
     "merge_payments",
     "payments",
@@ -137,6 +138,21 @@ def start_job(
         writer = copy_records(raw).writeStream.format("delta").option("checkpointLocation", str(checkpoint))
         return writer.trigger(**how).start(str(sink))
     raise ValueError(f"no user job {kind!r}: a, b or c")
+
+
+def failing_query(raw: DataFrame, checkpoint: Path | str, name: str | None = None) -> StreamingQuery:
+    """A job whose second batch fails (its foreachBatch raises): the query ends in failure after
+    one completed batch. ``name``: its queryName."""
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        if batch_id >= 1:
+            raise RuntimeError(f"the sink refused batch {batch_id}")
+        batch.count()
+
+    writer = payments(raw).writeStream.foreachBatch(write)
+    if name is not None:
+        writer = writer.queryName(name)
+    return writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
 
 
 def run_to_end(query: StreamingQuery, audit: Attachment) -> None:

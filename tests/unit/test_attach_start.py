@@ -1,11 +1,13 @@
 """Where an attached run starts (`app.attach.run_start`): its first batch and its startup plan,
-from the checkpoint as the run found it."""
+from the checkpoint as the run found it; and when (`run_started_at`), however late the attach."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
-from app.attach import run_start
+from app.attach import run_start, run_started_at, spark_instant
 from app.contracts.vocabulary import RESTORE_CHECKPOINT, RESTORE_SPECIFIC
 
 pytestmark = pytest.mark.unit
@@ -80,3 +82,28 @@ def test_a_run_that_died_before_its_first_commit_asks_for_the_previous_runs_star
     assert asked == [True]
     assert start.plan is not None
     assert {tp: s.offset for tp, s in start.plan.starts.items()} == {A0: 7, A1: 9}
+
+
+T0 = datetime(2026, 3, 4, 10, 0, tzinfo=UTC)
+
+
+def test_a_late_attach_dates_the_run_by_its_first_progress_report() -> None:
+    """Attached after two batches: the run started no later than its first batch's trigger."""
+    reported = [T0 + timedelta(seconds=5), T0 + timedelta(seconds=2)]
+    assert run_started_at(T0 + timedelta(seconds=9), None, reported) == T0 + timedelta(seconds=2)
+
+
+def test_the_query_start_event_dates_the_run_when_known() -> None:
+    started = T0 - timedelta(seconds=3)
+    assert run_started_at(T0 + timedelta(seconds=9), started, [T0, None]) == started
+
+
+def test_an_attach_before_any_report_is_the_run_start() -> None:
+    assert run_started_at(T0, None, []) == T0
+
+
+def test_spark_instants_are_read_as_utc() -> None:
+    assert spark_instant("2026-03-04T10:00:00.123Z") == T0 + timedelta(milliseconds=123)
+    assert spark_instant("2026-03-04T10:00:00") == T0  # no zone: Spark's listener times are UTC
+    assert spark_instant("not a time") is None
+    assert spark_instant(None) is None

@@ -28,6 +28,7 @@ TP = ("payments", 0)
 @dataclass
 class Progress:
     batchId: int  # noqa: N815 - Spark's name
+    timestamp: str = "2026-03-04T00:00:00.000Z"  # when the batch's trigger started, as Spark writes it
 
 
 @dataclass
@@ -268,3 +269,25 @@ def test_a_broker_that_is_down_fails_commits_not_the_run() -> None:
     [stopped] = [e for e in writer.others if e.event_type == "RUN_STOPPED"]
     assert (stopped.detail["successful_commits"], stopped.detail["failed_commits"]) == (0, 1)
     assert audit.ledger_write_failures == 0
+
+
+def test_a_late_attach_dates_the_run_start_before_its_reported_batches() -> None:
+    """Attached after the run reported batches 0 and 1 (DatedCheckpoint: written at 00:00:00 and
+    00:00:01): RUN_STARTED and OFFSETS_RESTORED carry the first report's trigger time, not the
+    attach's, so they sort before the run's own completions."""
+    writer = Writer()
+    first = "2026-03-03T23:59:59.500Z"
+    query = Query(recentProgress=[Progress(0, first), Progress(1, "2026-03-04T00:00:00.600Z")])
+    audit = Attachment(
+        cast(Any, query),
+        cast(Any, Spark()),
+        cast(LedgerWriter, writer),
+        cast(CheckpointFiles, DatedCheckpoint(failures=0)),
+    )
+    audit._begin()
+    audit._sync()
+    starts = [e for e in writer.others if e.event_type in ("RUN_STARTED", "OFFSETS_RESTORED")]
+    assert {e.event_time for e in starts} == {datetime(2026, 3, 3, 23, 59, 59, 500000, tzinfo=UTC)}
+    batches = [e for events in writer.batches.values() for e in events]
+    completed = [e.event_time for e in batches if e.event_type == "CHECKPOINT_COMPLETED"]
+    assert min(completed) > min(e.event_time for e in starts)

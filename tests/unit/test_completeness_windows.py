@@ -169,8 +169,10 @@ def test_delta_batches_counts_know_lost_batches_and_offsets_in_sink_batches_neve
         None,
         None,
     )
-    none = cw.offsets_counts(f)
-    assert (none.pending, none.expected, none.lost, none.final) == (2, None, None, False)
+    # A `none` window knows what no run read (a restart's skip, read back): lost whatever the sink.
+    none = cw.offsets_counts(f, cw.Verdicts(lost=5, unverifiable=1))
+    assert (none.pending, none.expected, none.lost, none.unverifiable, none.final) == (2, None, 5, 1, False)
+    assert cw.offsets_counts(f, cw.Verdicts(read=False)).lost is None  # not read back: unknown
 
 
 def stats_rows(*rows: tuple[int, int, int | None]) -> pa.Table:

@@ -122,6 +122,47 @@ def restart_from_latest() -> list[rc.Finding]:
     return [*skipped, gap(0, 100, 130), gap(1, 10, 20)]
 
 
+def skip_read_back(verdict: dict[str, object] | None) -> list[rc.Finding]:
+    """The restart of ``restart_from_latest`` in a sink that cannot show missing records
+    (`delta_batches`, `none`): no GAP, the skipped [100, 130) read back from the source instead."""
+    audit = la.LedgerAudit(
+        ledger_table(
+            ev("RUN_STARTED", 0),
+            ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
+            checkpoint(1, 10, {0: 100}),
+            ev("RUN_STOPPED", 30),
+            ev("RUN_STARTED", 100, run="run-2"),
+            ev("OFFSETS_RESTORED", 100, run="run-2", offsets={0: 130}, detail={"source": "latest"}),
+            checkpoint(2, 110, {0: 150}, run="run-2"),
+            ev("RUN_STOPPED", 120, run="run-2"),
+        ),
+        commits_table(gc(12, 0, 100), gc(112, 0, 150)),
+        WINDOW,
+        RULES,
+        ingested_at=at(9_000),
+    )
+    try:
+        restarts = audit.restarts()
+        read_back = {
+            fx.restart_key(r): verdict for r in restarts if r["classification"] == vocab.RESTART_SKIPPED
+        }
+        return [*audit.all_findings(), *fx.find_restart_anomalies(restarts, {}, read_back)]
+    finally:
+        audit.close()
+
+
+def read_back(data: int, below_log_start: int = 0) -> dict[str, object]:
+    """What the GAP confirmation says of [100, 130) (app.kafka.gaps.verdict)."""
+    status = vocab.CONFIRMED if data else vocab.UNVERIFIABLE if below_log_start else vocab.BENIGN
+    return {
+        "status": status,
+        "data_records": data,
+        "data_records_capped": False,
+        "offsets_below_log_start": below_log_start,
+        "offsets_beyond_high_watermark": 0,
+    }
+
+
 def second_writer() -> list[rc.Finding]:
     """run-1 completes checkpoint 1 (orders/0 to 50) and stops; a second writer appends copies of
     [10, 20) under its own run label: the sink's duplicate, dated from the ledger."""
@@ -199,6 +240,61 @@ def test_rule_restart_a_restart_and_the_gap_it_skipped_are_one_incident() -> Non
     assert (restart.first_evidence_at, restart.last_evidence_at) == (at(100), at(111))
     # The gap on orders/1 lies outside the skipped range: an incident of its own.
     assert (unrelated.kind, unrelated.finding_ids) == ("gap", ids(found[-1:]))
+
+
+def test_rule_restart_a_skip_no_sink_shows_counts_the_records_read_back_from_the_source() -> None:
+    # 28 data records and 2 transaction markers never read: lost, as on a coordinates sink.
+    (restart,) = incidents_of(skip_read_back(read_back(28)))
+    (skip,) = (f for f in stored(skip_read_back(read_back(28))) if f.finding_type == vocab.RESTART_SKIP)
+    assert (skip.status, skip.severity, skip.record_count) == (vocab.CONFIRMED, vocab.CRITICAL, 30)
+    assert (restart.severity, restart.impact.records_lost, restart.impact.records_unverifiable) == (
+        vocab.CRITICAL,
+        28,
+        0,
+    )
+    assert restart.cause == (
+        "Run run-2 of job-a restarted from 'latest' after a clean stop and skipped 30 offsets on "
+        "1 partition(s): 28 records lost, 0 duplicated."
+    )
+    # Retention deleted them: unverifiable (error); markers only: nothing lost (warn).
+    (gone,) = incidents_of(skip_read_back(read_back(0, below_log_start=30)))
+    assert (gone.severity, gone.impact.records_lost, gone.impact.records_unverifiable) == (vocab.ERROR, 0, 30)
+    (markers,) = incidents_of(skip_read_back(read_back(0)))
+    assert (markers.severity, markers.impact.harm) == (vocab.WARN, 0)
+    # Not read back (confirmation off): every skipped offset is unverifiable, never "0 lost".
+    (unread,) = incidents_of(skip_read_back(None))
+    assert (unread.severity, unread.impact.records_unverifiable) == (vocab.ERROR, 30)
+
+
+def test_rule_restart_a_coordinates_skip_is_counted_by_its_gaps_alone() -> None:
+    # The sink's GAP inside the skip is the loss: the skip itself adds nothing (no double count),
+    # and once a repair replayed the gap, the skip left in the ledger costs nothing.
+    (restart, _) = incidents_of(restart_from_latest())
+    assert restart.impact.records_lost == 30
+    repaired = [f for f in restart_from_latest() if f.finding_type != vocab.GAP]
+    (after,) = incidents_of(repaired)
+    assert (after.kind, after.impact.harm) == (vocab.INCIDENT_RESTART, 0)
+
+
+def test_a_resolved_incident_is_carried_over_as_written_and_its_findings_fail_no_run() -> None:
+    missing = next(i for i in incidents_of(restart_from_latest()) if i.kind == vocab.INCIDENT_RESTART)
+    undo = ("RESTORE TABLE delta.`/sink` TO VERSION AS OF 3",)
+    repaired = after_repair(missing, RepairOutcome((Replayed(30, version_before=3, version_after=4),), undo))
+    # A later reconcile: the RESTART_SKIP again, its gap replayed.
+    found = stored([f for f in restart_from_latest() if f.finding_type != vocab.GAP], "rec-2")
+    built = inc.to_incidents(inc.group_findings(found), "rec-2", {})
+    (again,) = built
+    assert again.incident_id == repaired.incident_id
+    kept = inc.carry_resolution(built, {repaired.incident_id: repaired})
+    assert kept == [repaired]  # impact, severity, cause, remedy with its execution: as written
+    skip = next(f for f in found if f.finding_type == vocab.RESTART_SKIP)
+    assert skip.finding_id in inc.settled_findings(built, kept)
+    # The loss back (the replay undone): open again, as this run sees it, and failing.
+    reopened = inc.to_incidents(inc.group_findings(stored(restart_from_latest(), "rec-3")), "rec-3", {})
+    carried = inc.carry_resolution(reopened, {repaired.incident_id: repaired})
+    back = next(i for i in carried if i.incident_id == repaired.incident_id)
+    assert (back.status, back.impact.records_lost) == (vocab.INCIDENT_OPEN, 30)
+    assert inc.settled_findings(reopened, carried) == set()
 
 
 def test_rule_restart_a_crash_then_a_replay_and_its_duplicates_are_one_incident() -> None:

@@ -16,6 +16,7 @@ from app.kafka.commit_outcome import CommitResult
 from app.reconcile import commit_rules, ledger_rules
 from app.reconcile import findings as rc
 from app.reconcile import ledger_audit as la
+from app.reconcile.ledger_sql import aware_rows
 from app.stream.committer import OffsetCommitter
 from tests.ledger_data import (
     COVERED_SKIPS_STOP,
@@ -283,6 +284,103 @@ def test_the_jobs_own_commits_are_those_it_requested_was_acknowledged_or_recover
     ] == [(1, 2, "exact", 1)]
 
 
+def own_commits(ledger_audit: la.LedgerAudit) -> list[tuple[int, int, float, int | None]]:
+    """Every group commit as (partition, offset, seconds after T0, checkpoint of the claim that
+    makes it the job's own or None), in time order."""
+    ledger_audit.ensure_matched()
+    rows = ledger_audit.rows(
+        'SELECT "partition", committed_offset, commit_time, checkpoint_id FROM matched '
+        "ORDER BY commit_time, log_offset"
+    )
+    return [
+        (
+            r["partition"],
+            r["committed_offset"],
+            (r["commit_time"] - at(0)).total_seconds(),
+            r["checkpoint_id"],
+        )
+        for r in aware_rows(rows)
+    ]
+
+
+def test_a_reset_to_the_offset_the_restarted_job_commits_next_is_foreign() -> None:
+    """The common case of an operator's reset: the job stopped at 20, the group was reset to latest
+    (30) while it was down, and the job restarted from the group's offsets and committed 30 with its
+    first checkpoint 50 s later, inside the match window of its acknowledgement. The reset was made
+    before the run asked for 30 (and before the run started), so it is foreign; the job's request and
+    acknowledgement of 30 explain its own commit only."""
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0),
+        checkpoint(1, 0, {0: 20}),
+        ev("RUN_STOPPED", 10),
+        ev("RUN_STARTED", 90, run="run-2"),
+        ev("OFFSETS_RESTORED", 91, run="run-2", offsets={0: 30}, detail={"source": "group"}),
+        checkpoint(2, 149, {0: 30}, run="run-2"),  # requested at 150, acknowledged at 151
+    )
+    commits = commits_table(gc(2, 0, 20), gc(100, 0, 30), gc(150.5, 0, 30))
+    ledger_audit = audit(ledger, commits, rc.AuditWindow(until=at(10_000), since=None))
+
+    found = ledger_audit.all_findings()
+
+    foreign = findings(found, vocab.FOREIGN_COMMIT)
+    assert [(f["partition"], f["offset_start"], f["evidence"]["commit_time"]) for f in foreign] == [
+        (0, 30, at(100))
+    ]
+    assert findings(found, vocab.COMMIT_MISMATCH) == []
+    assert own_commits(ledger_audit) == [(0, 20, 2.0, 1), (0, 30, 100.0, None), (0, 30, 150.5, 2)]
+
+
+def test_one_request_explains_one_commit_of_its_offset() -> None:
+    """The job requested 50 once (no acknowledgement recorded: the process died with the commit in
+    flight) and the group holds two commits of 50 inside that request's match window: the job's,
+    moments after the request, and a reset to the same offset 30 s later. One request explains one
+    commit, the nearest after it; the other is foreign. A second request of 50 (a later checkpoint
+    that read nothing new) explains a second commit."""
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0),
+        checkpoint(1, 0, {0: 50, 1: 50}, commit=False),
+        ev("COMMIT_REQUESTED", 1, cp=1, offsets={0: 50, 1: 50}, detail={"attempt": 1}),
+        checkpoint(2, 20, {1: 50}, commit=False),
+        ev("COMMIT_REQUESTED", 21, cp=2, offsets={1: 50}, detail={"attempt": 2}),
+    )
+    commits = commits_table(gc(1.5, 0, 50), gc(1.5, 1, 50), gc(21.5, 1, 50), gc(31, 0, 50), gc(31, 1, 50))
+    ledger_audit = audit(ledger, commits, rc.AuditWindow(until=at(10_000), since=None))
+
+    foreign = findings(ledger_audit.all_findings(), vocab.FOREIGN_COMMIT)
+
+    assert [(f["partition"], f["offset_start"], f["evidence"]["commit_time"]) for f in foreign] == [
+        (0, 50, at(31)),
+        (1, 50, at(31)),
+    ]
+    assert own_commits(ledger_audit) == [
+        (0, 50, 1.5, 1),
+        (1, 50, 1.5, 1),
+        (1, 50, 21.5, 2),
+        (0, 50, 31.0, None),
+        (1, 50, 31.0, None),
+    ]
+
+
+@pytest.mark.parametrize("run_start", [True, False])
+def test_an_acknowledgement_without_its_request_explains_one_commit_never_before_its_run(
+    run_start: bool,
+) -> None:
+    """An acknowledgement whose request the ledger lacks explains a commit from the match window
+    before it, never from before its run started, and one commit only: the one nearest to it. A
+    reset of the same offset 10 s before the run started is foreign either way."""
+    ledger = ledger_table(
+        ev("RUN_STARTED", 100, run="run-2") if run_start else [],
+        ev("COMMIT_SUCCEEDED", 130, run="run-2", cp=2, offsets={0: 30}, detail={"attempt": 1}),
+    )
+    commits = commits_table(gc(90, 0, 30), gc(129.5, 0, 30))
+    ledger_audit = audit(ledger, commits, rc.AuditWindow(until=at(10_000), since=None))
+
+    foreign = findings(commit_rules.foreign_commits(ledger_audit), vocab.FOREIGN_COMMIT)
+
+    assert [(f["offset_start"], f["evidence"]["commit_time"]) for f in foreign] == [(30, at(90))]
+    assert own_commits(ledger_audit) == [(0, 30, 90.0, None), (0, 30, 129.5, 2)]
+
+
 def test_commit_regression_and_a_tombstone_resets_history() -> None:
     ledger = ledger_table(checkpoint(1, 0, {0: 10}))
     commits = commits_table(
@@ -463,7 +561,7 @@ def test_covered_skips_are_judged_as_soon_as_their_covering_commit_is_ingested(e
     superseded in flight, checkpoint 4 evicted from the pending ones, the commits of 3 and 5 cover
     them. Group commits are ingested a moment after the job stopped, before its end is past the
     clock skew: the covering commits already settle both skips, so each is one benign
-    SKIPPED_COMMIT and nothing else is found."""
+    SKIPPED_COMMIT naming the checkpoint that superseded or evicted it, and nothing else is found."""
     events, commit_rows = covered_skips_story(engine)
     ledger, commits = ledger_table(events), commits_table(*commit_rows)
     dialect = {e.offset - e.raw_offset for e in events if e.offset is not None and e.raw_offset is not None}
@@ -481,12 +579,13 @@ def test_covered_skips_are_judged_as_soon_as_their_covering_commit_is_ingested(e
             f.severity,
             f.status,
             f.evidence["skip_reason"],
+            f.evidence["superseded_by"],
             f.evidence["covered_by_checkpoint"],
         )
         for f in found
     ) == [
-        (vocab.SKIPPED_COMMIT, 2, 20, vocab.INFO, vocab.BENIGN, vocab.SKIP_SUPERSEDED_IN_FLIGHT, 3),
-        (vocab.SKIPPED_COMMIT, 4, 40, vocab.INFO, vocab.BENIGN, vocab.SKIP_PENDING_EVICTED, 5),
+        (vocab.SKIPPED_COMMIT, 2, 20, vocab.INFO, vocab.BENIGN, vocab.SKIP_SUPERSEDED_IN_FLIGHT, 3, 3),
+        (vocab.SKIPPED_COMMIT, 4, 40, vocab.INFO, vocab.BENIGN, vocab.SKIP_PENDING_EVICTED, 5, 5),
     ]
 
 

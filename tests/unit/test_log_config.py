@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 
 from app.cli import configure_logging
 from app.config import SparkConfig
+from app.kafka.clients import LIBRDKAFKA_LOGGER
 from app.runtime.log_config import ALWAYS_QUIET, LOG4J2_CONFIG, THIRD_PARTY_LOGGERS
 from app.runtime.spark import local_conf
 
@@ -140,3 +143,39 @@ def test_shipped_log4j2_config_sets_every_level_from_the_system_properties() -> 
     loggers = {props[k]: props.get(k.replace(".name", ".level")) for k in props if k.endswith(".name")}
     assert loggers["org.apache.kafka"] == "${sys:offset_audit.log.noisy:-ERROR}"
     assert loggers["org.apache.hadoop.util.NativeCodeLoader"] == "${sys:offset_audit.log.noisy:-ERROR}"
+
+
+# An application that imported the library and configured no logging, then the same one with
+# logging configured: what the library's loggers leave on its stdout and stderr.
+_LIBRARY_LOGS = """
+import logging, sys
+from app import audit  # what a user's job imports
+from app.kafka.clients import librdkafka_logger
+if sys.argv[1] == "configured":
+    logging.basicConfig(level=logging.INFO, format="%(name)s|%(message)s")
+logging.getLogger("app.attach").warning("a warning of the library")
+librdkafka_logger().error("FAIL [rdkafka#consumer-1] Connect to 127.0.0.1:1 failed")
+"""
+
+
+@pytest.mark.parametrize("application", ["unconfigured", "configured"])
+def test_the_library_prints_nothing_unless_the_application_configures_logging(application: str) -> None:
+    """As a library should: a NullHandler on its loggers (`app`, librdkafka's), so Python's
+    last-resort handler prints nothing into a job that configured no logging; a job that did gets
+    the records under the loggers' names. The CLI's own console is configure_logging's (above)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _LIBRARY_LOGS, application],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],  # the repository's root: `app` imports from there
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    if application == "unconfigured":
+        assert done.stderr == ""
+    else:
+        assert done.stderr.splitlines() == [
+            "app.attach|a warning of the library",
+            f"{LIBRDKAFKA_LOGGER}|FAIL [rdkafka#consumer-1] Connect to 127.0.0.1:1 failed",
+        ]

@@ -7,11 +7,13 @@ import json
 import re
 from datetime import UTC, datetime
 
+import pyarrow as pa
 import pytest
 
 from app.incidents.incident import Impact, StoredIncident
 from app.incidents.remedy import RemedyPlan
 from app.report import render as rp
+from app.report.gather import unresolved_gap_records
 
 pytestmark = pytest.mark.unit
 
@@ -49,6 +51,30 @@ def test_completeness_of_a_job_whose_sink_rows_are_not_counted_is_unknown_not_ze
         (0, None, 0, None),
         (1, None, 7, None),
     ]
+
+
+def test_missing_records_count_a_skip_read_back_from_the_source_once() -> None:
+    # payments/0: a restart skipped 40 offsets of a delta_batches sink, 38 data records and 2
+    # deleted by retention; orders/0: a coordinates skip, counted by the GAP inside it alone.
+    rows = [
+        (
+            "payments",
+            "payments",
+            0,
+            "RESTART_SKIP",
+            "confirmed",
+            40,
+            {"skipped_records": {"lost": 38, "unverifiable": 2}},
+        ),
+        ("job-a", "orders", 0, "RESTART_SKIP", "open", 30, {"resume_source": "latest"}),
+        ("job-a", "orders", 0, "GAP", "confirmed", 30, {"status": "confirmed"}),
+        ("job-a", "orders", 1, "GAP", "benign", 2, {"status": "benign"}),
+    ]
+    names = ("job_name", "topic", "partition", "finding_type", "status", "record_count", "evidence")
+    columns = list(zip(*[(*r[:-1], json.dumps(r[-1])) for r in rows], strict=True))
+    findings = pa.table(dict(zip(names, columns, strict=True)))
+
+    assert unresolved_gap_records(findings) == {("payments", "payments", 0): 40, ("job-a", "orders", 0): 30}
 
 
 def test_group_rows_join_lag_and_skip_rate_and_keep_groups_known_to_either_side() -> None:
