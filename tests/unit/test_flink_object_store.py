@@ -1,7 +1,8 @@
 """Flink checkpoints on S3 (moto's server, in its own Python process): the committed fixture
 checkpoints and savepoints uploaded to a bucket decode as they do on local disk through every name
 Flink gives the store (s3://, s3a://, s3p://), and `flink-import --path s3a://...` writes the ledger
-rows a local import writes, once, with no JVM (the import writes through delta-rs)."""
+rows a local import writes, once, with no JVM (the import writes through delta-rs); the sidecar
+recovers the checkpoints a killed job completed on the store after its last poll."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from deltalake import DeltaTable
 
 from app.audit import import_flink_checkpoints
 from app.commands.outcome import EXIT_OK
+from app.contracts import vocabulary as vocab
 from app.errors import FlinkCheckpointGoneError, InfrastructureError
 from app.flink import files
 from app.flink.import_ import find_retained
@@ -24,11 +26,13 @@ from app.flink.metadata import read_checkpoint
 from app.storage import backend
 from tests.cluster import servers
 from tests.cluster.servers import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, S3Server
+from tests.unit import flink_bytes as fb
+from tests.unit.test_flink_watcher import JOB_A, JOB_B, T0, FakeClock, FakeFlink, clock, flink, of, watcher
 from tests.unit.test_interactive_commands import no_java, run_cli
 
 pytestmark = pytest.mark.unit
 
-__all__ = ["no_java"]
+__all__ = ["clock", "flink", "no_java"]  # fixtures shared with the tests they come from
 BUCKET = "flink-checkpoints"
 FIXTURES = Path(__file__).parent / "flink_fixtures"
 # Every retained checkpoint and savepoint directory of the fixtures (the large one's state in files).
@@ -148,3 +152,39 @@ def test_flink_import_from_s3a_writes_the_rows_a_local_import_writes_once_withou
     assert ledger_rows(s3_ledger, uploaded) == ledger_rows(local_ledger, str(FIXTURES))
     assert S3_SECRET_KEY not in first.stdout + first.stderr
     assert not java_calls.exists(), java_calls.read_text()
+
+
+def test_checkpoints_on_s3_completed_between_the_last_poll_and_a_kill_are_recovered(
+    s3: S3Server, flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    prefix = f"s3p://{BUCKET}/watch-{uuid.uuid4().hex}"
+    client = s3.client()
+
+    def retained(job: str, checkpoint_id: int, offset: int) -> str:
+        chk = f"{prefix}/{job}/chk-{checkpoint_id}"
+        metadata = fb.kafka_source_checkpoint(4, checkpoint_id, [[("orders", 0, offset)]])
+        client.put_object(Bucket=BUCKET, Key=f"{chk.split('/', 3)[3]}/_metadata", Body=metadata)
+        return chk
+
+    options = storage_options(s3)
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0, name="payments")
+    w = watcher(flink, ledger, clock, flink_job_id=None, flink_job_name="payments", storage_options=options)
+    w.read = lambda path: read_checkpoint(path, options)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {})
+    flink.history[JOB_A][-1]["external_path"] = retained(JOB_A, 1, 10)
+    w.poll_once()
+    # Checkpoints 2 and 3 complete on the store, and the process is killed before the next poll.
+    retained(JOB_A, 2, 20)
+    restored = retained(JOB_A, 3, 30)
+    flink.jobs.clear()
+    flink.submit(JOB_B, T0 + 9000, name="payments")
+    flink.restore(JOB_B, 3, T0 + 9500)
+    flink.restored[JOB_B]["external_path"] = restored  # type: ignore[index]
+    w.poll_once()
+
+    completed = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, JOB_A)
+    assert sorted((r["checkpoint_id"], r["offset"]) for r in completed) == [(1, 10), (2, 20), (3, 30)]
+    restarted = of(ledger, vocab.EVENT_OFFSETS_RESTORED)
+    assert [(r["checkpoint_id"], r["offset"]) for r in restarted] == [(3, 30)]
