@@ -47,8 +47,9 @@ def file_at(storage: backend.StorageSettings, path: str) -> tuple[fs.FileSystem,
     the bucket, so one store (and its client) serves every file of it."""
     parsed = urlparse(path)
     if parsed.scheme not in backend.S3_SCHEMES:
-        files, root = file_system(backend.location(storage, path))
-        return files, root, backend.location(storage, path)
+        where = backend.location(storage, path)
+        files, root = file_system(where)
+        return files, root, where
     bucket = backend.location(storage, f"{parsed.scheme}://{parsed.netloc}")
     return _bucket_files(bucket), parsed.path.strip("/"), bucket
 

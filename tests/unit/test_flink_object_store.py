@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from app.audit import import_flink_checkpoints
-from app.commands.outcome import EXIT_OK
+from app.commands.outcome import EXIT_OK, EXIT_USAGE
 from app.contracts import vocabulary as vocab
 from app.errors import FlinkCheckpointGoneError, InfrastructureError
 from app.flink import files
@@ -151,6 +151,12 @@ def test_flink_import_from_s3a_writes_the_rows_a_local_import_writes_once_withou
     assert repeated["already_recorded"] == local.imported
     assert ledger_rows(s3_ledger, uploaded) == ledger_rows(local_ledger, str(FIXTURES))
     assert S3_SECRET_KEY not in first.stdout + first.stderr
+    missing = run_cli(
+        env, "flink-import", "--path", f"{uploaded}/no-such-job", "--job", "payments", "--env", "cluster"
+    )
+    assert (missing.returncode, f"{uploaded}/no-such-job" in missing.stderr) == (EXIT_USAGE, True), (
+        missing.stderr
+    )
     assert not java_calls.exists(), java_calls.read_text()
 
 
