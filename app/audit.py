@@ -149,7 +149,8 @@ def import_flink_checkpoints(
     storage_options: Mapping[str, str] | None = None,
 ) -> FlinkImportResult:
     """Backfill job ``job_name``'s ledger at ``ledger`` from the Flink checkpoints (`chk-N`) and
-    savepoints retained under the local directory ``path``, as `offset-audit flink-import` does;
+    savepoints retained under the directory ``path`` (local, or ``s3a://``/``s3://``/``s3p://``
+    reached with ``storage_options``), as `offset-audit flink-import` does;
     importing again adds nothing. A checkpoint that does not decode is reported in the result's
     ``unreadable`` and writes nothing."""
     return import_retained(

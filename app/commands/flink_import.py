@@ -15,7 +15,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--path",
         required=True,
-        help="a local directory holding Flink checkpoints (chk-N under the job id's directory) or savepoints",
+        help=(
+            "a directory holding Flink checkpoints (chk-N under the job id's directory) or savepoints: "
+            "local, or s3a:// (s3://, s3p://) reached with storage.options"
+        ),
     )
     parser.add_argument("--job", required=True, help="the job name its ledger events carry")
     parser.add_argument(

@@ -1,21 +1,31 @@
 """Where a checkpoint's files are and how their bytes are read: the decoder's only I/O.
 
-Locations are strings as Flink writes them: a plain path, or a URI (``file:/x``, ``file:///x``).
-Local files only for now; an object store (``s3a://``) is one more branch of ``read_bytes`` (for
-example through ``pyarrow.fs`` with ``storage_options``), with nothing else to change.
+Locations are strings as Flink writes them: a plain path, a URI (``file:/x``, ``file:///x``), or an
+object on S3 (``s3://``, ``s3a://``, ``s3p://``: Flink's plugins' names for the one store, all read
+through delta-rs's object store by `app.storage.driver_files`, with the Hadoop ``fs.s3a.*`` settings
+of ``storage_options`` as the tables get them). Errors name the location, never a credential.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
+from pyarrow import fs
+
+from app.config import StorageConfig
 from app.errors import FlinkCheckpointGoneError, FlinkStateError, InfrastructureError
+from app.storage import backend, driver_files
 
 METADATA_FILE_NAME: Final = "_metadata"
+# Flink's S3 file systems (Hadoop's `s3a`/`s3`, Presto's `s3p`) name the same objects.
+OBJECT_STORE_SCHEMES: Final = ("s3", "s3a", "s3p")
 
 
 def local_path(location: str) -> Path | None:
@@ -55,6 +65,68 @@ def moved_state_file_location(checkpoint_dir: str, path: str) -> str:
     return f"{checkpoint_dir}/{posixpath.basename(urlsplit(path).path)}"
 
 
+def object_store_path(location: str) -> str | None:
+    """``location`` as the s3a URI the storage settings reach, or None when it is no S3 object."""
+    scheme, sep, rest = location.partition("://")
+    return f"s3a://{rest}" if sep and scheme.lower() in OBJECT_STORE_SCHEMES else None
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file under a listed directory: its path relative to it, and when it was last written."""
+
+    relative: str
+    modified_ms: int
+
+
+def _store(
+    location: str, storage_options: Mapping[str, str] | None
+) -> tuple[fs.FileSystem, str, backend.Location]:
+    uri = object_store_path(location)
+    if uri is None:
+        raise FlinkStateError(
+            location, "is on a file system that cannot be read (local paths, s3://, s3a:// and s3p:// can)"
+        )
+    return driver_files.file_at(StorageConfig(options=dict(storage_options or {})), uri)
+
+
+@contextmanager
+def _store_errors(location: str, where: backend.Location, doing: str) -> Iterator[None]:
+    """The object store's failures named by ``location``, with no credential in the message (nor in
+    the chained cause when the original text held one), as `backend.storage_errors` does."""
+    from deltalake.exceptions import DeltaError
+
+    try:
+        yield
+    except FileNotFoundError:
+        raise FlinkCheckpointGoneError(location, "the file does not exist (any more)") from None
+    except (OSError, DeltaError) as exc:
+        text = str(exc)
+        clean = backend.scrub(text, where.secrets)
+        error = InfrastructureError(f"{location}: cannot {doing}: {clean}")
+        if backend.scrub(text, []) != clean:
+            raise error from None
+        raise error from exc
+
+
+def _read_object(
+    location: str, storage_options: Mapping[str, str] | None, start: int, length: int | None
+) -> bytes:
+    files, path, where = _store(location, storage_options)
+    with _store_errors(location, where, "be read"):
+        if files.get_file_info(path).type != fs.FileType.File:
+            raise FileNotFoundError(location)
+        with files.open_input_file(path) as handle:
+            size = handle.size()
+            if start >= size:
+                return b""
+            return bytes(handle.read_at(_span(size, start, length), start))
+
+
+def _span(size: int, start: int, length: int | None) -> int:
+    return size - start if length is None else min(length, size - start)
+
+
 def read_bytes(
     location: str,
     storage_options: Mapping[str, str] | None = None,
@@ -62,12 +134,12 @@ def read_bytes(
     length: int | None = None,
 ) -> bytes:
     """The bytes of ``location`` (``length`` bytes from ``start`` when given)."""
-    del storage_options  # for object stores; a local file needs none
     local = local_path(location)
     if local is None:
-        raise FlinkStateError(
-            location, "only local checkpoints can be read so far (file system not supported)"
-        )
+        data = _read_object(location, storage_options, start, length)
+        if length is not None and len(data) != length:
+            raise FlinkStateError(location, f"truncated: {len(data)} of {length} bytes from byte {start}")
+        return data
     try:
         with local.open("rb") as handle:
             if start:
@@ -82,3 +154,29 @@ def read_bytes(
     if length is not None and len(data) != length:
         raise FlinkStateError(location, f"truncated: {len(data)} of {length} bytes from byte {start}")
     return data
+
+
+def list_objects(location: str, storage_options: Mapping[str, str] | None = None) -> list[StoredFile]:
+    """Every object under the S3 directory ``location``, at any depth (an object store lists keys,
+    not directories: one listing finds a root's checkpoints); empty when there is none."""
+    files, path, where = _store(location, storage_options)
+    with _store_errors(location, where, "be listed"):
+        listed = files.get_file_info(fs.FileSelector(path, allow_not_found=True, recursive=True))
+    prefix = f"{path}/" if path else ""
+    return [
+        StoredFile(info.path.removeprefix(prefix), _epoch_ms(info.mtime))
+        for info in listed
+        if info.type == fs.FileType.File and info.path.startswith(prefix)
+    ]
+
+
+def object_modified_ms(location: str, storage_options: Mapping[str, str] | None = None) -> int | None:
+    """When the S3 object ``location`` was last written, None when it does not exist."""
+    files, path, where = _store(location, storage_options)
+    with _store_errors(location, where, "be read"):
+        info = files.get_file_info(path)
+    return _epoch_ms(info.mtime) if info.type == fs.FileType.File else None
+
+
+def _epoch_ms(when: datetime | None) -> int:
+    return 0 if when is None else int(when.timestamp() * 1000)

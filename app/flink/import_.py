@@ -3,7 +3,7 @@
 Flink writes a job's checkpoints under `<checkpoint dir>/<job id>/chk-<n>` and keeps the last
 `execution.checkpointing.num-retained` of them (with RETAIN_ON_CANCELLATION, also after the job
 ends); savepoints go to `savepoint-<first 6 hex digits of the job id>-<random>` directories. The
-import walks a directory (a checkpoint root, one job's directory, one `chk-<n>`, a savepoint
+import walks a directory, local or on S3 (a checkpoint root, one job's directory, one `chk-<n>`, a savepoint
 directory or a directory of savepoints) for every such directory holding a `_metadata`, decodes each
 (`app.flink.metadata`) and writes what the ledger lacks.
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import posixpath
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from app.contracts.instants import instant
 from app.contracts.offsets import EventSource
 from app.errors import FlinkStateError, InfrastructureError, UsageError
 from app.flink import events as ev
+from app.flink.files import list_objects, object_store_path
 from app.flink.metadata import FlinkCheckpointOffsets, read_checkpoint
 from app.flink.rest import STATUS_COMPLETED, CheckpointStat, Restore
 from app.flink.watcher import FlinkLedger, local_path
@@ -65,11 +67,22 @@ class Found:
     modified_ms: int
 
 
-def find_retained(root: str) -> list[Found]:
-    """Every `chk-<n>` and `savepoint-*` directory with a `_metadata` at or under ``root``."""
-    root = local_path(root.rstrip("/"))
+def find_retained(root: str, storage_options: Mapping[str, str] | None = None) -> list[Found]:
+    """Every `chk-<n>` and `savepoint-*` directory with a `_metadata` at or under ``root`` (a local
+    directory or an S3 one, reached with ``storage_options``)."""
+    trimmed = root.rstrip("/")
+    found = (
+        _found_in_store(trimmed, storage_options) if object_store_path(trimmed) else _found_on_disk(trimmed)
+    )
+    return sorted(found, key=lambda f: (f.job_key, f.modified_ms, f.path))
+
+
+def _found_on_disk(root: str) -> list[Found]:
+    root = local_path(root)
     if "://" in root:
-        raise UsageError(f"--path {root}: flink-import reads local directories (or file: URIs)")
+        raise UsageError(
+            f"--path {root}: flink-import reads local directories (or file:, s3:, s3a:, s3p: URIs)"
+        )
     if not os.path.isdir(root):
         raise UsageError(f"--path {root}: no such directory")
     found: list[Found] = []
@@ -80,14 +93,33 @@ def find_retained(root: str) -> list[Found]:
         if METADATA not in files:
             continue
         subdirs.clear()  # a checkpoint's own subdirectories hold state files, not checkpoints
-        name = os.path.basename(directory)
         modified = int(os.stat(os.path.join(directory, METADATA)).st_mtime * 1000)
-        if CHECKPOINT_DIR.match(name):
-            job = os.path.basename(os.path.dirname(directory))
-            found.append(Found(directory, False, job, modified))
-        elif match := SAVEPOINT_DIR.match(name):
-            found.append(Found(directory, True, match.group(1), modified))
-    return sorted(found, key=lambda f: (f.job_key, f.modified_ms, f.path))
+        found.extend(_retained(directory, modified))
+    return found
+
+
+def _found_in_store(root: str, storage_options: Mapping[str, str] | None) -> list[Found]:
+    """The object-store twin of the walk: one listing of every key under ``root``, the same depth."""
+    objects = list_objects(root, storage_options)
+    if not objects:
+        raise UsageError(f"--path {root}: no such directory (no object under it)")
+    found: list[Found] = []
+    for stored in objects:
+        parts = stored.relative.split("/")
+        if parts[-1] != METADATA or len(parts) - 1 > MAX_DEPTH:
+            continue
+        found.extend(_retained("/".join([root, *parts[:-1]]), stored.modified_ms))
+    return found
+
+
+def _retained(directory: str, modified_ms: int) -> list[Found]:
+    """The retained checkpoint or savepoint a directory holding a `_metadata` is, by its name."""
+    name = posixpath.basename(directory)
+    if CHECKPOINT_DIR.match(name):
+        return [Found(directory, False, posixpath.basename(posixpath.dirname(directory)), modified_ms)]
+    if match := SAVEPOINT_DIR.match(name):
+        return [Found(directory, True, match.group(1), modified_ms)]
+    return []
 
 
 @dataclass
@@ -153,7 +185,7 @@ def import_retained(
 ) -> FlinkImportResult:
     """Write the ledger events of the checkpoints and savepoints under ``path`` the ledger lacks."""
     reader: Reader = read or (lambda p: read_checkpoint(p, storage_options))
-    retained = find_retained(path)
+    retained = find_retained(path, storage_options)
     result = FlinkImportResult(path=path, found=len(retained))
     if not retained:
         return result

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from app.errors import (
 )
 from app.flink import events as ev
 from app.flink.events import for_engine
+from app.flink.files import list_objects, object_modified_ms, object_store_path
 from app.flink.metadata import FlinkCheckpointOffsets, SplitOffset, read_checkpoint
 from app.flink.prefetch import CHECKPOINT_DIR, Prefetcher, local_dir
 from app.flink.rest import (
@@ -207,6 +209,7 @@ class FlinkWatcher:
         self.group_id = group_id
         self.poll_s = poll_s
         self.read: Reader = read or (lambda path: read_checkpoint(path, storage_options))
+        self.storage_options = storage_options
         self.engine = engine
         self.startup_mode = startup_mode
         self.clock = clock
@@ -386,7 +389,9 @@ class FlinkWatcher:
             return
         extra = {vocab.DETAIL_RECOVERED: True}
         source = EventSource(self.ledger.job_name, previous, engine, self.group_id)
-        for checkpoint_id, path in _retained_between(restore.external_path, max(held, default=-1), restore):
+        for checkpoint_id, path in _retained_between(
+            restore.external_path, max(held, default=-1), restore, self.storage_options
+        ):
             try:
                 earlier = self.read(path)
             except (FlinkStateError, InfrastructureError) as exc:
@@ -394,7 +399,7 @@ class FlinkWatcher:
                     "flink-watch: retained checkpoint %s of run %s not recovered: %s", path, previous, exc
                 )
                 continue
-            stat = _stat_from_file(checkpoint_id, path, restore.restore_ms)
+            stat = _stat_from_file(checkpoint_id, path, restore.restore_ms, self.storage_options)
             events = ev.checkpoint_events(
                 for_engine(source, earlier.engine), stat, earlier, commits=False, extra=extra
             )
@@ -402,7 +407,9 @@ class FlinkWatcher:
             self.summary.checkpoints_recorded += 1
         in_history = next((s for s in checkpoints.history if s.checkpoint_id == restore.checkpoint_id), None)
         # A resubmission's history starts empty: the checkpoint completed before the restore.
-        stat = in_history or _stat_from_file(restore.checkpoint_id, restore.external_path, restore.restore_ms)
+        stat = in_history or _stat_from_file(
+            restore.checkpoint_id, restore.external_path, restore.restore_ms, self.storage_options
+        )
         offsets = tuple(
             SplitOffset(t, p, raw, None) for (t, p), raw in sorted(restored.items()) if raw is not None
         )
@@ -512,17 +519,34 @@ class FlinkWatcher:
         self._stop(self.run, job)
 
 
-def _stat_from_file(checkpoint_id: int, path: str | None, restore_ms: int) -> CheckpointStat:
+def _stat_from_file(
+    checkpoint_id: int, path: str | None, restore_ms: int, storage_options: Mapping[str, str] | None = None
+) -> CheckpointStat:
     """A retained checkpoint's REST facts when REST no longer has them: completed when Flink wrote
     its `_metadata` (before the restore that read it)."""
-    when = min(_modified_ms(path) or restore_ms, restore_ms - 1)
+    when = min(_modified_ms(path, storage_options) or restore_ms, restore_ms - 1)
     return CheckpointStat(checkpoint_id, STATUS_COMPLETED, False, when, when, path, False)
 
 
-def _retained_between(restored_path: str | None, after: int, restore: Restore) -> list[tuple[int, str]]:
+def _retained_between(
+    restored_path: str | None,
+    after: int,
+    restore: Restore,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[tuple[int, str]]:
     """The retained `chk-K` beside the restored checkpoint with ``after`` < K < its id, ascending
-    (local directories only)."""
-    directory = None if restored_path is None else local_dir(os.path.dirname(restored_path.rstrip("/")))
+    (local directories and S3 ones)."""
+    if restored_path is None:
+        return []
+    parent = posixpath.dirname(restored_path.rstrip("/"))
+    wanted = range(after + 1, restore.checkpoint_id)
+    if object_store_path(parent):
+        return sorted(
+            (checkpoint_id, f"{parent}/chk-{checkpoint_id}")
+            for checkpoint_id in _stored_checkpoints(parent, storage_options)
+            if checkpoint_id in wanted
+        )
+    directory = local_dir(parent)
     if directory is None:
         return []
     try:
@@ -533,18 +557,36 @@ def _retained_between(restored_path: str | None, after: int, restore: Restore) -
     for name in names:
         match = CHECKPOINT_DIR.match(name)
         path = os.path.join(directory, name)
-        if (
-            match
-            and after < int(match.group(1)) < restore.checkpoint_id
-            and os.path.exists(os.path.join(path, "_metadata"))
-        ):
+        if match and int(match.group(1)) in wanted and os.path.exists(os.path.join(path, "_metadata")):
             found.append((int(match.group(1)), path))
     return sorted(found)
 
 
-def _modified_ms(external_path: str | None) -> int | None:
+def _stored_checkpoints(parent: str, storage_options: Mapping[str, str] | None) -> list[int]:
+    """The ids of the `chk-K/_metadata` objects under the S3 directory ``parent`` (none when it cannot
+    be listed: the recovery is a best effort, as on disk)."""
+    try:
+        stored = list_objects(parent, storage_options)
+    except (FlinkStateError, InfrastructureError) as exc:
+        log.warning("flink-watch: %s not listed: %s", parent, exc)
+        return []
+    ids = []
+    for item in stored:
+        directory, _, name = item.relative.partition("/")
+        match = CHECKPOINT_DIR.match(directory)
+        if match and name == "_metadata":
+            ids.append(int(match.group(1)))
+    return ids
+
+
+def _modified_ms(external_path: str | None, storage_options: Mapping[str, str] | None = None) -> int | None:
     if external_path is None:
         return None
+    if object_store_path(external_path):
+        try:
+            return object_modified_ms(f"{external_path.rstrip('/')}/_metadata", storage_options)
+        except (FlinkStateError, InfrastructureError):
+            return None
     try:
         return int(os.stat(os.path.join(local_path(external_path), "_metadata")).st_mtime * 1000)
     except OSError:

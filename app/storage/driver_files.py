@@ -6,10 +6,12 @@ local file system or delta-rs's object store, with the storage settings delta-rs
 `storage.files` reads the same files through Hadoop's file system, which needs a session; it
 reaches every scheme Hadoop has a connector for. Here a checkpoint is read only where delta-rs is
 known to reach it with the config's settings (`DRIVER_SCHEMES`: local paths and the S3 schemes).
+`file_at` reaches one file or prefix of a bucket the same way (a Flink checkpoint's files).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Final
@@ -37,6 +39,29 @@ def file_system(where: backend.Location) -> tuple[fs.FileSystem, str]:
 
     # delta-rs's object store is rooted at the location: paths in it are relative.
     return fs.PyFileSystem(DeltaStorageHandler(where.uri, dict(where.options))), ""
+
+
+def file_at(storage: backend.StorageSettings, path: str) -> tuple[fs.FileSystem, str, backend.Location]:
+    """The file system that reaches ``path`` (a local path or an S3 URI), the path's own path in it,
+    and the location errors name and mask (`backend.storage_errors`): an S3 file system is rooted at
+    the bucket, so one store (and its client) serves every file of it."""
+    parsed = urlparse(path)
+    if parsed.scheme not in backend.S3_SCHEMES:
+        where = backend.location(storage, path)
+        files, root = file_system(where)
+        return files, root, where
+    bucket = backend.location(storage, f"{parsed.scheme}://{parsed.netloc}")
+    return _bucket_files(bucket), parsed.path.strip("/"), bucket
+
+
+def _bucket_files(bucket: backend.Location) -> fs.FileSystem:
+    return _bucket_store(bucket.uri, tuple(sorted(bucket.options.items())))
+
+
+@functools.lru_cache(maxsize=16)
+def _bucket_store(uri: str, options: tuple[tuple[str, str], ...]) -> fs.FileSystem:
+    files, _ = file_system(backend.Location(uri, dict(options)))
+    return files
 
 
 @dataclass(frozen=True)
