@@ -94,13 +94,12 @@ def _store(
 def _store_errors(location: str, where: backend.Location, doing: str) -> Iterator[None]:
     """The object store's failures named by ``location``, with no credential in the message (nor in
     the chained cause when the original text held one), as `backend.storage_errors` does."""
-    from deltalake.exceptions import DeltaError
-
+    failures = driver_files.store_errors()
     try:
         yield
     except FileNotFoundError:
         raise FlinkCheckpointGoneError(location, "the file does not exist (any more)") from None
-    except (OSError, DeltaError) as exc:
+    except failures as exc:
         text = str(exc)
         clean = backend.scrub(text, where.secrets)
         error = InfrastructureError(f"{location}: cannot {doing}: {clean}")

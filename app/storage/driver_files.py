@@ -41,6 +41,14 @@ def file_system(where: backend.Location) -> tuple[fs.FileSystem, str]:
     return fs.PyFileSystem(DeltaStorageHandler(where.uri, dict(where.options))), ""
 
 
+def store_errors() -> tuple[type[BaseException], ...]:
+    """What the file systems of `file_at` raise for a failed read or listing, beside ``OSError``
+    (the delta-rs exceptions stay behind this module, as every Delta library import does)."""
+    from deltalake.exceptions import DeltaError
+
+    return (OSError, DeltaError)
+
+
 def file_at(storage: backend.StorageSettings, path: str) -> tuple[fs.FileSystem, str, backend.Location]:
     """The file system that reaches ``path`` (a local path or an S3 URI), the path's own path in it,
     and the location errors name and mask (`backend.storage_errors`): an S3 file system is rooted at
