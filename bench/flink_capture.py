@@ -22,9 +22,10 @@
 
 Printed: checkpoints completed, captured in the ledger (count and %), missed with their reasons (as
 the sidecar recorded them; a miss it did not record is "unaccounted"), the sidecar's REST requests
-per second (the proxy's count from its first request to its stop, and the busiest 10 s) and its
-CPU share of one core (its process tree, from /proc), the Flink process's CPU share, and the load average
-sampled over the run, which a shared machine moves.
+per second (the proxy's count from its first request to the end of the run, and the busiest 10 s by
+arrival at the proxy, where a request delayed on a loaded machine can land beside the next one), its
+CPU share of one core (its process tree, from /proc), the Flink process's CPU share, and the load
+average sampled over the run, which a shared machine moves.
 """
 
 from __future__ import annotations
