@@ -13,6 +13,12 @@ and, for a query that was never attached, from a session that can read its check
                             ledger="s3a://bucket/audit/ledger",
                             sink="s3a://bucket/tables/payments")  # optional: its Delta sink
 
+and for a Flink job, from any process that reaches its JobManager and its checkpoint directory:
+
+    audit.watch_flink_job("http://jobmanager:8081", job_name="payments", ledger=...,
+                          flink_job_name="payments", group_id="payments")  # until SIGTERM
+    audit.import_flink_checkpoints("/checkpoints/payments", job_name="payments", ledger=...)
+
 Everything here is re-exported from the modules that own it (`app.attach`, the ledger import of
 `app.stream.ledger_import`); this module only names the supported surface. Importing it starts no
 Spark session or JVM and reads no file: no configuration, no `conf/` directory. The functions use
@@ -28,7 +34,10 @@ from pyspark.sql import SparkSession
 from app import __version__
 from app.attach import Attachment, SessionAudit, attach, attach_session
 from app.config import StorageConfig
-from app.errors import AttachError, OffsetAuditError
+from app.errors import AttachError, FlinkRestError, FlinkStateError, OffsetAuditError
+from app.flink.import_ import FlinkImportResult, import_retained
+from app.flink.rest import FlinkRest
+from app.flink.watcher import DEFAULT_POLL_S, FlinkLedger, FlinkWatcher, Stop, WatchSummary
 from app.stream.checkpoint import CheckpointFiles
 from app.stream.ledger_import import ImportResult
 from app.stream.ledger_import import import_checkpoint as _import_checkpoint
@@ -36,13 +45,19 @@ from app.stream.ledger_import import import_checkpoint as _import_checkpoint
 __all__ = [
     "AttachError",
     "Attachment",
+    "FlinkImportResult",
+    "FlinkRestError",
+    "FlinkStateError",
     "ImportResult",
     "OffsetAuditError",
     "SessionAudit",
+    "WatchSummary",
     "__version__",
     "attach",
     "attach_session",
     "import_checkpoint",
+    "import_flink_checkpoints",
+    "watch_flink_job",
 ]
 
 
@@ -75,3 +90,75 @@ def import_checkpoint(
     storage = StorageConfig(options=dict(storage_options)) if storage_options else spark
     sink_path = None if sink is None else sink.rstrip("/")
     return _import_checkpoint(files, ledger, job_name, storage, sink=sink_path, sink_app_id=sink_app_id)
+
+
+def watch_flink_job(
+    rest: str,
+    *,
+    job_name: str,
+    ledger: str,
+    flink_job_id: str | None = None,
+    flink_job_name: str | None = None,
+    group_id: str | None = None,
+    poll_s: float = DEFAULT_POLL_S,
+    startup_mode: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    stop: Stop | None = None,
+    max_polls: int | None = None,
+    wait_s: float = 0.0,
+) -> WatchSummary:
+    """Follow a running Flink job from its JobManager's REST API at ``rest`` and write job
+    ``job_name``'s ledger at ``ledger``, as `offset-audit flink-watch` does: the job ``flink_job_id``
+    until it ends, or the newest job named ``flink_job_name`` (and each resubmission) until ``stop``
+    (`app.watch.loop.StopSignal`: SIGTERM, SIGINT; default: a new one, not installed).
+
+    ``group_id``: the group the job's Kafka source commits to. ``storage_options``: Hadoop `fs.*`
+    properties of the ledger's object store. Raises FlinkRestError when the REST API cannot be
+    reached at the start, within ``wait_s`` seconds (later outages are retried), and UsageError for
+    an unknown job id."""
+    from app.flink.metadata import read_checkpoint
+    from app.flink.prefetch import Prefetcher
+    from app.watch.loop import StopSignal
+
+    prefetch = Prefetcher(lambda path: read_checkpoint(path, storage_options)).start()
+    watcher = FlinkWatcher(
+        FlinkRest(rest),
+        FlinkLedger(_storage(storage_options), ledger, job_name),
+        flink_job_id=flink_job_id,
+        flink_job_name=flink_job_name,
+        group_id=group_id,
+        poll_s=poll_s,
+        startup_mode=startup_mode,
+        storage_options=storage_options,
+        prefetch=prefetch,
+    )
+    stop = stop or StopSignal()
+    try:
+        watcher.start(wait_s, stop)
+        return watcher.follow(stop, max_polls)
+    finally:
+        prefetch.close()
+
+
+def import_flink_checkpoints(
+    path: str,
+    *,
+    job_name: str,
+    ledger: str,
+    group_id: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> FlinkImportResult:
+    """Backfill job ``job_name``'s ledger at ``ledger`` from the Flink checkpoints (`chk-N`) and
+    savepoints retained under the local directory ``path``, as `offset-audit flink-import` does;
+    importing again adds nothing. A checkpoint that does not decode is reported in the result's
+    ``unreadable`` and writes nothing."""
+    return import_retained(
+        path,
+        FlinkLedger(_storage(storage_options), ledger, job_name),
+        group_id=group_id,
+        storage_options=storage_options,
+    )
+
+
+def _storage(options: Mapping[str, str] | None) -> StorageConfig:
+    return StorageConfig(options=dict(options or {}))

@@ -53,6 +53,8 @@ COMMANDS = {
     "watch": "the audit every --interval seconds in one long-lived process, alerting new incidents",
     "demo": "the scripted end-to-end demo",
     "ledger-import": "backfill a job's ledger from an existing Spark checkpoint",
+    "flink-watch": "follow a running Flink job from its REST API and write its ledger",
+    "flink-import": "backfill a job's ledger from retained Flink checkpoints and savepoints",
 }
 
 

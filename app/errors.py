@@ -83,6 +83,10 @@ class FlinkCheckpointGoneError(FlinkStateError):
     """A checkpoint file that is not there: Flink deleted it (retention) or it never was written."""
 
 
+class FlinkRestError(InfrastructureError):
+    """A Flink JobManager's REST API could not be reached or did not answer as documented. Exit code 3."""
+
+
 class AttachError(OffsetAuditError):
     """A streaming query the audit cannot attach to (its checkpoint cannot be found)."""
 

@@ -45,9 +45,10 @@ SKIP_REASONS: Final = (
 SUPERSEDED_SKIP_REASONS: Final = (SKIP_SUPERSEDED_IN_FLIGHT, SKIP_PENDING_EVICTED, SKIP_UNKNOWN_CHECKPOINT)
 
 # Where a run's start offsets came from (detail.source of OFFSETS_RESTORED).
-RESTORE_SOURCES: Final = ("checkpoint", "group", "earliest", "latest", "timestamp", "specific")
+# A Flink job restored from a savepoint says so (a checkpoint restore is `checkpoint`).
+RESTORE_SOURCES: Final = ("checkpoint", "group", "earliest", "latest", "timestamp", "specific", "savepoint")
 (RESTORE_CHECKPOINT, RESTORE_GROUP, RESTORE_EARLIEST, RESTORE_LATEST, RESTORE_TIMESTAMP,
- RESTORE_SPECIFIC) = RESTORE_SOURCES
+ RESTORE_SPECIFIC, RESTORE_SAVEPOINT) = RESTORE_SOURCES
 # The values of stream.startup_mode: every source but the checkpoint, whose restored state always
 # wins when there is one (Flink's rule). And of stream.reset_strategy: where a partition the mode
 # has no offset for starts.
@@ -72,6 +73,23 @@ DETAIL_KEYS: Final = (
 # checkpoint's metadata), and the mark of events rebuilt from a checkpoint by `ledger-import`.
 DETAIL_QUERY_ID: Final = "query_id"
 DETAIL_IMPORTED: Final = "imported"
+# A Flink job's events (`flink-watch`, `flink-import`): the Flink job id of the run (its RUN_STARTED),
+# where a checkpoint or savepoint lies, whether it is a savepoint, the operator whose state held the
+# offsets; the checkpoints Flink completed that the ledger holds no offsets of (on the next recorded
+# CHECKPOINT_COMPLETED and in RUN_STOPPED), the failed ones (RUN_STOPPED); and the mark of a commit the
+# sidecar did not see but that Flink sends by design on a checkpoint's completion (COMMIT_REQUESTED).
+DETAIL_FLINK_KEYS: Final = (
+    "flink_job_id", "external_path", "savepoint", "operator_id", "missed_checkpoints", "failed_checkpoints",
+    "inferred",
+)
+(DETAIL_FLINK_JOB_ID, DETAIL_EXTERNAL_PATH, DETAIL_SAVEPOINT, DETAIL_OPERATOR_ID, DETAIL_MISSED_CHECKPOINTS,
+ DETAIL_FAILED_CHECKPOINTS, DETAIL_INFERRED) = DETAIL_FLINK_KEYS
+# Why a completed Flink checkpoint has no offsets in the ledger (each entry of missed_checkpoints):
+# its files were deleted before they were read (execution.checkpointing.num-retained too low for the
+# poll), its _metadata could not be decoded, it left the REST history between two polls, or Flink
+# reported no external path for it.
+MISSED_REASONS: Final = ("files_gone", "unreadable", "not_in_history", "no_external_path")
+MISSED_FILES_GONE, MISSED_UNREADABLE, MISSED_NOT_IN_HISTORY, MISSED_NO_EXTERNAL_PATH = MISSED_REASONS
 
 # --- sinks: how reconcile judges a job's sink (CONTRACTS.md section 4) ------------------------------
 

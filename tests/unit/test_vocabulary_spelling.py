@@ -53,6 +53,7 @@ HOMONYMS: dict[tuple[str, str], str] = {
     ),
     ("app/reconcile/ledger_audit.py", "exact"): "a claim's match kind in the SQL of `matched`",
     ("app/offsets_topic/run.py", "snapshot"): "the ingest mode (config.INGEST_MODES)",
+    ("app/flink/rest.py", "external_path"): "the field of Flink's REST documents the detail key is named for",
 }
 
 # Leaks in modules another branch of the same change rewrites, by (file, word): that branch.

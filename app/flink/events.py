@@ -1,0 +1,222 @@
+"""The ledger events of a Flink job, from its REST facts and its checkpoints' decoded offsets (pure).
+
+A run is one attempt of a Flink job: the job's first start, and each restore (a failover of the same
+job id restores from its latest checkpoint, a resubmission from the checkpoint or savepoint it is
+given). Its run id comes from REST facts alone (`run_id_of`), so a sidecar that restarts finds the
+same id and writes nothing twice. A run's events are those of a Spark run (CONTRACTS.md section 4):
+
+- RUN_STARTED at the attempt's start (the restore time, else the job's start), `flink_job_id`, and
+  for a restore `restored_checkpoint_id`, `external_path`, `savepoint`;
+- OFFSETS_RESTORED per partition for a restore: the restored state's offsets, `source` checkpoint or
+  savepoint. A job started without state has none: Flink does not say where its sources started
+  (earliest, latest, the group's offsets are resolved inside the job), and the first checkpoint is
+  the earliest position known; RUN_STARTED's `startup_mode` says what the user told, if anything;
+- CHECKPOINT_SNAPSHOT (at Flink's trigger time) and CHECKPOINT_COMPLETED (at its last
+  acknowledgement) per partition of each completed checkpoint, under Flink's checkpoint id, in the
+  dialect of the source that wrote the state (`flink-kafkasource` or `flink-legacy`);
+- with a group id, COMMIT_REQUESTED per partition at the completion, `inferred`: both Kafka sources
+  commit a checkpoint's offsets when Flink notifies them of its completion; the sidecar does not
+  see the request, and whether the commit arrived is `__consumer_offsets`'s word, as for any job;
+- RUN_STOPPED when the job reached a terminal state (its `reason`), with the run's counts.
+
+A completed checkpoint whose offsets the ledger cannot hold (its files gone before they were read,
+undecodable, out of the REST history between two polls) gets no checkpoint events: the ledger never
+claims offsets it did not read, and a completion without a snapshot would read as an inconsistency.
+It is listed instead in `missed_checkpoints` ({id, reason}) of the run's next CHECKPOINT_COMPLETED
+and counted in its RUN_STOPPED.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from app import __version__
+from app.contracts import vocabulary as vocab
+from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey, commit_offset_for
+from app.flink.metadata import FlinkCheckpointOffsets
+from app.flink.rest import CheckpointStat, Restore
+
+# A retained checkpoint's directory name (a savepoint's is `savepoint-...`).
+CHECKPOINT_NAME: Final = re.compile(r"^chk-\d+$")
+
+
+def at_ms(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def run_id_of(job_id: str, restore: Restore | None) -> str:
+    """One run per attempt: the job id, and for a restore what it restored and when (the same
+    checkpoint can be restored twice, by two failovers before the next one completes)."""
+    if restore is None:
+        return job_id
+    return f"{job_id}-restore-{restore.checkpoint_id}-{restore.restore_ms}"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a Flink job, as REST shows it."""
+
+    job_id: str
+    started_ms: int
+    restore: Restore | None
+
+    @property
+    def run_id(self) -> str:
+        return run_id_of(self.job_id, self.restore)
+
+    @property
+    def started_at(self) -> datetime:
+        return at_ms(self.restore.restore_ms if self.restore is not None else self.started_ms)
+
+    def owns(self, stat: CheckpointStat) -> bool:
+        """Whether this attempt triggered ``stat`` (a restored attempt triggers from its restore on)."""
+        return self.restore is None or stat.trigger_ms >= self.restore.restore_ms
+
+
+@dataclass(frozen=True)
+class Missed:
+    """A completed checkpoint whose offsets the ledger does not hold, and why (MISSED_REASONS)."""
+
+    checkpoint_id: int
+    reason: str
+    message: str | None = None
+
+    def as_detail(self) -> dict[str, object]:
+        out: dict[str, object] = {"id": self.checkpoint_id, vocab.DETAIL_REASON: self.reason}
+        if self.message:
+            out[vocab.DETAIL_MESSAGE] = self.message
+        return out
+
+
+def raw_offsets(decoded: FlinkCheckpointOffsets) -> dict[TopicPartitionKey, int]:
+    return {(s.topic, s.partition): s.raw_offset for s in decoded.offsets}
+
+
+def source_for(job_name: str, run_id: str, engine: str, group_id: str | None) -> EventSource:
+    return EventSource(job_name, run_id, engine, group_id)
+
+
+def run_started(
+    source: EventSource,
+    attempt: Attempt,
+    *,
+    startup_mode: str | None = None,
+    notes: Sequence[str] = (),
+    extra: Mapping[str, object] | None = None,
+) -> LedgerEvent:
+    """RUN_STARTED of ``attempt``: a restore's mode is its source (checkpoint or savepoint)."""
+    restore = attempt.restore
+    detail: dict[str, object] = {
+        "startup_mode": startup_mode if restore is None else restore_source(restore),
+        "restored_checkpoint_id": None if restore is None else restore.checkpoint_id,
+        "app_version": __version__,
+        vocab.DETAIL_FLINK_JOB_ID: attempt.job_id,
+        "notes": list(notes),
+        **(extra or {}),
+    }
+    if restore is not None:
+        detail[vocab.DETAIL_EXTERNAL_PATH] = restore.external_path
+        detail[vocab.DETAIL_SAVEPOINT] = restore.is_savepoint
+    checkpoint_id = None if restore is None else restore.checkpoint_id
+    return source.event(vocab.EVENT_RUN_STARTED, attempt.started_at, checkpoint_id, detail)
+
+
+def restore_source(restore: Restore) -> str:
+    """Checkpoint or savepoint. Flink 2 reports every restore from a path (a resubmission with
+    `execution.state-recovery.path`) as a savepoint, a retained `chk-N` too: the path's name says."""
+    path = (restore.external_path or "").rstrip("/")
+    if CHECKPOINT_NAME.match(path.rsplit("/", 1)[-1]):
+        return vocab.RESTORE_CHECKPOINT
+    return vocab.RESTORE_SAVEPOINT if restore.is_savepoint else vocab.RESTORE_CHECKPOINT
+
+
+def offsets_restored(
+    source: EventSource,
+    attempt: Attempt,
+    offsets: Mapping[TopicPartitionKey, int | None],
+    extra: Mapping[str, object] | None = None,
+) -> list[LedgerEvent]:
+    """OFFSETS_RESTORED of a restored attempt: ``offsets`` raw, in ``source``'s engine dialect."""
+    restore = attempt.restore
+    if restore is None or not offsets:
+        return []
+    detail = {vocab.DETAIL_SOURCE: restore_source(restore), **(extra or {})}
+    return source.partition_events(
+        vocab.EVENT_OFFSETS_RESTORED, attempt.started_at, restore.checkpoint_id, offsets, detail
+    )
+
+
+def checkpoint_events(
+    source: EventSource,
+    stat: CheckpointStat,
+    decoded: FlinkCheckpointOffsets,
+    *,
+    missed: Sequence[Missed] = (),
+    commits: bool = True,
+    extra: Mapping[str, object] | None = None,
+    completed_at: datetime | None = None,
+) -> list[LedgerEvent]:
+    """A completed checkpoint's CHECKPOINT_SNAPSHOT and CHECKPOINT_COMPLETED (and, with a group and
+    ``commits``, its inferred COMMIT_REQUESTED), in the dialect of the state's source.
+
+    ``source``'s engine must be ``decoded.engine`` (`for_engine`): the offsets are normalised in it.
+    ``missed``: the run's checkpoints missed since the last recorded one, named on the completion."""
+    if source.engine != decoded.engine:
+        source = for_engine(source, decoded.engine)
+    raw = raw_offsets(decoded)
+    common: dict[str, object] = {
+        vocab.DETAIL_EXTERNAL_PATH: stat.external_path or decoded.path,
+        vocab.DETAIL_SAVEPOINT: stat.is_savepoint,
+        vocab.DETAIL_OPERATOR_ID: decoded.operator_id,
+        **(extra or {}),
+    }
+    done = completed_at or at_ms(stat.ack_ms if stat.ack_ms is not None else stat.trigger_ms)
+    triggered = min(at_ms(stat.trigger_ms), done)
+    completion = dict(common)
+    if missed:
+        completion[vocab.DETAIL_MISSED_CHECKPOINTS] = [m.as_detail() for m in missed]
+    events = source.checkpoint_events(
+        vocab.EVENT_CHECKPOINT_SNAPSHOT, triggered, stat.checkpoint_id, raw, common
+    )
+    events += source.checkpoint_events(
+        vocab.EVENT_CHECKPOINT_COMPLETED, done, stat.checkpoint_id, raw, completion
+    )
+    if commits and source.group_id is not None:
+        sent = {tp: o for tp, o in raw.items() if commit_offset_for(o, source.engine) is not None}
+        detail = {vocab.DETAIL_INFERRED: True, **(extra or {})}
+        events += source.partition_events(
+            vocab.EVENT_COMMIT_REQUESTED, done, stat.checkpoint_id, sent, detail
+        )
+    return events
+
+
+def for_engine(source: EventSource, engine: str) -> EventSource:
+    return EventSource(source.job_name, source.run_id, engine, source.group_id)
+
+
+@dataclass
+class RunCounts:
+    """What a run's RUN_STOPPED counts."""
+
+    recorded: int = 0
+    failed: int = 0
+    missed: list[Missed] | None = None
+
+    def detail(self) -> dict[str, Any]:
+        missed = self.missed or []
+        return {
+            "checkpoints_recorded": self.recorded,
+            vocab.DETAIL_FAILED_CHECKPOINTS: self.failed,
+            vocab.DETAIL_MISSED_CHECKPOINTS: [m.as_detail() for m in missed],
+        }
+
+
+def run_stopped(source: EventSource, when: datetime, state: str, counts: RunCounts) -> LedgerEvent:
+    """RUN_STOPPED of a run whose job reached the terminal ``state`` (Flink's JobStatus)."""
+    return source.event(
+        vocab.EVENT_RUN_STOPPED, when, None, {vocab.DETAIL_REASON: state.lower(), **counts.detail()}
+    )

@@ -1,0 +1,551 @@
+"""`flink-watch`: a sidecar that follows a running Flink job and writes its ledger.
+
+Every ``poll_s`` it asks the JobManager's REST API which job it follows (by id, or the newest job of a
+name: a resubmission is followed too), the job's state and its checkpoints, and for each checkpoint
+completed since the last poll reads its `_metadata` at `external_path` (`app.flink.metadata`) before
+Flink deletes it (it keeps `execution.checkpointing.num-retained`). The events
+(`app.flink.events`) go through the ledger writer of `app.stream.ledger`: a checkpoint's in one Delta
+commit under the run's transaction id (version = checkpoint id), so a sidecar restarted over the same
+history writes nothing twice; a run's start and stop keyed by their identity.
+
+It only reads: REST GETs, at most 2 a second (`rest.Pacer`), and the checkpoint files. It never
+slows or fails the job; the job does not know it is there.
+
+Runs and restarts. Each attempt of the job is a run (`events.run_id_of`). A restore (a failover of
+the job, a resubmission from a checkpoint or savepoint) starts a new run whose OFFSETS_RESTORED
+are the restored state's offsets. The previous run got no RUN_STOPPED (it died: reconcile judges
+its stop and the restart). When the restored checkpoint is one the ledger lacks (completed just
+before the crash, between two polls), it is recorded first as the previous run's completion with
+`recovered` (the dead process may have committed it), so the restart is judged against it.
+
+Unreachable REST after the start (the JobManager restarting, the process killed) is retried every
+poll until a stop; the first contact failing is an infrastructure error (exit 3).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+import pyarrow.compute as pc
+
+from app.contracts import vocabulary as vocab
+from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
+from app.errors import (
+    FlinkCheckpointGoneError,
+    FlinkRestError,
+    FlinkStateError,
+    InfrastructureError,
+    UsageError,
+)
+from app.flink import events as ev
+from app.flink.events import for_engine
+from app.flink.metadata import FlinkCheckpointOffsets, SplitOffset, read_checkpoint
+from app.flink.prefetch import CHECKPOINT_DIR, Prefetcher, local_dir
+from app.flink.rest import (
+    STATUS_COMPLETED,
+    Checkpoints,
+    CheckpointStat,
+    FlinkRest,
+    JobSummary,
+    Restore,
+    newest_by_name,
+    retention_warnings,
+)
+from app.storage import backend, facade
+from app.stream.ledger import LedgerWriter
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POLL_S = 1.0
+# The columns the ledger reads below filter on: a read returns them with those asked for.
+_FILTERED = ("job_name", "run_id", "event_type")
+
+Reader = Callable[[str], FlinkCheckpointOffsets]
+
+
+class Stop(Protocol):
+    """What stops the loop between polls (`app.watch.loop.StopSignal`)."""
+
+    requested: int | None
+
+    def wait(self, timeout_s: float) -> bool: ...
+
+
+def local_path(external_path: str) -> str:
+    """A `file:` URI as the local path it names; any other location as given."""
+    if external_path.startswith("file://"):
+        return external_path[len("file://") :]
+    if external_path.startswith("file:"):
+        return external_path[len("file:") :]
+    return external_path
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Why a checkpoint could not be read: its files were gone (Flink deleted them), or they were
+    there and did not decode (or could not be read)."""
+    return vocab.MISSED_FILES_GONE if isinstance(exc, FlinkCheckpointGoneError) else vocab.MISSED_UNREADABLE
+
+
+class FlinkLedger:
+    """The ledger as the sidecar and the import use it: one `LedgerWriter` per run of the job."""
+
+    def __init__(self, storage: backend.StorageSettings, location: str, job_name: str) -> None:
+        self.storage = storage
+        self.location = location
+        self.job_name = job_name
+        self._writers: dict[str, LedgerWriter] = {}
+
+    def writer(self, run_id: str) -> LedgerWriter:
+        if run_id not in self._writers:
+            self._writers[run_id] = LedgerWriter(
+                self.storage, self.location, self.job_name, run_id, scope=run_id
+            )
+        return self._writers[run_id]
+
+    def ensure(self) -> None:
+        self.writer("-").ensure()
+
+    def write_checkpoint(self, run_id: str, checkpoint_id: int, events: list[LedgerEvent]) -> int:
+        """One Delta commit for a checkpoint's events (the run's transaction id, version = its id)."""
+        return len(events) if self.writer(run_id).write(events, checkpoint_id) else 0
+
+    def write_new(self, run_id: str, events: list[LedgerEvent]) -> int:
+        return self.writer(run_id).write_new(events) if events else 0
+
+    def completed_ids(self, run_id: str | None = None, runs: list[str] | None = None) -> set[int]:
+        """The checkpoint ids the ledger holds completions of: of one run, of ``runs``, or of the job."""
+        where = (pc.field("job_name") == self.job_name) & (
+            pc.field("event_type") == vocab.EVENT_CHECKPOINT_COMPLETED
+        )
+        if run_id is not None:
+            where = where & (pc.field("run_id") == run_id)
+        if runs is not None:
+            where = where & pc.field("run_id").isin(runs)
+        rows = facade.rows(self.storage, self.location, where, columns=[*_FILTERED, "checkpoint_id"])
+        if rows is None:
+            return set()
+        return {int(i) for i in pc.unique(rows.column("checkpoint_id")).to_pylist() if i is not None}
+
+    def last_run_id(self) -> str | None:
+        return self.writer("-").facts().last_run_id
+
+    def completion(self, checkpoint_id: int) -> tuple[str, dict[TopicPartitionKey, int | None]] | None:
+        """The engine and raw offsets of the job's recorded completion of ``checkpoint_id``, if any."""
+        where = (
+            (pc.field("job_name") == self.job_name)
+            & (pc.field("event_type") == vocab.EVENT_CHECKPOINT_COMPLETED)
+            & (pc.field("checkpoint_id") == checkpoint_id)
+            & pc.field("partition").is_valid()
+        )
+        rows = facade.rows(
+            self.storage,
+            self.location,
+            where,
+            columns=[*_FILTERED, "checkpoint_id", "engine", "topic", "partition", "raw_offset"],
+        )
+        if rows is None or rows.num_rows == 0:
+            return None
+        found = rows.to_pylist()
+        return str(found[0]["engine"]), {(r["topic"], int(r["partition"])): r["raw_offset"] for r in found}
+
+
+@dataclass
+class WatchSummary:
+    """What a sidecar did, for its final print."""
+
+    runs: list[str] = field(default_factory=list)
+    checkpoints_recorded: int = 0
+    missed: list[dict[str, object]] = field(default_factory=list)
+    failed_checkpoints: int = 0
+    events_written: int = 0
+    rest_requests: int = 0
+    stopped_runs: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Run:
+    attempt: ev.Attempt
+    source: EventSource
+    counts: ev.RunCounts
+    pending_missed: list[ev.Missed] = field(default_factory=list)
+    recorded: set[int] = field(default_factory=set)
+    stopped: bool = False
+
+
+class FlinkWatcher:
+    """Follows one Flink job (``flink_job_id``) or the newest job named ``flink_job_name``."""
+
+    def __init__(
+        self,
+        rest: FlinkRest,
+        ledger: FlinkLedger,
+        *,
+        flink_job_id: str | None = None,
+        flink_job_name: str | None = None,
+        group_id: str | None = None,
+        poll_s: float = DEFAULT_POLL_S,
+        read: Reader | None = None,
+        engine: str = vocab.ENGINE_FLINK_KAFKASOURCE,
+        startup_mode: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        prefetch: Prefetcher | None = None,
+    ) -> None:
+        if (flink_job_id is None) == (flink_job_name is None):
+            raise UsageError("follow a Flink job by its id or by its name (one of them)")
+        self.rest = rest
+        self.ledger = ledger
+        self.flink_job_id = flink_job_id
+        self.flink_job_name = flink_job_name
+        self.group_id = group_id
+        self.poll_s = poll_s
+        self.read: Reader = read or (lambda path: read_checkpoint(path, storage_options))
+        self.engine = engine
+        self.startup_mode = startup_mode
+        self.clock = clock
+        self.prefetch = prefetch
+        self.summary = WatchSummary()
+        self.job: JobSummary | None = None
+        self.run: _Run | None = None
+        self.last_id: int | None = None  # the newest checkpoint id handled (recorded, failed or missed)
+        self.completed_count: int | None = None
+        self._down = False
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def start(self, wait_s: float = 0.0, stop: Stop | None = None) -> list[str]:
+        """The first contact: the job must be there (UsageError by id; by name it may come later),
+        the REST reachable within ``wait_s`` seconds (else FlinkRestError: exit 3; a sidecar may start
+        beside its JobManager). Returns the retention warnings, also logged."""
+        deadline = self.clock() + wait_s
+        while True:
+            try:
+                job = self._resolve()
+                break
+            except FlinkRestError:
+                if self.clock() >= deadline or (stop is not None and stop.wait(self.poll_s)):
+                    raise
+                if stop is None:
+                    time.sleep(self.poll_s)
+        if job is None and self.flink_job_id is not None:
+            raise UsageError(f"the JobManager at {self.rest.base_url} knows no job {self.flink_job_id}")
+        self.ledger.ensure()
+        if job is not None:
+            warnings = retention_warnings(self.rest.checkpoint_config(job.job_id), self.poll_s)
+            for warning in warnings:
+                log.warning("flink-watch: %s", warning)
+            self.summary.warnings = warnings
+        return self.summary.warnings
+
+    def follow(self, stop: Stop, max_polls: int | None = None) -> WatchSummary:
+        """Polls every ``poll_s`` (start to start) until a stop, the followed job id's end, or
+        ``max_polls``."""
+        polls = 0
+        while stop.requested is None and (max_polls is None or polls < max_polls):
+            polls += 1
+            started = self.clock()
+            if self.poll_once():
+                break
+            if stop.wait(self.poll_s - (self.clock() - started)):
+                break
+        self.summary.rest_requests = self.rest.requests
+        return self.summary
+
+    def poll_once(self) -> bool:
+        """One poll; True when the followed job id ended (nothing more will happen to it)."""
+        try:
+            return self._poll()
+        except FlinkRestError as exc:
+            if not self._down:
+                log.warning("flink-watch: %s; retrying every %.1f s", exc, self.poll_s)
+            self._down = True
+            return False
+
+    def _poll(self) -> bool:
+        job = self._resolve()
+        if self._down:
+            log.info("flink-watch: the Flink REST API answers again")
+            self._down = False
+        if job is None:
+            return False
+        new_job = self.job is None or job.job_id != self.job.job_id
+        if new_job and not (job.running or job.terminal):
+            # A job still being created or scheduled has not restored its state yet: its attempt
+            # (and so its run) is known once it runs.
+            return False
+        if self.job is not None and new_job:
+            self._leave(self.job)
+        if new_job:
+            # Checkpoint ids and counts are the job's: a new job (a resubmission) starts its own.
+            self.completed_count = None
+            self.last_id = None
+            self._prefetch_job(job)
+        self.job = job
+        checkpoints = self.rest.checkpoints(job.job_id)
+        attempt = ev.Attempt(job.job_id, job.start_ms, checkpoints.restored)
+        if self.run is None or self.run.attempt.run_id != attempt.run_id:
+            if self.run is not None and self.run.attempt.job_id == job.job_id and attempt.restore is not None:
+                # A failover: what the dying attempt completed before the restore is its own.
+                self._record(checkpoints, self.run, before_ms=attempt.restore.restore_ms)
+            self._begin(attempt, checkpoints)
+        assert self.run is not None
+        self._record(checkpoints, self.run)
+        self.completed_count = checkpoints.completed_count
+        if job.terminal:
+            self._stop(self.run, job)
+            return self.flink_job_id is not None
+        return False
+
+    def _prefetch_job(self, job: JobSummary) -> None:
+        """Point the read-ahead at the new job's checkpoint directory, `<checkpoint dir>/<job id>`."""
+        if self.prefetch is None:
+            return
+        root = self.rest.checkpoint_config(job.job_id).directory
+        self.prefetch.watch(None if root is None else f"{root.rstrip('/')}/{job.job_id}", 0)
+
+    def _resolve(self) -> JobSummary | None:
+        if self.flink_job_id is not None:
+            return self.rest.job(self.flink_job_id)
+        assert self.flink_job_name is not None
+        return newest_by_name(self.rest.jobs(), self.flink_job_name)
+
+    # --- runs -----------------------------------------------------------------------------------
+
+    def _begin(self, attempt: ev.Attempt, checkpoints: Checkpoints) -> None:
+        previous = self.run.attempt.run_id if self.run is not None else self.ledger.last_run_id()
+        engine, restored, note = self._restored_offsets(attempt)
+        source = EventSource(self.ledger.job_name, attempt.run_id, engine, self.group_id)
+        self.run = _Run(
+            attempt, source, ev.RunCounts(missed=[]), recorded=self.ledger.completed_ids(attempt.run_id)
+        )
+        if attempt.restore is not None and restored is not None and previous not in (None, attempt.run_id):
+            self._recover(previous, attempt, engine, restored, checkpoints)
+        notes = [note] if note else []
+        if attempt.restore is None:
+            notes.append(
+                "started without state: Flink does not say where its Kafka sources started; the first "
+                "checkpoint is the earliest position known"
+            )
+        start = [ev.run_started(source, attempt, startup_mode=self.startup_mode, notes=notes)]
+        start += ev.offsets_restored(source, attempt, restored or {})
+        self.summary.events_written += self.ledger.write_new(attempt.run_id, start)
+        self.summary.runs.append(attempt.run_id)
+        if attempt.restore is not None and self.last_id is None:
+            # What the restored checkpoint's id and those before it were is the earlier attempts' story.
+            self.last_id = attempt.restore.checkpoint_id
+            if self.prefetch is not None:
+                self.prefetch.forget_through(self.last_id)
+        log.info("flink-watch: run %s of Flink job %s started", attempt.run_id, attempt.job_id)
+
+    def _restored_offsets(
+        self, attempt: ev.Attempt
+    ) -> tuple[str, dict[TopicPartitionKey, int | None] | None, str | None]:
+        """The engine and raw offsets the attempt restored: read from the restored state, else the
+        ledger's completion of that checkpoint; with a note when neither could say."""
+        restore = attempt.restore
+        if restore is None:
+            return self.engine, None, None
+        if restore.external_path is not None:
+            try:
+                decoded = self.read(restore.external_path)
+                offsets: dict[TopicPartitionKey, int | None] = {**ev.raw_offsets(decoded)}
+                return decoded.engine, offsets, None
+            except (FlinkStateError, InfrastructureError) as exc:
+                failure = f"the restored state at {restore.external_path} could not be read: {exc}"
+        else:
+            failure = "Flink reported no path for the restored state"
+        recorded = self.ledger.completion(restore.checkpoint_id)
+        if recorded is not None:
+            return recorded[0], recorded[1], f"{failure}; offsets from the ledger's completion"
+        log.warning("flink-watch: %s, and the ledger holds no completion of it", failure)
+        return self.engine, None, failure
+
+    def _recover(
+        self,
+        previous: str,
+        attempt: ev.Attempt,
+        engine: str,
+        restored: dict[TopicPartitionKey, int | None],
+        checkpoints: Checkpoints,
+    ) -> None:
+        """Record the restored checkpoint as the previous run's completion when the ledger lacks it,
+        with the retained checkpoints before it that run did not record either: they completed between
+        its last poll and its end (a process killed moments after a few checkpoints)."""
+        restore = attempt.restore
+        if restore is None or ev.restore_source(restore) != vocab.RESTORE_CHECKPOINT:
+            return
+        held = self.ledger.completed_ids(run_id=previous)
+        if restore.checkpoint_id in held:
+            return
+        extra = {vocab.DETAIL_RECOVERED: True}
+        source = EventSource(self.ledger.job_name, previous, engine, self.group_id)
+        for checkpoint_id, path in _retained_between(restore.external_path, max(held, default=-1), restore):
+            try:
+                earlier = self.read(path)
+            except (FlinkStateError, InfrastructureError) as exc:
+                log.warning(
+                    "flink-watch: retained checkpoint %s of run %s not recovered: %s", path, previous, exc
+                )
+                continue
+            stat = _stat_from_file(checkpoint_id, path, restore.restore_ms)
+            events = ev.checkpoint_events(
+                for_engine(source, earlier.engine), stat, earlier, commits=False, extra=extra
+            )
+            self.summary.events_written += self.ledger.write_checkpoint(previous, checkpoint_id, events)
+            self.summary.checkpoints_recorded += 1
+        in_history = next((s for s in checkpoints.history if s.checkpoint_id == restore.checkpoint_id), None)
+        # A resubmission's history starts empty: the checkpoint completed before the restore.
+        stat = in_history or _stat_from_file(restore.checkpoint_id, restore.external_path, restore.restore_ms)
+        offsets = tuple(
+            SplitOffset(t, p, raw, None) for (t, p), raw in sorted(restored.items()) if raw is not None
+        )
+        decoded = FlinkCheckpointOffsets(
+            restore.checkpoint_id, engine, "", restore.external_path or "", offsets
+        )
+        events = ev.checkpoint_events(source, stat, decoded, commits=False, extra=extra)
+        self.summary.events_written += self.ledger.write_checkpoint(previous, restore.checkpoint_id, events)
+        self.summary.checkpoints_recorded += 1
+
+    def _record(self, checkpoints: Checkpoints, run: _Run, before_ms: int | None = None) -> None:
+        """Record ``run``'s checkpoints that completed since the last one handled, in id order."""
+        history = {s.checkpoint_id: s for s in checkpoints.history}
+        new = [
+            s
+            for s in checkpoints.history
+            if (self.last_id is None or s.checkpoint_id > self.last_id)
+            and run.attempt.owns(s)
+            and (before_ms is None or s.trigger_ms < before_ms)
+            and (s.completed or s.failed)
+        ]
+        if new and self.last_id is not None and self.completed_count is not None:
+            seen = sum(1 for s in new if s.completed)
+            if checkpoints.completed_count - self.completed_count > seen:
+                gap = [i for i in range(self.last_id + 1, new[0].checkpoint_id) if i not in history]
+                run.pending_missed += [ev.Missed(i, vocab.MISSED_NOT_IN_HISTORY) for i in gap]
+        ready: list[CheckpointStat] = []
+        for stat in new:
+            # An in-progress checkpoint before a finished one stops the walk: it is handled next poll.
+            if any(
+                s.checkpoint_id < stat.checkpoint_id and not (s.completed or s.failed)
+                for s in checkpoints.history
+                if self.last_id is None or s.checkpoint_id > self.last_id
+            ):
+                break
+            ready.append(stat)
+        # Every file is read before anything is written: Flink deletes a checkpoint's files as later
+        # ones complete, and a ledger write (a Delta commit) takes longer than a decode.
+        reads = {
+            s.checkpoint_id: self._read(s)
+            for s in ready
+            if s.completed and s.checkpoint_id not in run.recorded
+        }
+        for stat in ready:
+            if stat.failed:
+                run.counts.failed += 1
+                self.summary.failed_checkpoints += 1
+            elif stat.checkpoint_id in reads:
+                self._write(stat, reads[stat.checkpoint_id], run)
+            self.last_id = stat.checkpoint_id
+        if self.prefetch is not None and self.last_id is not None:
+            self.prefetch.forget_through(self.last_id)
+
+    def _read(self, stat: CheckpointStat) -> FlinkCheckpointOffsets | ev.Missed:
+        if stat.external_path is None:
+            return ev.Missed(stat.checkpoint_id, vocab.MISSED_NO_EXTERNAL_PATH)
+        ahead = None if self.prefetch is None else self.prefetch.take(stat.external_path)
+        if ahead is not None and ahead.checkpoint_id == stat.checkpoint_id:
+            return ahead
+        try:
+            return self.read(stat.external_path)
+        except (FlinkStateError, InfrastructureError) as exc:
+            return ev.Missed(stat.checkpoint_id, failure_reason(exc), str(exc)[:300])
+
+    def _write(self, stat: CheckpointStat, read: FlinkCheckpointOffsets | ev.Missed, run: _Run) -> None:
+        if isinstance(read, ev.Missed):
+            run.pending_missed.append(read)
+            assert run.counts.missed is not None
+            run.counts.missed.append(read)
+            self.summary.missed.append(read.as_detail())
+            log.warning(
+                "flink-watch: checkpoint %d of run %s not recorded (%s): %s",
+                stat.checkpoint_id,
+                run.attempt.run_id,
+                read.reason,
+                read.message,
+            )
+            return
+        events = ev.checkpoint_events(run.source, stat, read, missed=run.pending_missed)
+        self.summary.events_written += self.ledger.write_checkpoint(
+            run.attempt.run_id, stat.checkpoint_id, events
+        )
+        run.pending_missed = []
+        run.recorded.add(stat.checkpoint_id)
+        run.counts.recorded += 1
+        self.summary.checkpoints_recorded += 1
+
+    def _stop(self, run: _Run, job: JobSummary) -> None:
+        if run.stopped:
+            return
+        when = ev.at_ms(job.end_ms) if job.end_ms else datetime.now(UTC)
+        stopped = ev.run_stopped(run.source, when, job.state, run.counts)
+        self.summary.events_written += self.ledger.write_new(run.attempt.run_id, [stopped])
+        self.summary.stopped_runs.append(run.attempt.run_id)
+        run.stopped = True
+        log.info("flink-watch: run %s stopped (%s)", run.attempt.run_id, job.state)
+
+    def _leave(self, previous: JobSummary) -> None:
+        """The followed name moved to a new job: the old one's last checkpoints and its end, when the
+        JobManager still knows it (a killed process's job is gone: no stop is recorded)."""
+        if self.run is None or self.run.attempt.job_id != previous.job_id:
+            return
+        job = self.rest.job(previous.job_id)
+        if job is None or not job.terminal:
+            return
+        self._record(self.rest.checkpoints(job.job_id), self.run)
+        self._stop(self.run, job)
+
+
+def _stat_from_file(checkpoint_id: int, path: str | None, restore_ms: int) -> CheckpointStat:
+    """A retained checkpoint's REST facts when REST no longer has them: completed when Flink wrote
+    its `_metadata` (before the restore that read it)."""
+    when = min(_modified_ms(path) or restore_ms, restore_ms - 1)
+    return CheckpointStat(checkpoint_id, STATUS_COMPLETED, False, when, when, path, False)
+
+
+def _retained_between(restored_path: str | None, after: int, restore: Restore) -> list[tuple[int, str]]:
+    """The retained `chk-K` beside the restored checkpoint with ``after`` < K < its id, ascending
+    (local directories only)."""
+    directory = None if restored_path is None else local_dir(os.path.dirname(restored_path.rstrip("/")))
+    if directory is None:
+        return []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        match = CHECKPOINT_DIR.match(name)
+        path = os.path.join(directory, name)
+        if (
+            match
+            and after < int(match.group(1)) < restore.checkpoint_id
+            and os.path.exists(os.path.join(path, "_metadata"))
+        ):
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def _modified_ms(external_path: str | None) -> int | None:
+    if external_path is None:
+        return None
+    try:
+        return int(os.stat(os.path.join(local_path(external_path), "_metadata")).st_mtime * 1000)
+    except OSError:
+        return None

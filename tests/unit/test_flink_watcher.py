@@ -1,0 +1,525 @@
+"""The sidecar loop against a scripted JobManager (its REST documents), a scripted decoder and a real
+Delta ledger on local disk: what it records, misses, restarts and stops, and its request pace."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from app.config import StorageConfig
+from app.contracts import vocabulary as vocab
+from app.errors import FlinkCheckpointGoneError, FlinkRestError, UsageError
+from app.flink.metadata import FlinkCheckpointOffsets, SplitOffset, read_checkpoint
+from app.flink.rest import FlinkRest, Pacer
+from app.flink.watcher import FlinkLedger, FlinkWatcher
+
+pytestmark = pytest.mark.unit
+
+JOB_A = "4f2c7d1e9a6b40c8b1d3e5f7a9c0b2d4"
+JOB_B = "9e8d7c6b5a4f30e2d1c0b9a8f7e6d5c4"
+T0 = 1764237600000
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeStop:
+    """Between polls, the clock moves by the poll interval; no real sleep."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.requested: int | None = None
+
+    def wait(self, timeout_s: float) -> bool:
+        self.clock.now += max(timeout_s, 0.0)
+        return self.requested is not None
+
+
+class FakeFlink:
+    """A JobManager's REST documents, changed by the test between polls, and the decoded checkpoint
+    files it would have written (a path absent from ``files`` is deleted)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.history: dict[str, list[dict[str, Any]]] = {}
+        self.restored: dict[str, dict[str, Any] | None] = {}
+        self.files: dict[str, FlinkCheckpointOffsets] = {}
+        self.down = False
+        self.requests: list[tuple[float, str]] = []
+        self.config = [{"key": "execution.checkpointing.num-retained", "value": "3"}]
+
+    def submit(self, job_id: str, start_ms: int, name: str = "payments") -> None:
+        self.jobs[job_id] = {
+            "jid": job_id,
+            "name": name,
+            "state": "RUNNING",
+            "start-time": start_ms,
+            "end-time": -1,
+        }
+        self.history[job_id] = []
+        self.restored[job_id] = None
+
+    def restore(self, job_id: str, checkpoint_id: int, at_ms: int, savepoint: bool = False) -> None:
+        self.restored[job_id] = {
+            "id": checkpoint_id,
+            "restore_timestamp": at_ms,
+            "is_savepoint": savepoint,
+            "external_path": f"file:/cp/{job_id}/chk-{checkpoint_id}",
+        }
+
+    def complete(
+        self, job_id: str, checkpoint_id: int, trigger_ms: int, offsets: dict[tuple[str, int], int]
+    ) -> None:
+        path = f"file:/cp/{job_id}/chk-{checkpoint_id}"
+        self.history[job_id].append(
+            {
+                "id": checkpoint_id,
+                "status": "COMPLETED",
+                "is_savepoint": False,
+                "trigger_timestamp": trigger_ms,
+                "latest_ack_timestamp": trigger_ms + 40,
+                "external_path": path,
+                "discarded": False,
+            }
+        )
+        splits = tuple(SplitOffset(t, p, o, None) for (t, p), o in sorted(offsets.items()))
+        self.files[path] = FlinkCheckpointOffsets(
+            checkpoint_id, vocab.ENGINE_FLINK_KAFKASOURCE, "src", f"/cp/{job_id}/chk-{checkpoint_id}", splits
+        )
+
+    def fail(self, job_id: str, checkpoint_id: int, trigger_ms: int) -> None:
+        self.history[job_id].append(
+            {"id": checkpoint_id, "status": "FAILED", "is_savepoint": False, "trigger_timestamp": trigger_ms}
+        )
+
+    def end(self, job_id: str, state: str, at_ms: int) -> None:
+        self.jobs[job_id].update({"state": state, "end-time": at_ms})
+
+    def read(self, path: str) -> FlinkCheckpointOffsets:
+        if path not in self.files:
+            raise FlinkCheckpointGoneError(f"{path}/_metadata", "the file does not exist (any more)")
+        return self.files[path]
+
+    def opener(self, url: str, timeout_s: float) -> bytes:
+        self.requests.append((self.clock.now, url))
+        if self.down:
+            raise FlinkRestError(f"Flink REST API unreachable at {url}: Connection refused")
+        path = url.split("8081", 1)[1]
+        parts = path.strip("/").split("/")
+        if path == "/jobs/overview":
+            body: Any = {"jobs": list(self.jobs.values())}
+        elif path == "/jobmanager/config" or path.endswith("/jobmanager/config"):
+            body = self.config
+        elif path.endswith("/checkpoints/config"):
+            body = {"interval": 1000, "externalization": {"enabled": True, "delete_on_cancellation": False}}
+        elif path.endswith("/checkpoints"):
+            history = self.history[parts[1]]
+            body = {
+                "counts": {
+                    "completed": sum(1 for h in history if h["status"] == "COMPLETED"),
+                    "failed": sum(1 for h in history if h["status"] == "FAILED"),
+                },
+                "latest": {"restored": self.restored[parts[1]]},
+                "history": list(reversed(history)),  # newest first, as Flink lists it
+            }
+        else:
+            from app.flink.rest import FlinkRestHttpError
+
+            if parts[1] not in self.jobs:
+                raise FlinkRestHttpError(url, 404)
+            body = self.jobs[parts[1]]
+        return json.dumps(body).encode()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def flink(clock: FakeClock) -> FakeFlink:
+    return FakeFlink(clock)
+
+
+def watcher(flink: FakeFlink, ledger: Path, clock: FakeClock, **kwargs: Any) -> FlinkWatcher:
+    rest = FlinkRest(
+        "http://127.0.0.1:8081", pacer=Pacer(2.0, clock=clock, sleep=clock.sleep), opener=flink.opener
+    )
+    kwargs.setdefault("flink_job_id", JOB_A)
+    return FlinkWatcher(
+        rest,
+        FlinkLedger(StorageConfig(), str(ledger), "payments"),
+        group_id="payments-group",
+        read=flink.read,
+        clock=clock,
+        **kwargs,
+    )
+
+
+def rows(ledger: Path) -> list[dict[str, Any]]:
+    table = DeltaTable(str(ledger)).to_pyarrow_table()
+    return sorted(table.to_pylist(), key=lambda r: (r["event_time"], r["event_type"], r["partition"] or -1))
+
+
+def of(ledger: Path, event_type: str, run_id: str | None = None) -> list[dict[str, Any]]:
+    return [
+        r for r in rows(ledger) if r["event_type"] == event_type and (run_id is None or r["run_id"] == run_id)
+    ]
+
+
+def test_every_completed_checkpoint_is_recorded_once_and_the_end_of_the_job_stops_the_run(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock)
+    assert w.start() == []
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10, ("orders", 1): 7})
+    assert not w.poll_once()
+    flink.fail(JOB_A, 2, T0 + 2000)
+    flink.complete(JOB_A, 3, T0 + 3000, {("orders", 0): 25, ("orders", 1): 19})
+    assert not w.poll_once()
+    assert not w.poll_once()  # nothing new: nothing written
+    flink.complete(JOB_A, 4, T0 + 4000, {("orders", 0): 30, ("orders", 1): 19})
+    flink.end(JOB_A, "CANCELED", T0 + 4500)
+
+    assert w.poll_once()  # the followed job id ended
+
+    completed = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, JOB_A)
+    assert sorted({r["checkpoint_id"] for r in completed}) == [1, 3, 4]
+    assert len(completed) == 6
+    assert len(of(ledger, vocab.EVENT_CHECKPOINT_SNAPSHOT)) == 6
+    assert {(r["checkpoint_id"], r["partition"]): r["offset"] for r in completed}[(3, 0)] == 25
+    assert len(of(ledger, vocab.EVENT_COMMIT_REQUESTED)) == 6
+    assert len(of(ledger, vocab.EVENT_RUN_STARTED)) == 1
+    stopped = of(ledger, vocab.EVENT_RUN_STOPPED)
+    assert len(stopped) == 1
+    detail = json.loads(stopped[0]["detail"])
+    assert detail[vocab.DETAIL_REASON] == "canceled"
+    assert (detail["checkpoints_recorded"], detail[vocab.DETAIL_FAILED_CHECKPOINTS]) == (3, 1)
+    assert detail[vocab.DETAIL_MISSED_CHECKPOINTS] == []
+    before = len(rows(ledger))
+
+    # A sidecar started again over the same history writes nothing twice.
+    again = watcher(flink, ledger, clock)
+    again.start()
+    assert again.poll_once()
+    assert len(rows(ledger)) == before
+
+
+def test_a_checkpoint_whose_files_are_gone_is_named_missed_and_claims_no_offsets(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10})
+    flink.complete(JOB_A, 2, T0 + 2000, {("orders", 0): 20})
+    del flink.files[f"file:/cp/{JOB_A}/chk-1"]  # Flink deleted it before the poll
+    w.poll_once()
+    flink.complete(JOB_A, 3, T0 + 3000, {("orders", 0): 30})
+    flink.end(JOB_A, "FINISHED", T0 + 3500)
+    w.poll_once()
+
+    completed = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED)
+    assert sorted(r["checkpoint_id"] for r in completed) == [2, 3]
+    assert not [
+        r for r in rows(ledger) if r["checkpoint_id"] == 1 and r["event_type"] != vocab.EVENT_RUN_STARTED
+    ]
+    named = json.loads(next(r for r in completed if r["checkpoint_id"] == 2)["detail"])
+    assert [(m["id"], m[vocab.DETAIL_REASON]) for m in named[vocab.DETAIL_MISSED_CHECKPOINTS]] == [
+        (1, vocab.MISSED_FILES_GONE)
+    ]
+    assert vocab.DETAIL_MISSED_CHECKPOINTS not in json.loads(
+        next(r for r in completed if r["checkpoint_id"] == 3)["detail"]
+    )
+    stopped = json.loads(of(ledger, vocab.EVENT_RUN_STOPPED)[0]["detail"])
+    assert [m["id"] for m in stopped[vocab.DETAIL_MISSED_CHECKPOINTS]] == [1]
+    assert w.summary.missed == [
+        {
+            "id": 1,
+            vocab.DETAIL_REASON: vocab.MISSED_FILES_GONE,
+            vocab.DETAIL_MESSAGE: f"file:/cp/{JOB_A}/chk-1/_metadata: the file does not exist (any more)",
+        }
+    ]
+
+
+def test_an_undecodable_checkpoint_is_named_unreadable(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    chk = tmp_path / "cp" / "chk-1"
+    chk.mkdir(parents=True)
+    (chk / "_metadata").write_bytes(b"\x00garbage")
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock)
+    w.read = read_checkpoint  # the real decoder, on a file that is there but no checkpoint
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10})
+    flink.history[JOB_A][0]["external_path"] = f"file:{chk}"
+    w.poll_once()
+
+    assert w.summary.missed[0][vocab.DETAIL_REASON] == vocab.MISSED_UNREADABLE
+    assert str(chk / "_metadata") in str(w.summary.missed[0][vocab.DETAIL_MESSAGE])
+    assert of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED) == []
+
+
+def test_a_failover_starts_a_new_run_from_the_restored_checkpoint(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10})
+    w.poll_once()
+    # Between two polls: checkpoint 2 completes, a task fails, the job restores checkpoint 2.
+    flink.complete(JOB_A, 2, T0 + 2000, {("orders", 0): 20})
+    flink.restore(JOB_A, 2, T0 + 2600)
+    flink.complete(JOB_A, 3, T0 + 3000, {("orders", 0): 28})
+    w.poll_once()
+
+    second = f"{JOB_A}-restore-2-{T0 + 2600}"
+    assert w.summary.runs == [JOB_A, second]
+    assert sorted(r["checkpoint_id"] for r in of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, JOB_A)) == [1, 2]
+    assert [r["checkpoint_id"] for r in of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, second)] == [3]
+    restored = of(ledger, vocab.EVENT_OFFSETS_RESTORED, second)
+    assert [(r["offset"], r["checkpoint_id"]) for r in restored] == [(20, 2)]
+    assert json.loads(restored[0]["detail"])[vocab.DETAIL_SOURCE] == vocab.RESTORE_CHECKPOINT
+    # The dead attempt stopped without RUN_STOPPED: reconcile judges it (UNCLEAN_STOP) with the restart.
+    assert of(ledger, vocab.EVENT_RUN_STOPPED) == []
+
+
+def test_a_resubmission_after_a_crash_records_the_restored_checkpoint_the_ledger_lacked(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock, flink_job_id=None, flink_job_name="payments")
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10})
+    w.poll_once()
+    # Checkpoint 2 completes and the whole Flink process is killed before the next poll.
+    flink.complete(JOB_A, 2, T0 + 2000, {("orders", 0): 20})
+    flink.down = True
+    assert not w.poll_once()  # retried, not fatal
+    # A new process: the job resubmitted from chk-2 under a new job id, seen first while it is
+    # still being created (before it restored anything), then running.
+    flink.down = False
+    chk2 = flink.files[f"file:/cp/{JOB_A}/chk-2"]
+    flink.jobs.clear()
+    flink.submit(JOB_B, T0 + 5000)
+    flink.jobs[JOB_B]["state"] = "INITIALIZING"
+    w.poll_once()
+    assert w.summary.runs == [JOB_A]
+    flink.jobs[JOB_B]["state"] = "RUNNING"
+    flink.restore(JOB_B, 2, T0 + 5200)
+    flink.files[f"file:/cp/{JOB_B}/chk-2"] = chk2
+    flink.complete(JOB_B, 3, T0 + 6000, {("orders", 0): 31})
+    w.poll_once()
+
+    second = f"{JOB_B}-restore-2-{T0 + 5200}"
+    assert w.summary.runs == [JOB_A, second]
+    recovered = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, JOB_A)
+    assert sorted(r["checkpoint_id"] for r in recovered) == [1, 2]
+    chk2_row = next(r for r in recovered if r["checkpoint_id"] == 2)
+    assert json.loads(chk2_row["detail"])[vocab.DETAIL_RECOVERED] is True
+    assert [r["offset"] for r in of(ledger, vocab.EVENT_OFFSETS_RESTORED, second)] == [20]
+    assert [r["checkpoint_id"] for r in of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, second)] == [3]
+    assert (
+        json.loads(of(ledger, vocab.EVENT_RUN_STARTED, second)[0]["detail"])[vocab.DETAIL_FLINK_JOB_ID]
+        == JOB_B
+    )
+
+
+def test_the_loop_sends_at_most_two_requests_a_second(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, tmp_path / "ledger", clock, flink_job_id=None, flink_job_name="payments", poll_s=0.2)
+    w.start()
+    for i in range(1, 30):
+        flink.complete(JOB_A, i, T0 + 1000 * i, {("orders", 0): 10 * i})
+        w.poll_once()
+
+    times = [t for t, _ in flink.requests]
+    assert len(times) > 60
+    assert all(b - a >= 0.5 - 1e-9 for a, b in itertools.pairwise(times))
+
+
+def test_the_follow_loop_ends_at_the_stop_and_at_the_end_of_a_followed_id(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, tmp_path / "ledger", clock)
+    w.start()
+    stop = FakeStop(clock)
+    summary = w.follow(stop, max_polls=3)
+    assert summary.rest_requests > 0
+    assert summary.stopped_runs == []
+
+    flink.end(JOB_A, "FAILED", T0 + 9000)
+    summary = w.follow(stop)  # no bound: the end of the job ends it
+    assert summary.stopped_runs == [JOB_A]
+
+
+def test_an_unknown_job_id_is_a_usage_error_and_an_unreachable_jobmanager_an_infrastructure_one(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    with pytest.raises(UsageError, match=JOB_A):
+        watcher(flink, tmp_path / "ledger", clock).start()
+    flink.down = True
+    with pytest.raises(FlinkRestError):
+        watcher(flink, tmp_path / "ledger", clock).start()
+
+
+def test_every_new_checkpoint_is_read_before_the_first_write(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A Delta commit is slower than a decode: while the first checkpoint of a poll is written,
+    Flink completes more and deletes the older files. Reading them all first loses none."""
+
+    class SlowLedger(FlinkLedger):
+        def write_checkpoint(self, run_id: str, checkpoint_id: int, events: list[Any]) -> int:
+            # Meanwhile Flink retained only the newest checkpoint.
+            for path in [p for p in flink.files if not p.endswith("chk-3")]:
+                del flink.files[path]
+            return super().write_checkpoint(run_id, checkpoint_id, events)
+
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock)
+    w.ledger = SlowLedger(StorageConfig(), str(ledger), "payments")
+    w.start()
+    for i in (1, 2, 3):
+        flink.complete(JOB_A, i, T0 + 1000 * i, {("orders", 0): 10 * i})
+    w.poll_once()
+
+    assert w.summary.missed == []
+    assert sorted({r["checkpoint_id"] for r in of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED)}) == [1, 2, 3]
+
+
+def test_a_sidecar_started_beside_its_jobmanager_waits_for_the_rest_api_within_its_bound(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    flink.submit(JOB_A, T0)
+    flink.down = True
+
+    class UpAfterThreeWaits(FakeStop):
+        waits = 0
+
+        def wait(self, timeout_s: float) -> bool:
+            self.waits += 1
+            flink.down = self.waits < 3
+            return super().wait(timeout_s)
+
+    w = watcher(flink, tmp_path / "ledger", clock)
+    assert w.start(wait_s=30.0, stop=UpAfterThreeWaits(clock)) == []
+    flink.down = True
+    with pytest.raises(FlinkRestError):
+        watcher(flink, tmp_path / "ledger", clock).start(wait_s=5.0, stop=FakeStop(clock))
+
+
+def test_a_checkpoint_read_ahead_from_its_directory_is_recorded_though_flink_deleted_it_before_the_poll(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    from app.flink.prefetch import Prefetcher
+    from tests.unit import flink_bytes as fb
+
+    root = tmp_path / "checkpoints"
+    flink.config.append({"key": "execution.checkpointing.dir", "value": f"file:{root}"})
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    prefetch = Prefetcher(read_checkpoint)  # scanned by hand below: no thread, no timing
+    w = watcher(flink, ledger, clock, prefetch=prefetch)
+    w.read = read_checkpoint
+    w.start()
+    w.poll_once()  # the job is followed: its directory is scanned from now on
+    chk = root / JOB_A / "chk-1"
+    chk.mkdir(parents=True)
+    (chk / "_metadata").write_bytes(
+        fb.kafka_source_checkpoint(4, 1, [[("orders", 0, 41)], [("orders", 1, 17)]])
+    )
+    assert prefetch.scan_once() == 1
+    flink.complete(JOB_A, 1, T0 + 1000, {})
+    flink.history[JOB_A][-1]["external_path"] = f"file:{chk}"
+    (chk / "_metadata").unlink()  # Flink retained newer ones before the REST API answered
+
+    w.poll_once()
+
+    assert w.summary.missed == []
+    completed = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED)
+    assert sorted((r["checkpoint_id"], r["partition"], r["offset"]) for r in completed) == [
+        (1, 0, 41),
+        (1, 1, 17),
+    ]
+    assert prefetch.take(f"file:{chk}") is None  # taken once, then forgotten
+
+
+def test_without_the_read_ahead_the_same_checkpoint_is_named_missed(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, tmp_path / "ledger", clock)
+    w.read = read_checkpoint
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {})
+    flink.history[JOB_A][-1]["external_path"] = f"file:{tmp_path / 'gone' / 'chk-1'}"
+
+    w.poll_once()
+
+    assert [m[vocab.DETAIL_REASON] for m in w.summary.missed] == [vocab.MISSED_FILES_GONE]
+
+
+def test_checkpoints_completed_between_the_last_poll_and_a_kill_are_recovered_from_their_files(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    from tests.unit import flink_bytes as fb
+
+    def retained(job: str, checkpoint_id: int, offset: int) -> str:
+        chk = tmp_path / "cp" / job / f"chk-{checkpoint_id}"
+        chk.mkdir(parents=True)
+        splits = [[("orders", 0, offset)]]
+        (chk / "_metadata").write_bytes(fb.kafka_source_checkpoint(4, checkpoint_id, splits))
+        return f"file:{chk}"
+
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0, name="payments")
+    w = watcher(flink, ledger, clock, flink_job_id=None, flink_job_name="payments")
+    w.read = read_checkpoint
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {})
+    flink.history[JOB_A][-1]["external_path"] = retained(JOB_A, 1, 10)
+    w.poll_once()
+    # Checkpoints 2 and 3 complete, and the process is killed before the next poll saw them.
+    retained(JOB_A, 2, 20)
+    restored = retained(JOB_A, 3, 30)
+    flink.jobs.clear()
+    flink.submit(JOB_B, T0 + 9000, name="payments")
+    flink.restore(JOB_B, 3, T0 + 9500)
+    flink.restored[JOB_B]["external_path"] = restored  # type: ignore[index]
+    w.poll_once()
+
+    completed = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, JOB_A)
+    assert sorted((r["checkpoint_id"], r["offset"]) for r in completed) == [(1, 10), (2, 20), (3, 30)]
+    assert [
+        json.loads(r["detail"]).get(vocab.DETAIL_RECOVERED)
+        for r in sorted(completed, key=lambda r: r["checkpoint_id"])
+    ] == [None, True, True]
+    restarted = of(ledger, vocab.EVENT_OFFSETS_RESTORED)
+    assert [(r["checkpoint_id"], r["offset"]) for r in restarted] == [(3, 30)]
