@@ -12,12 +12,10 @@ import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
-from app import cli
 from app.contracts import vocabulary as vocab
 from app.reconcile.forensics_run import run_forensics
 from app.reconcile.outputs import AuditRun
@@ -28,6 +26,7 @@ from tests.flink.watching import (
     Processes,
     audit_config,
     completions,
+    flink_import,
     processes,  # noqa: F401 (a fixture)
     reconcile_findings,
     restart_on_same_port,
@@ -107,7 +106,7 @@ def test_a_killed_flink_job_restored_from_its_latest_checkpoint_is_an_exact_resu
     # What completed in the last moments of the cancelled process, after the sidecar's last poll,
     # is retained (RETAIN_ON_CANCELLATION): the import of the checkpoint directory adds it.
     retained = sorted(p for p in job.checkpoint_dir.glob("*/chk-*") if (p / "_metadata").exists())
-    tail = import_json(job.checkpoint_dir, ledger, group)
+    tail = flink_import(job.checkpoint_dir, ledger, JOB, group)
     assert tail["already_recorded"] + tail["imported"] == len(retained)
     assert tail["unreadable"] == []
     # Every retained checkpoint of both processes: the ledger's offsets are Flink's own.
@@ -137,31 +136,6 @@ def test_a_killed_flink_job_restored_from_its_latest_checkpoint_is_an_exact_resu
     assert {r.classification for r in restarts if r.job_name == JOB} == {vocab.RESTART_EXACT}
 
     # Importing the same directory again adds nothing.
-    again = import_json(job.checkpoint_dir, ledger, group)
+    again = flink_import(job.checkpoint_dir, ledger, JOB, group)
     assert again["events_written"] == 0
     assert again["already_recorded"] == len(retained)
-
-
-def import_json(path: Path, ledger: Path, group: str) -> dict[str, Any]:
-    import contextlib
-    import io
-
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        code = cli.main(
-            [
-                "flink-import",
-                "--path",
-                str(path),
-                "--job",
-                JOB,
-                "--group-id",
-                group,
-                "--ledger",
-                str(ledger),
-                "--json",
-            ]
-        )
-    assert code == 0
-    result: dict[str, Any] = json.loads(buffer.getvalue())
-    return result

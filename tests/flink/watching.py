@@ -3,6 +3,8 @@ ledger's checkpoints, a restart where the sidecar keeps asking, and the audit of
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -11,12 +13,14 @@ import sys
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
 
+from app import cli
 from app.config import AppConfig, load_config
 from app.contracts import vocabulary as vocab
 from app.offsets_topic.run import ingest_offsets
@@ -145,3 +149,15 @@ def reconcile_findings(
     run_reconcile(spark, cfg, AuditRun(run_id=run_id, now=now, since=since))
     findings = spark.read.format("delta").load(tables_from_config(cfg).findings)
     return findings.where(F.col("reconcile_run_id") == run_id).collect()
+
+
+def flink_import(path: Path, ledger: Path, job_name: str, group: str) -> dict[str, Any]:
+    """`flink-import` of ``path``: its `--json` summary. The tail of a job whose process ended with it:
+    what completed after the sidecar's last poll is retained (RETAIN_ON_CANCELLATION)."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        argv = ["flink-import", "--path", str(path), "--job", job_name, "--group-id", group]
+        code = cli.main([*argv, "--ledger", str(ledger), "--json"])
+    assert code == 0
+    result: dict[str, Any] = json.loads(buffer.getvalue())
+    return result
