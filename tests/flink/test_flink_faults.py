@@ -1,0 +1,193 @@
+"""Faults of a real Flink job (a MiniCluster JVM, `KafkaSource`) on the real broker, each found and
+named by the audit of what `flink-watch` wrote while following the job: `ingest-offsets` of the
+group, then `reconcile` with the job's sink mode `none` (its output is discarded)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import SparkSession
+
+from app.contracts import vocabulary as vocab
+from app.flink.metadata import read_checkpoint
+from app.kafka.clients import plain_conf, retry_kafka
+from app.storage.tables import tables_from_config
+from tests.flink.harness import FlinkJob, FlinkStack, JobSpec, wait_for
+from tests.flink.watching import (
+    LEDGER_WAIT_S,
+    Processes,
+    audit_config,
+    completions,
+    flink_import,
+    processes,  # noqa: F401 (a fixture)
+    reconcile_findings,
+    restart_on_same_port,
+    start_sidecar,
+    stop_sidecar,
+    wait_recorded,
+)
+from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic, produce
+
+pytestmark = [pytest.mark.flink, pytest.mark.kafka, pytest.mark.spark]
+
+JOB = "flink-orders"
+PARTITIONS = 2
+
+
+def test_a_flink_job_restored_from_an_older_savepoint_is_a_restart_replay_of_the_exact_ranges(
+    spark: SparkSession,
+    bootstrap: str,
+    unique: str,
+    tmp_path: Path,
+    flink_stacks: Callable[[str], FlinkStack],
+    processes: Processes,  # noqa: F811
+) -> None:
+    jobs, sidecars = processes
+    topic, group = f"flink-faults-{unique}", f"flink-faults-{unique}-group"
+    ledger, log = tmp_path / "ledger", tmp_path / "flink-watch.log"
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, 200, PARTITIONS)
+    job = FlinkJob(
+        flink_stacks("1.20"), JobSpec(bootstrap, topic, group), tmp_path / "flink", on_start=jobs.append
+    )
+    sidecars.append(start_sidecar(job, JOB, group, ledger, log))
+    job.start()
+
+    # A savepoint once the job read the first 200 records: 100 per partition.
+    job.wait_records_read(200)
+    savepoint = job.savepoint()
+    saved = {s.partition: s.raw_offset for s in read_checkpoint(str(savepoint)).offsets}
+    assert saved == {0: 100, 1: 100}
+    # 100 more read and checkpointed: the job's position is 150 per partition when it is killed.
+    produce(bootstrap, topic, 100, PARTITIONS, start=200)
+    job.wait_records_read(300)
+    reached = job.checkpoint_after_now()
+    wait_recorded(ledger, job.job_id, {int(reached["id"])})
+    assert completions(ledger)[str(job.checkpoint_path(reached))] == {0: 150, 1: 150}
+    job.kill9()
+
+    # Restored from the older savepoint: it reads offsets 100..149 of each partition again.
+    second = restart_on_same_port(job, savepoint)
+    second.wait_records_read(100)
+    after = second.checkpoint_after_now()
+    wait_recorded(ledger, second.job_id, {int(after["id"])})
+    second.cancel()
+    stop_sidecar(sidecars[0], log)
+    # The checkpoints (and commits) of both processes after the sidecar's last poll of each.
+    assert flink_import(job.checkpoint_dir, ledger, JOB, group)["unreadable"] == []
+
+    cfg = audit_config(tmp_path, bootstrap, ledger, JOB)
+    found = reconcile_findings(spark, cfg, bootstrap, group, since, datetime.now(UTC), "rec-replay")
+    replays = sorted(
+        (f.partition, f.offset_start, f.offset_end, f.record_count, f.severity)
+        for f in found
+        if f.finding_type == vocab.RESTART_REPLAY
+    )
+    assert replays == [(0, 100, 150, 50, vocab.WARN), (1, 100, 150, 50, vocab.WARN)]
+    assert all(
+        f.topic == topic and f.job_name == JOB for f in found if f.finding_type == vocab.RESTART_REPLAY
+    )
+    # Re-reading loses nothing: no finding above warn, no skip.
+    assert [
+        (f.finding_type, f.severity) for f in found if vocab.severity_at_least(f.severity, vocab.ERROR)
+    ] == []
+    assert vocab.RESTART_SKIP not in {f.finding_type for f in found}
+
+
+def test_an_operators_reset_of_a_flink_jobs_group_before_a_restart_from_the_group_is_a_foreign_commit(
+    spark: SparkSession,
+    bootstrap: str,
+    unique: str,
+    tmp_path: Path,
+    flink_stacks: Callable[[str], FlinkStack],
+    processes: Processes,  # noqa: F811
+) -> None:
+    """While the job is down, an operator resets its group through the Admin API (as
+    `kafka-consumer-groups --reset-offsets --execute` does): partition 0 back to offset 50 (read
+    again), partition 1 to the end, 150 (what arrived since is never read); the job restarts without
+    state from the group's offsets. The reset is the operator's, not the job's: a FOREIGN_COMMIT per
+    partition at the reset offset, named in an external offset change."""
+    jobs, sidecars = processes
+    topic, group = f"flink-reset-{unique}", f"flink-reset-{unique}-group"
+    ledger, log = tmp_path / "ledger", tmp_path / "flink-watch.log"
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, 200, PARTITIONS)
+    spec = JobSpec(bootstrap, topic, group)
+    job = FlinkJob(flink_stacks("1.20"), spec, tmp_path / "flink", on_start=jobs.append)
+    sidecars.append(start_sidecar(job, JOB, group, ledger, log))
+    job.start()
+    job.wait_records_read(200)
+    reached = job.checkpoint_after_now()
+    wait_recorded(ledger, job.job_id, {int(reached["id"])})
+    # The job's own commit of what it read lands before the operator's reset.
+    wait_group(bootstrap, group, topic, {0: 100, 1: 100})
+    job.cancel()
+
+    produce(bootstrap, topic, 100, PARTITIONS, start=200)
+    reset = {0: 50, 1: 150}
+    admin = AdminClient(plain_conf(bootstrap))
+    for partition, offset in reset.items():
+        alter_group(admin, group, topic, partition, offset)
+
+    second = restart_on_same_port(job, None, replace(spec, start="committed"))
+    second.wait_records_read(100)  # offsets 50..149 of partition 0, none of partition 1
+    after = second.checkpoint_after_now()
+    wait_recorded(ledger, second.job_id, {int(after["id"])})
+    wait_group(bootstrap, group, topic, {0: 150, 1: 150})
+    second.cancel()
+    stop_sidecar(sidecars[0], log)
+    # The checkpoints (and commits) between the sidecar's last poll and the process's end.
+    assert flink_import(job.checkpoint_dir, ledger, JOB, group)["unreadable"] == []
+
+    cfg = audit_config(tmp_path, bootstrap, ledger, JOB)
+    found = reconcile_findings(spark, cfg, bootstrap, group, since, datetime.now(UTC), "rec-reset")
+    assert sorted(
+        (f.topic, f.partition, f.offset_start, f.job_name, f.severity)
+        for f in found
+        if f.finding_type == vocab.FOREIGN_COMMIT
+    ) == [(topic, p, o, JOB, vocab.ERROR) for p, o in sorted(reset.items())]
+    # The job's own commits, before and after the reset, are its own.
+    assert vocab.COMMIT_MISMATCH not in {f.finding_type for f in found}
+    incidents = spark.read.format("delta").load(tables_from_config(cfg).incidents)
+    kinds = {i.kind for i in incidents.collect()}
+    assert vocab.INCIDENT_EXTERNAL_OFFSET_CHANGE in kinds
+
+
+def wait_group(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Until the group's committed offsets are ``offsets``, asked through one consumer of the group
+    that never joins it."""
+    consumer = Consumer(plain_conf(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+
+    def committed() -> dict[int, int]:
+        found = retry_kafka(
+            lambda left: consumer.committed(partitions, timeout=left),
+            f"reading the offsets of {group}",
+            KAFKA_TIMEOUT_S,
+        )
+        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+
+    try:
+        wait_for(
+            lambda: True if committed() == offsets else None, LEDGER_WAIT_S, f"{group} at {offsets}", 1.0
+        )
+    finally:
+        consumer.close()
+
+
+def alter_group(admin: AdminClient, group: str, topic: str, partition: int, offset: int) -> None:
+    """What `kafka-consumer-groups --reset-offsets --execute` does: the Admin API's offset commit."""
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition, offset)])
+    retry_kafka(
+        lambda left: admin.alter_consumer_group_offsets([request], request_timeout=left)[group].result(left),
+        f"resetting {group}",
+        KAFKA_TIMEOUT_S,
+    )
