@@ -421,15 +421,33 @@ class FlinkJob:
         """The local dir of a REST checkpoint entry (its external_path)."""
         return Path(str(checkpoint["external_path"]).removeprefix("file:"))
 
-    def copy_checkpoint(self, checkpoint: dict[str, Any]) -> Path:
-        """A copy of a completed checkpoint's dir, taken at once: the job deletes it when `num_retained`
-        newer ones complete, a few seconds at a 1 s interval, sooner than a reader may finish. The
-        state files' handles are relative to `_metadata`, so the copy reads as the original."""
-        source = self.checkpoint_path(checkpoint)
-        target = self.work_dir / "copies" / self.job_id / source.name
-        shutil.copytree(source, target)
-        assert (target / "_metadata").is_file(), f"{source} was deleted while it was copied"
-        return target
+    def copy_checkpoint(
+        self, at_least: dict[str, Any], timeout_s: float = CHECKPOINT_TIMEOUT_S
+    ) -> tuple[dict[str, Any], Path]:
+        """A copy of the newest completed checkpoint whose id is at least `at_least`'s: its REST entry
+        and the copy's dir.
+
+        The job deletes a checkpoint's dir when `num_retained` newer ones complete, which on a busy
+        machine can happen between the REST read and the end of the copy: a dir that vanishes is
+        given up for the next newest. Callers pass a checkpoint taken after the job stopped reading,
+        so every newer one holds the same offsets. The state files' handles are relative to
+        `_metadata`, so the copy reads as the original."""
+
+        def probe() -> tuple[dict[str, Any], Path] | None:
+            self._alive()
+            newest = self.latest_completed()
+            if int(newest["id"]) < int(at_least["id"]):
+                return None
+            source = self.checkpoint_path(newest)
+            target = self.work_dir / "copies" / self.job_id / source.name
+            shutil.rmtree(target, ignore_errors=True)
+            try:
+                shutil.copytree(source, target)
+            except (FileNotFoundError, shutil.Error):
+                return None  # subsumed while it was copied
+            return (newest, target) if (target / "_metadata").is_file() else None
+
+        return wait_for(probe, timeout_s, f"a copy of a checkpoint from {at_least['id']} on")
 
     def retained(self) -> list[Path]:
         """This job's chk-N dirs on disk, by id."""

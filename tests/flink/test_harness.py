@@ -104,8 +104,8 @@ def test_retained_checkpoints_hold_what_the_job_read(running: Running) -> None:
         return True if len(done) == 3 and all((p / "_metadata").is_file() for p in paths) else None
 
     wait_for(latest_three_on_disk, 30, "the 3 latest completed checkpoints at their external_path")
-    last = running.wait_caught_up()
-    path = running.job.copy_checkpoint(last)
+    # any checkpoint from the caught-up one on holds every record: the copy takes the newest still on disk
+    last, path = running.job.copy_checkpoint(running.wait_caught_up())
 
     read = oracle(running.job.stack, path, running.job.work_dir / "oracle.log")
 
