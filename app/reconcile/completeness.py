@@ -31,6 +31,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.config import AppConfig
+from app.contracts.findings import StoredFinding
 from app.contracts.instants import instant
 from app.contracts.tables import COMPLETENESS_SCHEMA
 from app.contracts.vocabulary import (
@@ -46,7 +47,6 @@ from app.kafka.times import SourceTimes
 from app.reconcile import completeness_windows as cw
 from app.reconcile import ledger_audit as la
 from app.reconcile.completeness_stats import StatsPlan, window_stats, window_stats_by_spark
-from app.reconcile.findings import StoredFinding
 from app.reconcile.sink import SinkColumns, sink_columns
 from app.routes import DRIVER, examine_route, examine_tasks
 from app.storage import facade

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from app.contracts.findings import SKIPPED_RECORDS_KEY, StoredFinding
 from app.contracts.tables import RESTARTS_SCHEMA
 from app.contracts.vocabulary import (
     BENIGN,
@@ -33,7 +34,7 @@ from app.contracts.vocabulary import (
     WARN,
 )
 from app.incidents.incident import StoredIncident
-from app.reconcile.findings import SKIPPED_RECORDS_KEY, Finding, StoredFinding
+from app.reconcile.findings import Finding
 
 # A restart per run start and partition, as app.reconcile.ledger_audit classifies it: the restarts contract
 # minus what the sink and the forensics run add (duplicates_observed, forensics_run_id), plus the

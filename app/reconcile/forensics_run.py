@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
+from app.contracts.findings import StoredFinding
 from app.contracts.vocabulary import COMMAND_FORENSICS, SEVERITIES, SINK_COORDINATES
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
@@ -117,7 +118,7 @@ def timeline(
         for i in read_incidents(storage, cfg, jobs=[job])
         if set(i.run_ids) & set(runs) or (i.last_evidence_at is not None and lo <= i.last_evidence_at <= hi)
     ]
-    findings = [rc.StoredFinding.from_row(r) for r in finding_rows]
+    findings = [StoredFinding.from_row(r) for r in finding_rows]
     return fx.timeline_entries(ledger_rows, commit_rows, restart_rows, findings, incidents)
 
 

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
+from app.contracts.findings import StoredFinding
 from app.contracts.instants import instant
 from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA, INCIDENTS_SCHEMA, RESTARTS_SCHEMA
 from app.contracts.vocabulary import (
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 RESTARTS_KEY: Final = ("job_name", "run_id", "topic", "partition")
 
 
-def merge_findings(spark: SparkSession, path: str, findings: Sequence[rc.StoredFinding]) -> None:
+def merge_findings(spark: SparkSession, path: str, findings: Sequence[StoredFinding]) -> None:
     """Upsert by finding_id: a re-run updates what it sees again and keeps the first detected_at."""
     rows = [f.to_row() for f in findings]
     facade.merge(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
@@ -61,7 +62,7 @@ def resolved_incidents(storage: StorageSettings, tables: Tables) -> dict[str, St
 
 def open_incident_findings(
     storage: StorageSettings, tables: Tables, jobs: Sequence[str], found: set[str]
-) -> list[rc.StoredFinding]:
+) -> list[StoredFinding]:
     """The stored findings of ``jobs``' open incidents that this run did not find again.
 
     They are grouped with this run's findings, so an open incident keeps what earlier windows found:
@@ -81,7 +82,7 @@ def open_incident_findings(
     if not wanted:
         return []
     rows = facade.rows(storage, tables.findings, pc.field("finding_id").isin(sorted(wanted)))
-    return [rc.StoredFinding.from_row(r) for r in (rows.to_pylist() if rows else [])]
+    return [StoredFinding.from_row(r) for r in (rows.to_pylist() if rows else [])]
 
 
 def after_repair(incident: StoredIncident, outcome: RepairOutcome) -> StoredIncident:

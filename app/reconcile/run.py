@@ -21,6 +21,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig, ReconcileConfig
+from app.contracts.findings import StoredFinding
 from app.contracts.instants import instant
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
 from app.contracts.vocabulary import (
@@ -100,7 +101,7 @@ class ReconcileResult:
     new_findings: int = 0
     gaps_suspected: int = 0
     confirmation: str = "not needed"
-    top: list[rc.StoredFinding] = field(default_factory=list)
+    top: list[StoredFinding] = field(default_factory=list)
     seconds: float = 0.0
     sink_seconds: float = 0.0  # of `seconds`, spent reading the sink
     incidents: list[StoredIncident] = field(default_factory=list)
@@ -251,7 +252,7 @@ def _reconcile_inputs(p: _Pass) -> None:
         result.completeness_windows = store_completeness(spark, tables, windows)
 
 
-def _completeness(p: _Pass, local: Sequence[rc.StoredFinding]) -> list[dict[str, Any]] | None:
+def _completeness(p: _Pass, local: Sequence[StoredFinding]) -> list[dict[str, Any]] | None:
     """The completeness rows of the windows not yet final, or None when the source cannot be asked:
     the table then stays as it is and the next run computes the same windows (a run's window of
     findings does not bound them), so a broker away for a while costs the table no window."""
@@ -270,7 +271,7 @@ def _completeness(p: _Pass, local: Sequence[rc.StoredFinding]) -> list[dict[str,
 
 def _sink_and_restart_findings(
     p: _Pass,
-) -> tuple[list[rc.StoredFinding], list[PartitionRange], dict[tuple[str, str, int], PartitionSink]]:
+) -> tuple[list[StoredFinding], list[PartitionRange], dict[tuple[str, str, int], PartitionSink]]:
     """GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT and RESTART_* findings, finalized as local rows, with
     the covered ranges and the sink's statistics per partition."""
     spark, tables, audit, result, confirmer = p.spark, p.tables, p.audit, p.result, p.confirmer

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 
 from app.config import AppConfig, PathsConfig, ReconcileConfig
 from app.contracts import vocabulary as vocab
+from app.contracts.findings import IDENTITY_COLUMNS
 from app.kafka.gaps import SuspectedGap
 from app.reconcile import commit_rules, sink_offsets
 from app.reconcile import findings as rc
@@ -433,7 +434,7 @@ def test_finding_ids_hash_identity_not_run_or_time(spark: SparkSession) -> None:
     assert len(a[0].finding_id) == 64
     # The id earlier versions computed in Spark, sha2 over the identity columns cast to strings
     # (nulls spelled out): findings already stored keep their ids, so re-runs update, not add.
-    parts = [F.coalesce(F.col(c).cast("string"), F.lit("\u2400")) for c in rc.IDENTITY_COLUMNS]
+    parts = [F.coalesce(F.col(c).cast("string"), F.lit("\u2400")) for c in IDENTITY_COLUMNS]
     spark_id = spark.createDataFrame([f.core_row() for f in core], rc.FINDING_CORE_SCHEMA).select(
         F.sha2(F.concat_ws("\u241f", *parts), 256).alias("id")
     )

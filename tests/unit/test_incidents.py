@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import pytest
 
 from app.contracts import vocabulary as vocab
+from app.contracts.findings import StoredFinding
 from app.contracts.instants import instant
 from app.contracts.offsets import LedgerEvent
 from app.contracts.tables import FINDINGS_SCHEMA, INCIDENTS_SCHEMA
@@ -83,7 +84,7 @@ def gap(partition: int, start: int, end: int, status: str = vocab.CONFIRMED) -> 
     return rc.gap_finding(sink_range(partition), start, end, {"status": status, "data_records": end - start})
 
 
-def stored(found: Iterable[rc.Finding], reconcile: str = RECONCILE) -> list[rc.StoredFinding]:
+def stored(found: Iterable[rc.Finding], reconcile: str = RECONCILE) -> list[StoredFinding]:
     return rc.finalize_findings(found, reconcile, at(10_000))
 
 
@@ -605,7 +606,7 @@ def test_a_stored_finding_is_its_row_read_back() -> None:
     for finding in stored(every_story()):
         row = finding.to_row()
         assert list(row) == FINDINGS_SCHEMA.fieldNames()
-        assert rc.StoredFinding.from_row(row) == finding
+        assert StoredFinding.from_row(row) == finding
     (skip,) = (f for f in stored(restart_from_latest()) if f.finding_type == vocab.RESTART_SKIP)
     # Evidence times are stored as text; the stored finding holds what the table gives back.
     assert skip.evidence["started_at"] == "2026-03-01 12:01:40+00:00"

@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from app.contracts.findings import StoredFinding
 from app.contracts.vocabulary import GAP, OPEN, severity_at_least
 from app.reconcile import sink_offsets
-from app.reconcile.findings import Finding, StoredFinding, one_per_finding_id
+from app.reconcile.findings import Finding, one_per_finding_id
 from app.reconcile.sink_offsets import (
     BUCKET_SIZE,
     BucketStat,
