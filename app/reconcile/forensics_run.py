@@ -15,9 +15,10 @@ from pyspark.sql import SparkSession
 from app.config import AppConfig
 from app.contracts.findings import StoredFinding
 from app.contracts.vocabulary import COMMAND_FORENSICS, SEVERITIES, SINK_COORDINATES
+from app.incidents.io import read_incidents
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
-from app.reconcile.outputs import AuditRun, merge_restarts, read_incidents, record_run, resolve_scope
+from app.reconcile.outputs import AuditRun, merge_restarts, record_run, resolve_scope
 from app.reconcile.run import match_rules, open_ledger_audit
 from app.reconcile.sink import SinkReader, observed_in_restart_ranges, sink_columns
 from app.storage import facade

@@ -43,6 +43,7 @@ from app.errors import (
 )
 from app.incidents import grouping as incidents
 from app.incidents.incident import StoredIncident
+from app.incidents.io import merge_incidents, open_incident_findings, resolved_incidents
 from app.kafka.gaps import GapConfirmer, SuspectedGap
 from app.kafka.times import SourceTimes
 from app.reconcile import findings as rc
@@ -56,12 +57,9 @@ from app.reconcile.outputs import (
     AuditRun,
     drop_orphan_summaries,
     merge_findings,
-    merge_incidents,
-    open_incident_findings,
     record_failed_run,
     record_run,
     resolve_scope,
-    resolved_incidents,
 )
 from app.reconcile.sink import (
     SinkReader,

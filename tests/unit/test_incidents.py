@@ -20,6 +20,7 @@ from app.contracts.tables import FINDINGS_SCHEMA, INCIDENTS_SCHEMA
 from app.errors import SchemaMismatchError
 from app.incidents import grouping as inc
 from app.incidents.incident import IncidentSummary, StoredIncident
+from app.incidents.io import after_repair
 from app.incidents.remedy import (
     NOTHING_TO_REPAIR,
     DeleteDuplicatesStep,
@@ -34,7 +35,6 @@ from app.incidents.remedy import (
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
 from app.reconcile import ledger_audit as la
-from app.reconcile.outputs import after_repair
 from app.reconcile.sink_offsets import PartitionRange
 from tests.ledger_data import GROUP, JOB, TOPIC, at, checkpoint, commits_table, ev, gc, ledger_table
 
