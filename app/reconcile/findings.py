@@ -4,7 +4,7 @@ Sink-derived findings (GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT) start from small 
 aggregates that the I/O module collects, so their range arithmetic is plain Python and testable
 without a JVM. Everything read from the ledger and the group's commits (ledger- and
 commit-derived findings, completed checkpoints, the ranges the sink must hold, restarts) lives in
-app/reconcile/ledger_audit.py: those inputs are small, so they are analysed on the driver.
+app/reconcile/ledger/audit.py: those inputs are small, so they are analysed on the driver.
 
 Every rule returns typed ``Finding``s, built by ``Finding.of``: the contract's columns minus the run
 id and detection time, plus ``identity``, a string that together with the coordinates makes the

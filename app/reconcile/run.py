@@ -48,11 +48,11 @@ from app.kafka.gaps import GapConfirmer, SuspectedGap
 from app.kafka.times import SourceTimes
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
-from app.reconcile import ledger_audit as la
 from app.reconcile import sink_batches as sb
 from app.reconcile.completeness import CompletenessPass, completeness_rows, store_completeness
 from app.reconcile.findings import Finding
 from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
+from app.reconcile.ledger import audit as la
 from app.reconcile.outputs import (
     AuditRun,
     drop_orphan_summaries,
@@ -145,7 +145,7 @@ def open_ledger_audit(
     lookback_days: int,
 ) -> la.LedgerAudit:
     """The window's ledger and the group's commits, read once and loaded for the driver-side
-    analysis (app.reconcile.ledger_audit): they are small next to the sink, which alone Spark scans."""
+    analysis (app.reconcile.ledger.audit): they are small next to the sink, which alone Spark scans."""
     started = time.monotonic()
     ledger = read_ledger_rows(spark, tables.ledger, window, jobs, lookback_days)
     group_list = sorted(set(groups) or la.ledger_groups(ledger))

@@ -21,7 +21,7 @@ per-file min/max statistics skip every file outside them:
    range's rows count.
 
 The ledger window and the group's commits are small: they are read once into Arrow (by delta-rs,
-on every storage) and analysed on the driver (``app.reconcile.ledger_audit``): findings, the ranges above,
+on every storage) and analysed on the driver (``app.reconcile.ledger.audit``): findings, the ranges above,
 restarts. Spark runs only the sink reads. The rows a run stores (findings, partition summary, the
 run record) are likewise written from the driver (``app.storage.facade``).
 

@@ -22,10 +22,11 @@ from app.config import AppConfig, PathsConfig, ReconcileConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.findings import IDENTITY_COLUMNS
 from app.kafka.gaps import SuspectedGap
-from app.reconcile import commit_rules, sink_offsets
 from app.reconcile import findings as rc
-from app.reconcile import ledger_audit as la
+from app.reconcile import sink_offsets
 from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
+from app.reconcile.ledger import audit as la
+from app.reconcile.ledger import commit_rules
 from app.reconcile.outputs import AuditRun, last_window_end
 from app.reconcile.run import ReconcileResult, run_reconcile
 from app.reconcile.sink import (

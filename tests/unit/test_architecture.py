@@ -157,14 +157,14 @@ def test_the_graph_sees_late_and_type_only_imports() -> None:
 from typing import TYPE_CHECKING
 from app.errors import UsageError
 if TYPE_CHECKING:
-    from app.reconcile.ledger_audit import LedgerAudit
+    from app.reconcile.ledger.audit import LedgerAudit
 def f():
     from app.reconcile import findings
     import app.contracts.vocabulary
 """
     assert module_imports(ast.parse(source), "app.x.y", False) == {
         "app.errors",
-        "app.reconcile.ledger_audit",
+        "app.reconcile.ledger.audit",
         "app.reconcile.findings",
         "app.contracts.vocabulary",
     }

@@ -1,5 +1,5 @@
 """Incidents: one test per grouping rule and per remedy action. Every finding is built as reconcile
-builds it: the ledger and commit rules over a small ledger (app.reconcile.ledger_audit), the restart
+builds it: the ledger and commit rules over a small ledger (app.reconcile.ledger.audit), the restart
 rule (forensics.find_restart_anomalies), the sink rules (findings.gap_finding, duplicate_finding,
 beyond_finding), then stored by ``finalize_findings``. So a rule that changes what its evidence says
 changes what these tests see. Last, the typed rows: a stored finding, an incident and its remedy
@@ -34,7 +34,7 @@ from app.incidents.remedy import (
 )
 from app.reconcile import findings as rc
 from app.reconcile import forensics as fx
-from app.reconcile import ledger_audit as la
+from app.reconcile.ledger import audit as la
 from app.reconcile.sink_offsets import PartitionRange
 from tests.ledger_data import GROUP, JOB, TOPIC, at, checkpoint, commits_table, ev, gc, ledger_table
 
