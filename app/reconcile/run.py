@@ -20,9 +20,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from app.config import AppConfig, ReconcileConfig
+from app.config import AppConfig
 from app.contracts.findings import StoredFinding
-from app.contracts.instants import instant
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
 from app.contracts.vocabulary import (
     COMMAND_RECONCILE,
@@ -47,11 +46,11 @@ from app.incidents.io import merge_incidents, open_incident_findings, resolved_i
 from app.kafka.gaps import GapConfirmer, SuspectedGap
 from app.kafka.times import SourceTimes
 from app.reconcile import findings as rc
-from app.reconcile import forensics as fx
 from app.reconcile import sink_batches as sb
 from app.reconcile.completeness import CompletenessPass, completeness_rows, store_completeness
 from app.reconcile.findings import Finding
-from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
+from app.reconcile.forensics import restarts as fx
+from app.reconcile.inputs import match_rules, open_ledger_audit
 from app.reconcile.ledger import audit as la
 from app.reconcile.outputs import (
     AuditRun,
@@ -121,43 +120,6 @@ def failing_findings(
     """How many of ``counts`` ((type, severity) -> n) fail a run at ``fail_on``: those at or above
     it, less the ``settled`` ones (findings of incidents a repair resolved)."""
     return sum(n - settled.get(key, 0) for key, n in counts.items() if severity_at_least(key[1], fail_on))
-
-
-def match_rules(r: ReconcileConfig) -> rc.MatchRules:
-    return rc.MatchRules(r.commit_match_window_s, r.clock_skew_s, r.run_silence_s)
-
-
-def last_ingest_time(spark: SparkSession, path: str) -> datetime | None:
-    """When ingest-offsets last stored its positions: group_commits holds every commit made
-    before then, which is what lets a stopped job's last checkpoints be judged."""
-    rows = facade.read_columns(spark, path, ["updated_at"]) or []
-    times = [instant(r["updated_at"]) for r in rows if r["updated_at"] is not None]
-    return max(times, default=None)
-
-
-def open_ledger_audit(
-    spark: SparkSession,
-    tables: Tables,
-    window: rc.AuditWindow,
-    rules: rc.MatchRules,
-    jobs: Sequence[str],
-    groups: Sequence[str],
-    lookback_days: int,
-) -> la.LedgerAudit:
-    """The window's ledger and the group's commits, read once and loaded for the driver-side
-    analysis (app.reconcile.ledger.audit): they are small next to the sink, which alone Spark scans."""
-    started = time.monotonic()
-    ledger = read_ledger_rows(spark, tables.ledger, window, jobs, lookback_days)
-    group_list = sorted(set(groups) or la.ledger_groups(ledger))
-    commits = read_group_commit_rows(spark, tables.group_commits, window, group_list, lookback_days)
-    log.info(
-        "ledger window: %d ledger rows, %d group commits of %d group(s), read in %.1fs",
-        ledger.num_rows,
-        commits.num_rows,
-        len(group_list),
-        time.monotonic() - started,
-    )
-    return la.LedgerAudit(ledger, commits, window, rules, last_ingest_time(spark, tables.ingest_positions))
 
 
 def run_reconcile(

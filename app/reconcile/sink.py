@@ -50,8 +50,8 @@ from app.errors import (
     SchemaMismatchError,
 )
 from app.reconcile import findings as rc
-from app.reconcile import forensics as fx
 from app.reconcile.findings import Finding
+from app.reconcile.forensics import restarts as fx
 from app.reconcile.sink_buckets import examine_buckets, examined_by_spark, partitions_examined
 from app.reconcile.sink_offsets import (
     BUCKET_SIZE,

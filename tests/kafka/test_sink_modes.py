@@ -34,7 +34,7 @@ from app.incidents.io import read_incidents
 from app.incidents.remedy import ReplayStep
 from app.kafka.gaps import kafka_gap_confirmer
 from app.kafka.times import KafkaTimes
-from app.reconcile.forensics_run import run_forensics
+from app.reconcile.forensics.run import run_forensics
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config

@@ -1,6 +1,6 @@
 """Restart forensics: where each run resumed compared to where the previous one got, and the
 incident timeline around a moment. Pure transforms and formatting; reading and writing live in
-app/reconcile/forensics_run.py.
+app/reconcile/forensics/run.py.
 
 A restart is judged per partition against the last checkpoint completed before the run started
 (normally the previous run's last one): resumed at it -> exact, below it -> replay (the records in

@@ -17,9 +17,9 @@ from app.contracts.findings import StoredFinding
 from app.contracts.vocabulary import COMMAND_FORENSICS, SEVERITIES, SINK_COORDINATES
 from app.incidents.io import read_incidents
 from app.reconcile import findings as rc
-from app.reconcile import forensics as fx
+from app.reconcile.forensics import restarts as fx
+from app.reconcile.inputs import match_rules, open_ledger_audit
 from app.reconcile.outputs import AuditRun, merge_restarts, record_run, resolve_scope
-from app.reconcile.run import match_rules, open_ledger_audit
 from app.reconcile.sink import SinkReader, observed_in_restart_ranges, sink_columns
 from app.storage import facade
 from app.storage.backend import StorageSettings
