@@ -47,7 +47,7 @@ from app.kafka.times import SourceTimes
 from app.reconcile import completeness_windows as cw
 from app.reconcile.completeness_stats import StatsPlan, window_stats, window_stats_by_spark
 from app.reconcile.ledger import audit as la
-from app.reconcile.sink import SinkColumns, sink_columns
+from app.reconcile.sink.coordinates import SinkColumns, sink_columns
 from app.routes import DRIVER, examine_route, examine_tasks
 from app.storage import facade
 from app.storage.tables import Tables

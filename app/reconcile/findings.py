@@ -49,7 +49,6 @@ from app.contracts.vocabulary import (
     UNVERIFIABLE,
     WARN,
 )
-from app.reconcile.sink_offsets import PartitionRange
 
 # The findings contract minus what finalize_findings adds (id, run, time), plus the identity the id
 # is hashed from: derived, so the contract stays in app/contracts/tables.py alone.
@@ -144,6 +143,25 @@ class MatchRules:
     commit_match_window_s: float = 300.0
     clock_skew_s: float = 5.0
     run_silence_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """What one partition of one job must hold in the sink: [lo, hi); lo None = unknown."""
+
+    job_name: str
+    group_id: str | None
+    topic: str
+    partition: int
+    lo: int | None
+    hi: int
+    lo_source: str
+    hi_checkpoint_id: int | None = None
+    hi_run_id: str | None = None
+    beyond_from: int | None = None
+    last_checkpoint_id: int | None = None
+    last_checkpoint_offset: int | None = None
+    last_completed_at: datetime | None = None
 
 
 # --- small helpers -------------------------------------------------------------------------------

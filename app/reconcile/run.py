@@ -46,10 +46,10 @@ from app.incidents.io import merge_incidents, open_incident_findings, resolved_i
 from app.kafka.gaps import GapConfirmer, SuspectedGap
 from app.kafka.times import SourceTimes
 from app.reconcile import findings as rc
-from app.reconcile import sink_batches as sb
 from app.reconcile.completeness import CompletenessPass, completeness_rows, store_completeness
-from app.reconcile.findings import Finding
+from app.reconcile.findings import Finding, PartitionRange
 from app.reconcile.forensics import restarts as fx
+from app.reconcile.forensics.observed import observed_in_restart_ranges
 from app.reconcile.inputs import match_rules, open_ledger_audit
 from app.reconcile.ledger import audit as la
 from app.reconcile.outputs import (
@@ -60,14 +60,14 @@ from app.reconcile.outputs import (
     record_run,
     resolve_scope,
 )
-from app.reconcile.sink import (
+from app.reconcile.sink import batches as sb
+from app.reconcile.sink.coordinates import (
     SinkReader,
     _rows_to_ranges,
     examine_sink,
-    observed_in_restart_ranges,
     sink_columns,
 )
-from app.reconcile.sink_offsets import PartitionRange, PartitionSink
+from app.reconcile.sink.offsets import PartitionSink
 from app.storage import facade
 from app.storage.tables import Tables
 
@@ -309,7 +309,7 @@ def _judged_from_source(cfg: AppConfig, restart: Mapping[str, Any]) -> bool:
 
 
 def _delta_batch_findings(p: _Pass, job: str) -> list[Finding]:
-    """``job``'s completed batches against its Delta sink's commits (app.reconcile.sink_batches)."""
+    """``job``'s completed batches against its Delta sink's commits (app.reconcile.sink.batches)."""
     r, window, path = p.cfg.reconcile, p.audit.window, p.tables.sink_for(job)
     since = None if window.since is None else window.since - timedelta(days=r.baseline_lookback_days)
     log_ = facade.sink_log(p.spark, path, since)

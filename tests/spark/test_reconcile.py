@@ -23,13 +23,20 @@ from app.contracts import vocabulary as vocab
 from app.contracts.findings import IDENTITY_COLUMNS
 from app.kafka.gaps import SuspectedGap
 from app.reconcile import findings as rc
-from app.reconcile import sink_offsets
+from app.reconcile.findings import PartitionRange
 from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
 from app.reconcile.ledger import audit as la
 from app.reconcile.ledger import commit_rules
 from app.reconcile.outputs import AuditRun, last_window_end
 from app.reconcile.run import ReconcileResult, run_reconcile
-from app.reconcile.sink import (
+from app.reconcile.sink import offsets as sink_offsets
+from app.reconcile.sink.buckets import (
+    EXAMINED_SCHEMA,
+    examine_buckets,
+    examined_by_spark,
+    partitions_examined,
+)
+from app.reconcile.sink.coordinates import (
     EXACT_FILTER_MAX_RANGES,
     SinkColumns,
     SinkOutcome,
@@ -37,15 +44,8 @@ from app.reconcile.sink import (
     _rows_to_ranges,
     examine_sink,
 )
-from app.reconcile.sink_buckets import (
-    EXAMINED_SCHEMA,
-    examine_buckets,
-    examined_by_spark,
-    partitions_examined,
-)
-from app.reconcile.sink_offsets import (
+from app.reconcile.sink.offsets import (
     BUCKET_SIZE,
-    PartitionRange,
     bitmap_offsets,
     bucket_bitmap,
     elementary_segments,

@@ -33,9 +33,9 @@ from app.incidents.remedy import (
     ResetOffsetsStep,
 )
 from app.reconcile import findings as rc
+from app.reconcile.findings import PartitionRange
 from app.reconcile.forensics import restarts as fx
 from app.reconcile.ledger import audit as la
-from app.reconcile.sink_offsets import PartitionRange
 from tests.ledger_data import GROUP, JOB, TOPIC, at, checkpoint, commits_table, ev, gc, ledger_table
 
 pytestmark = pytest.mark.unit

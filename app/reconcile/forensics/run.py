@@ -18,9 +18,10 @@ from app.contracts.vocabulary import COMMAND_FORENSICS, SEVERITIES, SINK_COORDIN
 from app.incidents.io import read_incidents
 from app.reconcile import findings as rc
 from app.reconcile.forensics import restarts as fx
+from app.reconcile.forensics.observed import observed_in_restart_ranges
 from app.reconcile.inputs import match_rules, open_ledger_audit
 from app.reconcile.outputs import AuditRun, merge_restarts, record_run, resolve_scope
-from app.reconcile.sink import SinkReader, observed_in_restart_ranges, sink_columns
+from app.reconcile.sink.coordinates import SinkReader, sink_columns
 from app.storage import facade
 from app.storage.backend import StorageSettings
 from app.storage.tables import tables_from_config
