@@ -46,7 +46,7 @@ from app.incidents.io import merge_incidents, open_incident_findings, resolved_i
 from app.kafka.gaps import GapConfirmer, SuspectedGap
 from app.kafka.times import SourceTimes
 from app.reconcile import findings as rc
-from app.reconcile.completeness import CompletenessPass, completeness_rows, store_completeness
+from app.reconcile.completeness.table import CompletenessPass, completeness_rows, store_completeness
 from app.reconcile.findings import Finding, PartitionRange
 from app.reconcile.forensics import restarts as fx
 from app.reconcile.forensics.observed import observed_in_restart_ranges
