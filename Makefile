@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps python-deps jvm-deps demo test test-unit test-spark test-kafka test-cluster test-flink lint format bench clean
+.PHONY: setup system-deps python-deps jvm-deps demo test test-fast test-unit test-spark test-kafka test-cluster test-flink lint format bench clean
 
 setup: system-deps python-deps jvm-deps
 
@@ -43,8 +43,11 @@ demo: setup
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit: python-deps
+# The edit loop: the unit tier, pure Python, no JVM and no broker (needs only the Python packages).
+test-fast: python-deps
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+test-unit: test-fast
 
 test-spark: setup
 	$(PY) -m pytest -m spark $(PYTEST_ARGS)
