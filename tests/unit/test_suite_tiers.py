@@ -23,8 +23,9 @@ TIERS = frozenset({"unit", "spark", "kafka", "flink", "cluster", "browser"})
 def module_marks(path: Path) -> set[str]:
     """The ``pytest.mark.<name>`` names in the module-level ``pytestmark`` of ``path``."""
     for node in ast.parse(path.read_text()).body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in targets):
+        if not isinstance(node, ast.Assign):
+            continue
+        if any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
             return {
                 sub.attr
                 for sub in ast.walk(node.value)
