@@ -44,8 +44,9 @@ test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The edit loop: the unit tier, pure Python, no JVM and no broker (needs only the Python packages).
+# Only tests/unit/ is collected: the unit tier is exactly its files (tests/unit/test_suite_tiers.py).
 test-fast: python-deps
-	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit -m unit $(PYTEST_ARGS)
 
 test-unit: test-fast
 
