@@ -109,7 +109,7 @@ def unreachable() -> Iterator[str]:
         yield f"127.0.0.1:{held.getsockname()[1]}"
 
 
-# One child per documented code, each through another entry point: (entry, case, broker state).
+# One child per documented code, the three entry points among them: (entry, case, broker state).
 CHILDREN = {
     outcome.EXIT_OK: ("python -m app.cli", "report", "unreachable"),
     outcome.EXIT_FINDINGS: ("console script", "incidents", "up"),
@@ -167,16 +167,19 @@ def in_process(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> tuple
 
 
 def test_every_command_maps_each_broker_state_to_its_documented_code(
+    spark: SparkSession,
     audit: AuditTables,
     bootstrap: str,
     unreachable: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """With the session's Spark running, so that the outcome does not hang on which tests ran before
+    (the commands that read on the driver read through a running session: session.table_storage)."""
     wrong = []
     for name, case in cases(audit, tmp_path).items():
         if name == "reconcile":
-            continue  # starts Spark: the last test, on the session's Spark
+            continue  # it may write to the tables the others read: the last test
         states = {"unreachable": (unreachable, case.down)}
         if case.up is not None:
             states["up"] = (bootstrap, case.up)
