@@ -78,12 +78,14 @@ DETAIL_IMPORTED: Final = "imported"
 # offsets; the checkpoints Flink completed that the ledger holds no offsets of (on the next recorded
 # CHECKPOINT_COMPLETED and in RUN_STOPPED), the failed ones (RUN_STOPPED); and the mark of a commit the
 # sidecar did not see but that Flink sends by design on a checkpoint's completion (COMMIT_REQUESTED).
+# An attempt started without state: the checkpoint that bounded where its sources started
+# (OFFSETS_RESTORED).
 DETAIL_FLINK_KEYS: Final = (
     "flink_job_id", "external_path", "savepoint", "operator_id", "missed_checkpoints", "failed_checkpoints",
-    "inferred",
+    "inferred", "startup_checkpoint",
 )
 (DETAIL_FLINK_JOB_ID, DETAIL_EXTERNAL_PATH, DETAIL_SAVEPOINT, DETAIL_OPERATOR_ID, DETAIL_MISSED_CHECKPOINTS,
- DETAIL_FAILED_CHECKPOINTS, DETAIL_INFERRED) = DETAIL_FLINK_KEYS
+ DETAIL_FAILED_CHECKPOINTS, DETAIL_INFERRED, DETAIL_STARTUP_CHECKPOINT) = DETAIL_FLINK_KEYS
 # Why a completed Flink checkpoint has no offsets in the ledger (each entry of missed_checkpoints):
 # its files were deleted before they were read (execution.checkpointing.num-retained too low for the
 # poll), its _metadata could not be decoded, it left the REST history between two polls, or Flink

@@ -2,8 +2,9 @@
 
 Only what the sidecar needs: `/jobs/overview` (find a job by name), `/jobs/:id` (its state and start),
 `/jobs/:id/checkpoints` (`counts`, `latest.restored`, `history`), `/jobs/:id/checkpoints/config`
-(externalized retention), the JobManager's configuration (`execution.checkpointing.num-retained`)
-and a vertex's metrics. Every request goes through one ``Pacer``: the JobManager serves the job's
+(externalized retention), the JobManager's configuration (`execution.checkpointing.num-retained`),
+the parameters a job published (`/jobs/:id/config`: its startup mode, when it names it there) and a
+vertex's metrics. Every request goes through one ``Pacer``: the JobManager serves the job's
 own web UI and clients too, so the sidecar never sends more than ``max_per_s`` requests a second.
 
 The parsing functions are pure (tests feed them recorded documents); the field names are Flink's
@@ -258,6 +259,17 @@ def parse_checkpoint_config(doc: Any, entries: Mapping[str, str]) -> CheckpointC
     )
 
 
+def parse_job_parameters(doc: Any) -> dict[str, str]:
+    """`/jobs/:id/config`: the parameters a job published (`execution-config.user-config`: Flink's
+    global job parameters, where `ParameterTool` and `pipeline.global-job-parameters` put them)."""
+    body = _require(doc, "/jobs/:id/config")
+    execution = body.get("execution-config") or {}
+    user = execution.get("user-config") if isinstance(execution, Mapping) else None
+    if not isinstance(user, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in user.items() if v is not None}
+
+
 def retention_warnings(config: CheckpointConfig, poll_s: float) -> list[str]:
     """What in the job's configuration makes the sidecar likely to miss checkpoints, said at start."""
     warnings = []
@@ -366,6 +378,18 @@ class FlinkRest:
             if num_retained(entries) is not None:
                 break
         return parse_checkpoint_config(config, entries)
+
+    def job_parameter(self, job_id: str, key: str) -> str | None:
+        """The value of ``key`` the job published: among its global job parameters, else in its own
+        configuration (`/jobs/:id/jobmanager/config`, Flink 1.19+); None when neither has it."""
+        quoted = urllib.parse.quote(job_id)
+        value = parse_job_parameters(self.get(f"/jobs/{quoted}/config")).get(key)
+        if value is not None:
+            return value
+        try:
+            return parse_config_entries(self.get(f"/jobs/{quoted}/jobmanager/config")).get(key)
+        except FlinkRestHttpError:
+            return None
 
 
 def newest_by_name(jobs: Sequence[JobSummary], name: str) -> JobSummary | None:

@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 
 from app.config import StorageConfig
 from app.contracts import vocabulary as vocab
+from app.contracts.offsets import KAFKASOURCE_COMMITTED_OFFSET as KAFKASOURCE_COMMITTED
 from app.errors import FlinkCheckpointGoneError, FlinkRestError, UsageError
 from app.flink.metadata import FlinkCheckpointOffsets, SplitOffset, read_checkpoint
 from app.flink.rest import FlinkRest, Pacer
@@ -61,6 +62,7 @@ class FakeFlink:
         self.down = False
         self.requests: list[tuple[float, str]] = []
         self.config = [{"key": "execution.checkpointing.num-retained", "value": "3"}]
+        self.params: dict[str, dict[str, str]] = {}  # a job's published parameters (user-config)
 
     def submit(self, job_id: str, start_ms: int, name: str = "payments") -> None:
         self.jobs[job_id] = {
@@ -124,6 +126,8 @@ class FakeFlink:
             body: Any = {"jobs": list(self.jobs.values())}
         elif path == "/jobmanager/config" or path.endswith("/jobmanager/config"):
             body = self.config
+        elif path.endswith("/config") and len(parts) == 3:
+            body = {"jid": parts[1], "execution-config": {"user-config": self.params.get(parts[1], {})}}
         elif path.endswith("/checkpoints/config"):
             body = {"interval": 1000, "externalization": {"enabled": True, "delete_on_cancellation": False}}
         elif path.endswith("/checkpoints"):
@@ -523,3 +527,121 @@ def test_checkpoints_completed_between_the_last_poll_and_a_kill_are_recovered_fr
     ] == [None, True, True]
     restarted = of(ledger, vocab.EVENT_OFFSETS_RESTORED)
     assert [(r["checkpoint_id"], r["offset"]) for r in restarted] == [(3, 30)]
+
+
+class FakeBroker:
+    """The broker's positions per startup mode, changed by the test; every question is kept."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, dict[tuple[str, int], int]] = {}
+        self.asked: list[tuple[str, list[tuple[str, int]], str | None]] = []
+
+    def at(self, mode: str, partitions: Any, group_id: str | None) -> dict[tuple[str, int], int]:
+        self.asked.append((mode, list(partitions), group_id))
+        known = self.offsets.get(mode, {})
+        return {tp: known[tp] for tp in partitions if tp in known}
+
+    def close(self) -> None:
+        pass
+
+
+def started_at(ledger: Path, run_id: str) -> dict[int, tuple[int, str, int]]:
+    """partition -> (offset, source, startup checkpoint) of the run's OFFSETS_RESTORED."""
+    out = {}
+    for r in of(ledger, vocab.EVENT_OFFSETS_RESTORED, run_id):
+        detail = json.loads(r["detail"])
+        out[r["partition"]] = (
+            r["offset"],
+            detail[vocab.DETAIL_SOURCE],
+            detail[vocab.DETAIL_STARTUP_CHECKPOINT],
+        )
+    return out
+
+
+def test_a_run_from_latest_starts_at_the_brokers_end_once_its_source_holds_splits(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The job publishes `start: latest`; its first checkpoint came before the splits (no partition),
+    the second holds partition 0 unread at the end the enumerator took and partition 1 read past it."""
+    ledger, broker = tmp_path / "ledger", FakeBroker()
+    flink.submit(JOB_A, T0)
+    flink.params[JOB_A] = {"start": "latest"}
+    w = watcher(flink, ledger, clock, startup_key="start", positions=broker)
+    w.start()
+    w.poll_once()
+    flink.complete(JOB_A, 1, T0 + 1000, {})
+    w.poll_once()
+    assert broker.asked == []  # nothing to ask about before the source has partitions
+    broker.offsets[vocab.RESTORE_LATEST] = {("orders", 0): 120, ("orders", 1): 80}
+    flink.complete(JOB_A, 2, T0 + 2000, {("orders", 0): 120, ("orders", 1): 95})
+    w.poll_once()
+    broker.offsets[vocab.RESTORE_LATEST] = {("orders", 0): 500, ("orders", 1): 500}
+    flink.complete(JOB_A, 3, T0 + 3000, {("orders", 0): 130, ("orders", 1): 99})
+    w.poll_once()
+
+    assert started_at(ledger, JOB_A) == {
+        0: (120, vocab.RESTORE_LATEST, 2),
+        1: (80, vocab.RESTORE_LATEST, 2),
+    }
+    assert [r["event_time"] for r in of(ledger, vocab.EVENT_OFFSETS_RESTORED)] == [
+        of(ledger, vocab.EVENT_RUN_STARTED)[0]["event_time"]
+    ] * 2
+    assert (
+        json.loads(of(ledger, vocab.EVENT_RUN_STARTED)[0]["detail"])["startup_mode"] == vocab.RESTORE_LATEST
+    )
+    assert broker.asked == [(vocab.RESTORE_LATEST, [("orders", 0), ("orders", 1)], "payments-group")]
+
+
+def test_a_run_from_the_group_starts_at_the_groups_offsets_asked_before_its_own_commits(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A resubmission from the group's offsets (an operator reset them while it was down): asked at
+    the new job's first sight, for the partitions of the job's ledger; its first checkpoint has read
+    partition 0 and still holds the committed marker on partition 1."""
+    ledger, broker = tmp_path / "ledger", FakeBroker()
+    flink.submit(JOB_A, T0, name="payments")
+    w = watcher(flink, ledger, clock, flink_job_id=None, flink_job_name="payments", positions=broker)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 100, ("orders", 1): 100})
+    w.poll_once()
+    flink.end(JOB_A, "CANCELED", T0 + 1500)
+    w.poll_once()
+    flink.submit(JOB_B, T0 + 10_000, name="payments")
+    flink.params[JOB_B] = {"start": "committed"}
+    w.startup_key = "start"
+    broker.offsets[vocab.RESTORE_GROUP] = {("orders", 0): 50, ("orders", 1): 150}
+    w.poll_once()
+    broker.offsets[vocab.RESTORE_GROUP] = {("orders", 0): 150, ("orders", 1): 150}  # the job's own
+    flink.complete(JOB_B, 1, T0 + 11_000, {("orders", 0): 150, ("orders", 1): KAFKASOURCE_COMMITTED})
+    w.poll_once()
+
+    assert started_at(ledger, JOB_B) == {
+        0: (50, vocab.RESTORE_GROUP, 1),
+        1: (150, vocab.RESTORE_GROUP, 1),
+    }
+    assert broker.asked == [(vocab.RESTORE_GROUP, [("orders", 0), ("orders", 1)], "payments-group")]
+    assert started_at(ledger, JOB_A) == {}  # the first job was told nothing: no mode, no claim
+
+
+def test_a_run_whose_markers_name_earliest_starts_at_the_log_start_and_an_unknown_mode_claims_nothing(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    ledger, broker = tmp_path / "ledger", FakeBroker()
+    broker.offsets[vocab.RESTORE_EARLIEST] = {("orders", 0): 200, ("orders", 1): 200}
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock, positions=broker)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): -2, ("orders", 1): -2})
+    w.poll_once()
+    assert started_at(ledger, JOB_A) == {
+        0: (200, vocab.RESTORE_EARLIEST, 1),
+        1: (200, vocab.RESTORE_EARLIEST, 1),
+    }
+
+    other = tmp_path / "other"
+    flink.submit(JOB_B, T0)
+    w = watcher(flink, other, clock, flink_job_id=JOB_B, positions=broker)
+    w.start()
+    flink.complete(JOB_B, 1, T0 + 1000, {("orders", 0): 12, ("orders", 1): 30})
+    w.poll_once()
+    assert of(other, vocab.EVENT_OFFSETS_RESTORED) == []
