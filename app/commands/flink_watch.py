@@ -115,7 +115,8 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         {**dataclasses.asdict(summary), "job": args.job, "ledger": ledger, "rest": args.rest},
         f"flink-watch of Flink job {followed} as job {args.job}: runs {', '.join(summary.runs) or 'none'}; "
         f"{summary.checkpoints_recorded} checkpoints recorded, {len(summary.missed)} missed, "
-        f"{summary.failed_checkpoints} failed; {summary.events_written} events, "
+        f"{summary.failed_checkpoints} failed; {summary.failed_commits} commits failed (source metrics); "
+        f"{summary.events_written} events, "
         f"{summary.rest_requests} REST requests",
     )
     return EXIT_OK

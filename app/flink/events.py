@@ -278,6 +278,38 @@ def checkpoint_events(
     return events
 
 
+def commits_failed(
+    source: EventSource,
+    stat: CheckpointStat,
+    decoded: FlinkCheckpointOffsets,
+    failed: int,
+    total_failed: int,
+    when: datetime,
+) -> list[LedgerEvent]:
+    """COMMIT_FAILED per committable partition of the newest recorded checkpoint, when the source's
+    commitsFailed counter rose by ``failed`` (to ``total_failed``) since the last sample.
+
+    The counter says how many commits failed, not whose: Flink's reader commits each completed
+    checkpoint's offsets (and drops a commit still in flight for a newer one), so the failures are
+    put on the newest checkpoint whose commit was requested before the sample. `attempt` is the
+    counter's value, so two rises against the same checkpoint are two events."""
+    if source.engine != decoded.engine:
+        source = for_engine(source, decoded.engine)
+    raw = raw_offsets(decoded)
+    sent = {tp: o for tp, o in raw.items() if commit_offset_for(o, source.engine) is not None}
+    detail = {
+        vocab.DETAIL_ERROR: vocab.ERROR_COMMITS_FAILED_METRIC,
+        vocab.DETAIL_ATTEMPT: total_failed,
+        vocab.DETAIL_COMMITS_FAILED: failed,
+        vocab.DETAIL_INFERRED: True,
+        vocab.DETAIL_MESSAGE: (
+            f"the Kafka source's commitsFailed rose by {failed} (all subtasks) since the last poll; "
+            f"Flink does not say which checkpoints' commits they were: put on checkpoint {stat.checkpoint_id}"
+        ),
+    }
+    return source.partition_events(vocab.EVENT_COMMIT_FAILED, when, stat.checkpoint_id, sent, detail)
+
+
 def for_engine(source: EventSource, engine: str) -> EventSource:
     return EventSource(source.job_name, source.run_id, engine, source.group_id)
 

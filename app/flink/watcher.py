@@ -54,6 +54,8 @@ from app.flink.rest import (
     STATUS_COMPLETED,
     Checkpoints,
     CheckpointStat,
+    CommitCounts,
+    CommitMetrics,
     FlinkRest,
     JobSummary,
     Restore,
@@ -182,6 +184,7 @@ class WatchSummary:
     rest_requests: int = 0
     stopped_runs: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    failed_commits: int = 0  # counted by the job's Kafka source metrics while followed
 
 
 @dataclass
@@ -203,6 +206,9 @@ class _Run:
     recorded: set[int] = field(default_factory=set)
     stopped: bool = False
     start: _Start | None = None  # an attempt without state whose start offsets are not written yet
+    newest: tuple[CheckpointStat, FlinkCheckpointOffsets] | None = None  # recorded, with partitions
+    metrics: CommitMetrics | None = None  # where its source counts commits, once found
+    commits: CommitCounts | None = None  # the counters at the last sample (None: no baseline yet)
 
 
 class FlinkWatcher:
@@ -327,7 +333,10 @@ class FlinkWatcher:
                 self._record(checkpoints, self.run, before_ms=attempt.restore.restore_ms)
             self._begin(attempt, checkpoints)
         assert self.run is not None
+        recorded = self.run.counts.recorded
         self._record(checkpoints, self.run)
+        if self.run.counts.recorded > recorded:
+            self._sample_commits(self.run)
         self.completed_count = checkpoints.completed_count
         if job.terminal:
             self._stop(self.run, job)
@@ -356,6 +365,9 @@ class FlinkWatcher:
         self.run = _Run(
             attempt, source, ev.RunCounts(missed=[]), recorded=self.ledger.completed_ids(attempt.run_id)
         )
+        if not self.run.recorded:
+            # Followed from its start: the source's counters start at zero with the attempt's tasks.
+            self.run.commits = CommitCounts(0, 0)
         if attempt.restore is not None and restored is not None and previous not in (None, attempt.run_id):
             self._recover(previous, attempt, engine, restored, checkpoints)
         notes = [note] if note else []
@@ -378,6 +390,35 @@ class FlinkWatcher:
             if self.prefetch is not None:
                 self.prefetch.forget_through(self.last_id)
         log.info("flink-watch: run %s of Flink job %s started", attempt.run_id, attempt.job_id)
+
+    def _sample_commits(self, run: _Run) -> None:
+        """After new checkpoints were recorded (their commits requested), the source's commit
+        counters: a rise of commitsFailed since the last sample becomes COMMIT_FAILED on the newest
+        recorded checkpoint. One GET a sample (a few more until the counters are registered); none
+        without a group id, since no commit is expected then."""
+        if self.group_id is None or run.newest is None:
+            return
+        job_id = run.attempt.job_id
+        if run.metrics is None:
+            run.metrics = self.rest.commit_metrics(job_id)
+            if run.metrics is None:
+                return
+        counts = self.rest.commit_counts(job_id, run.metrics)
+        if counts is None:
+            return
+        before, run.commits = run.commits, counts
+        if before is None or counts.failed <= before.failed:
+            return
+        stat, decoded = run.newest
+        failed = counts.failed - before.failed
+        events = ev.commits_failed(run.source, stat, decoded, failed, counts.failed, datetime.now(UTC))
+        self.summary.failed_commits += failed
+        self.summary.events_written += self.ledger.write_new(run.attempt.run_id, events)
+        log.warning(
+            "flink-watch: %d commits of run %s failed since the last poll (its Kafka source's commitsFailed)",
+            failed,
+            run.attempt.run_id,
+        )
 
     def _startup_mode(self, attempt: ev.Attempt) -> str | None:
         """The startup mode of an attempt without state: what the job published under the startup
@@ -578,6 +619,8 @@ class FlinkWatcher:
             run.attempt.run_id, stat.checkpoint_id, events
         )
         run.pending_missed = []
+        if read.offsets:
+            run.newest = (stat, read)
         run.recorded.add(stat.checkpoint_id)
         run.counts.recorded += 1
         self.summary.checkpoints_recorded += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +17,26 @@ from app.contracts import vocabulary as vocab
 from app.contracts.offsets import KAFKASOURCE_COMMITTED_OFFSET as KAFKASOURCE_COMMITTED
 from app.errors import FlinkCheckpointGoneError, FlinkRestError, UsageError
 from app.flink.metadata import FlinkCheckpointOffsets, SplitOffset, read_checkpoint
-from app.flink.rest import FlinkRest, Pacer
+from app.flink.rest import (
+    CommitCounts,
+    CommitMetrics,
+    FlinkRest,
+    Pacer,
+    commit_metric_ids,
+    parse_commit_counts,
+)
 from app.flink.watcher import FlinkLedger, FlinkWatcher
+from app.reconcile import commit_rules
+from app.reconcile import findings as rc
+from app.reconcile import ledger_audit as la
+from tests.ledger_data import commits_table
 
 pytestmark = pytest.mark.unit
 
 JOB_A = "4f2c7d1e9a6b40c8b1d3e5f7a9c0b2d4"
 JOB_B = "9e8d7c6b5a4f30e2d1c0b9a8f7e6d5c4"
 T0 = 1764237600000
+RULES = rc.MatchRules(commit_match_window_s=60, clock_skew_s=1)
 
 
 class FakeClock:
@@ -63,6 +76,7 @@ class FakeFlink:
         self.requests: list[tuple[float, str]] = []
         self.config = [{"key": "execution.checkpointing.num-retained", "value": "3"}]
         self.params: dict[str, dict[str, str]] = {}  # a job's published parameters (user-config)
+        self.commit_counts: dict[str, tuple[int, int]] = {}  # its source's (commitsFailed, commitsSucceeded)
 
     def submit(self, job_id: str, start_ms: int, name: str = "payments") -> None:
         self.jobs[job_id] = {
@@ -71,6 +85,9 @@ class FakeFlink:
             "state": "RUNNING",
             "start-time": start_ms,
             "end-time": -1,
+            "vertices": [
+                {"id": "cbc357ccb763df2852fee8c4fc7d55f2", "name": "Source: kafka-source -> discard: Writer"}
+            ],
         }
         self.history[job_id] = []
         self.restored[job_id] = None
@@ -103,6 +120,25 @@ class FakeFlink:
             checkpoint_id, vocab.ENGINE_FLINK_KAFKASOURCE, "src", f"/cp/{job_id}/chk-{checkpoint_id}", splits
         )
 
+    # The ids a real Flink 1.20 MiniCluster lists for a KafkaSource named kafka-source.
+    FAILED_ID = "Source__kafka-source.KafkaSourceReader.commitsFailed"
+    SUCCEEDED_ID = "Source__kafka-source.KafkaSourceReader.commitsSucceeded"
+
+    def metrics_document(self, job_id: str, path: str) -> Any:
+        """A source vertex's metric list, or its commit counters summed over subtasks."""
+        if job_id not in self.commit_counts:
+            return []  # the reader has not registered its metrics
+        if "?get=" not in path:
+            return [
+                {"id": "Source__kafka-source.numRecordsOut"},
+                {"id": self.FAILED_ID},
+                {"id": self.SUCCEEDED_ID},
+            ]
+        failed, succeeded = self.commit_counts[job_id]
+        wanted = path.split("?get=", 1)[1].split("&", 1)[0].split(",")
+        values = {self.FAILED_ID: failed, self.SUCCEEDED_ID: succeeded}
+        return [{"id": i, "sum": float(values[i])} for i in wanted if i in values]
+
     def fail(self, job_id: str, checkpoint_id: int, trigger_ms: int) -> None:
         self.history[job_id].append(
             {"id": checkpoint_id, "status": "FAILED", "is_savepoint": False, "trigger_timestamp": trigger_ms}
@@ -122,8 +158,11 @@ class FakeFlink:
             raise FlinkRestError(f"Flink REST API unreachable at {url}: Connection refused")
         path = url.split("8081", 1)[1]
         parts = path.strip("/").split("/")
-        if path == "/jobs/overview":
-            body: Any = {"jobs": list(self.jobs.values())}
+        body: Any
+        if "/vertices/" in path:
+            body = self.metrics_document(parts[1], path)
+        elif path == "/jobs/overview":
+            body = {"jobs": list(self.jobs.values())}
         elif path == "/jobmanager/config" or path.endswith("/jobmanager/config"):
             body = self.config
         elif path.endswith("/config") and len(parts) == 3:
@@ -645,3 +684,73 @@ def test_a_run_whose_markers_name_earliest_starts_at_the_log_start_and_an_unknow
     flink.complete(JOB_B, 1, T0 + 1000, {("orders", 0): 12, ("orders", 1): 30})
     w.poll_once()
     assert of(other, vocab.EVENT_OFFSETS_RESTORED) == []
+
+
+def test_a_rise_of_the_sources_commits_failed_between_two_polls_is_a_commit_failure_of_the_job(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The broker unreachable for the job's commits while checkpoints complete: Flink's reader counts
+    each failed commit (on 1.20 they fail in bursts, as pending requests time out); each rise is a
+    COMMIT_FAILED on the newest recorded checkpoint, and reconcile names the job's COMMIT_FAILURE."""
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10, ("orders", 1): 7})
+    w.poll_once()  # the reader's counters are not registered yet: nothing to compare
+    flink.commit_counts[JOB_A] = (0, 2)
+    flink.complete(JOB_A, 2, T0 + 2000, {("orders", 0): 12, ("orders", 1): 9})
+    w.poll_once()
+    flink.commit_counts[JOB_A] = (20, 2)  # the outage
+    flink.complete(JOB_A, 3, T0 + 3000, {("orders", 0): 12, ("orders", 1): 9})
+    w.poll_once()
+    flink.commit_counts[JOB_A] = (40, 2)
+    flink.complete(JOB_A, 4, T0 + 4000, {("orders", 0): 15, ("orders", 1): 9})
+    w.poll_once()
+    w.poll_once()  # no new checkpoint: no sample
+    flink.commit_counts[JOB_A] = (40, 4)  # back
+    flink.complete(JOB_A, 5, T0 + 5000, {("orders", 0): 15, ("orders", 1): 9})
+    w.poll_once()
+
+    failed = of(ledger, vocab.EVENT_COMMIT_FAILED, JOB_A)
+    assert sorted((r["checkpoint_id"], r["partition"], r["offset"]) for r in failed) == [
+        (3, 0, 12), (3, 1, 9), (4, 0, 15), (4, 1, 9),
+    ]  # fmt: skip
+    details = [json.loads(r["detail"]) for r in failed]
+    assert {(d[vocab.DETAIL_ERROR], d[vocab.DETAIL_COMMITS_FAILED]) for d in details} == {
+        (vocab.ERROR_COMMITS_FAILED_METRIC, 20)
+    }
+    assert w.summary.failed_commits == 40
+
+    table = DeltaTable(str(ledger)).to_pyarrow_table()
+    window = rc.AuditWindow(until=datetime.now(UTC) + timedelta(hours=1))
+    found = commit_rules.commit_failures(la.LedgerAudit(table, commits_table(), window, RULES))
+    assert sorted(
+        (f.finding_type, f.job_name, f.run_id, f.partition, f.severity, f.record_count) for f in found
+    ) == [(vocab.COMMIT_FAILURE, "payments", JOB_A, p, vocab.WARN, 2) for p in (0, 1)]
+
+
+def test_a_sources_commit_counters_are_found_by_their_names_under_any_operator_prefix() -> None:
+    listed = [
+        {"id": "Source__orders.numRecordsOut"},
+        {"id": "Source__orders.KafkaSourceReader.commitsFailed"},
+    ]
+    assert commit_metric_ids(listed) == ("Source__orders.KafkaSourceReader.commitsFailed", None)
+    legacy = [
+        {"id": "Source__legacy.KafkaConsumer.commitsFailed"},
+        {"id": "Source__legacy.KafkaConsumer.commitsSucceeded"},
+    ]
+    assert commit_metric_ids(legacy) == (
+        "Source__legacy.KafkaConsumer.commitsFailed",
+        "Source__legacy.KafkaConsumer.commitsSucceeded",
+    )
+    assert commit_metric_ids([{"id": "Source__x.numRecordsOut"}]) is None
+    metrics = CommitMetrics("v", "a.KafkaSourceReader.commitsFailed", "a.KafkaSourceReader.commitsSucceeded")
+    assert parse_commit_counts(
+        [
+            {"id": "a.KafkaSourceReader.commitsFailed", "sum": 40.0},
+            {"id": "a.KafkaSourceReader.commitsSucceeded", "sum": 2.0},
+        ],
+        metrics,
+    ) == CommitCounts(40, 2)
+    assert parse_commit_counts([], metrics) is None
