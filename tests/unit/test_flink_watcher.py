@@ -727,7 +727,7 @@ def test_a_rise_of_the_sources_commits_failed_between_two_polls_is_a_commit_fail
     found = commit_rules.commit_failures(la.LedgerAudit(table, commits_table(), window, RULES))
     assert sorted(
         (f.finding_type, f.job_name, f.run_id, f.partition, f.severity, f.record_count) for f in found
-    ) == [(vocab.COMMIT_FAILURE, "payments", JOB_A, p, vocab.WARN, 2) for p in (0, 1)]
+    ) == [(vocab.COMMIT_FAILURE, "payments", JOB_A, p, vocab.INFO, 2) for p in (0, 1)]
 
 
 def test_a_sources_commit_counters_are_found_by_their_names_under_any_operator_prefix() -> None:
