@@ -26,8 +26,14 @@ from typing import Any
 
 from app.config import PathsConfig, ReconcileConfig, load_config
 from app.reconcile import findings as rc
-from app.reconcile.run import match_rules, open_ledger_audit
-from app.reconcile.sink import SinkOutcome, SinkReader, _rows_to_ranges, examine_sink, sink_columns
+from app.reconcile.inputs import match_rules, open_ledger_audit
+from app.reconcile.sink.coordinates import (
+    SinkOutcome,
+    SinkReader,
+    _rows_to_ranges,
+    examine_sink,
+    sink_columns,
+)
 from app.runtime.session import spark_session
 from app.storage import files
 from app.storage.tables import tables_from_config

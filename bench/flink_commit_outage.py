@@ -36,9 +36,9 @@ from deltalake import DeltaTable
 from app.contracts import vocabulary as vocab
 from app.demo.local_kafka import LocalKafka
 from app.flink.rest import FlinkRest
-from app.reconcile import commit_rules
 from app.reconcile import findings as rc
-from app.reconcile import ledger_audit as la
+from app.reconcile.ledger import audit as la
+from app.reconcile.ledger import commit_rules
 from app.runtime import jvm
 from app.runtime.child_processes import parent_death_preexec
 from tests.flink.harness import FlinkJob, JobSpec, compile_stack, wait_for

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from app.config import load_config
 from app.incidents.incident import StoredIncident
-from app.reconcile.outputs import read_incidents
+from app.incidents.io import read_incidents
 from app.runtime.jvm import REPO_ROOT
 from app.storage import delta_rows
 from app.storage.tables import tables_from_config

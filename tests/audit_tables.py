@@ -29,8 +29,8 @@ from app.contracts.tables import (
 )
 from app.incidents import grouping as inc
 from app.reconcile import findings as rc
-from app.reconcile import forensics as fx
-from app.reconcile import ledger_audit as la
+from app.reconcile.forensics import restarts as fx
+from app.reconcile.ledger import audit as la
 from app.storage import delta_rows
 from app.storage.tables import tables_from_config
 from tests.ledger_data import (

@@ -41,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.reconcile import forensics
-    from app.reconcile.forensics_run import run_forensics, timeline
+    from app.reconcile.forensics import restarts as forensics
+    from app.reconcile.forensics.run import run_forensics, timeline
     from app.runtime.session import spark_session, table_storage
 
     if args.at is not None:

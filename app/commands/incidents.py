@@ -53,7 +53,7 @@ def incidents_text(incidents: Sequence[StoredIncident]) -> str:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.reconcile.outputs import read_incidents
+    from app.incidents.io import read_incidents
     from app.runtime.session import table_storage
 
     incidents = read_incidents(table_storage(cfg), cfg, jobs=args.jobs, since=args.since)

@@ -60,7 +60,7 @@ def plan_text(incident: StoredIncident) -> str:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.reconcile.outputs import mark_resolved, read_incidents
+    from app.incidents.io import mark_resolved, read_incidents
     from app.runtime.session import spark_session, table_storage
     from app.storage.tables import tables_from_config
 

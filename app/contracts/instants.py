@@ -2,7 +2,7 @@
 
 Every table holds UTC instants (CONTRACTS.md section 3), and every reader of this application
 gets either aware values (delta-rs and Arrow read Delta's TIMESTAMP as UTC instants) or naive UTC
-wall times (DuckDB over ``reconcile.ledger_sql.naive_utc`` tables; a time given without zone on the
+wall times (DuckDB over ``reconcile.ledger.sql.naive_utc`` tables; a time given without zone on the
 command line, which the contract reads as UTC). Only Spark's ``collect`` hands out naive *local*
 times, because it converts to the Python process's zone; code that takes times from it converts
 them there (``value.astimezone(UTC)`` reads a naive value as local time), before they meet this rule.

@@ -40,6 +40,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from app.contracts import vocabulary as vocab
+from app.contracts.findings import StoredFinding, skipped_records
 from app.contracts.instants import instant
 from app.contracts.json_values import JsonValue
 from app.incidents.incident import Impact, StoredIncident, incident_order
@@ -53,7 +54,6 @@ from app.incidents.remedy import (
     ReplayStep,
     ResetOffsetsStep,
 )
-from app.reconcile.findings import StoredFinding, skipped_records
 
 # External offset changes further apart than this are separate incidents.
 EXTERNAL_CHANGE_CLUSTER: Final = timedelta(minutes=10)

@@ -34,7 +34,7 @@ from app.errors import describe_error, error_kind
 from app.incidents.incident import IncidentSummary, summaries_json
 from app.kafka.gaps import kafka_gap_confirmer
 from app.kafka.times import KafkaTimes
-from app.reconcile.forensics_run import run_forensics
+from app.reconcile.forensics.run import run_forensics
 from app.reconcile.outputs import AuditRun, confirm_runs
 from app.reconcile.run import run_reconcile
 from app.storage.files import read_text, write_text

@@ -1,1 +1,2 @@
-"""Reconciliation: ledger and commit rules, sink examination, findings, forensics."""
+"""Reconciliation of the three accounts: the ledger and the group's commits (`ledger`), the sink
+(`sink`), their findings, completeness per window and restart forensics; `run` on top."""

@@ -1,18 +1,16 @@
-"""Reconciliation of the three accounts (ledger, group commits, sink): pure transforms.
+"""Reconciliation of the three accounts (ledger, group commits, sink): the findings the rules build.
 
 Sink-derived findings (GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT) start from small per-bucket
 aggregates that the I/O module collects, so their range arithmetic is plain Python and testable
 without a JVM. Everything read from the ledger and the group's commits (ledger- and
 commit-derived findings, completed checkpoints, the ranges the sink must hold, restarts) lives in
-app/reconcile/ledger_audit.py: those inputs are small, so they are analysed on the driver.
+app/reconcile/ledger/audit.py: those inputs are small, so they are analysed on the driver.
 
 Every rule returns typed ``Finding``s, built by ``Finding.of``: the contract's columns minus the run
 id and detection time, plus ``identity``, a string that together with the coordinates makes the
-finding unique. ``finalize_findings`` turns them into ``StoredFinding``s, one per finding of the
-``findings`` contract, with ``finding_id = sha2(identity columns)`` -- never over run ids of the
-reconciliation or times of detection, so a re-run over the same inputs yields the same ids. From
-there on (incidents, outputs, the commands) a finding is a ``StoredFinding``; ``to_row`` and
-``from_row`` are the one conversion to and from a table row.
+finding unique. ``finalize_findings`` turns them into ``StoredFinding``s
+(``app.contracts.findings``: a row of the ``findings`` contract and its id), what everything
+downstream takes.
 
 Internal frames use canonical names: the sink is renamed by the I/O module to ``topic, partition,
 offset, writer_checkpoint_id, writer_run_id``.
@@ -21,7 +19,6 @@ offset, writer_checkpoint_id, writer_run_id``.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,8 +32,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from app.contracts.findings import ADDED_WHEN_STORED, StoredFinding, evidence_json, finding_id
 from app.contracts.instants import instant
-from app.contracts.json_values import JsonObject, JsonValue
 from app.contracts.tables import FINDINGS_SCHEMA
 from app.contracts.vocabulary import (
     BENIGN,
@@ -52,29 +49,14 @@ from app.contracts.vocabulary import (
     UNVERIFIABLE,
     WARN,
 )
-from app.errors import SchemaMismatchError
-from app.reconcile.sink_offsets import PartitionRange
 
 # The findings contract minus what finalize_findings adds (id, run, time), plus the identity the id
 # is hashed from: derived, so the contract stays in app/contracts/tables.py alone.
 FINDING_CORE_SCHEMA: Final = StructType(
-    [f for f in FINDINGS_SCHEMA.fields if f.name not in ("finding_id", "reconcile_run_id", "detected_at")]
+    [f for f in FINDINGS_SCHEMA.fields if f.name not in ADDED_WHEN_STORED]
     + [StructField("identity", StringType(), True)]
 )
 FINDING_CORE: Final = tuple(FINDING_CORE_SCHEMA.fieldNames())
-# What makes a finding itself; evidence, counts, severity and status may change between runs.
-IDENTITY_COLUMNS: Final = (
-    "finding_type",
-    "job_name",
-    "group_id",
-    "topic",
-    "partition",
-    "checkpoint_id",
-    "run_id",
-    "offset_start",
-    "identity",
-)
-
 
 # Where a finding is: what the one builder (``Finding.of``) picks from a source row.
 COORDINATES: Final = ("job_name", "group_id", "topic", "partition", "run_id", "checkpoint_id")
@@ -142,97 +124,6 @@ class Finding:
         return finding_id(self.core_row())
 
 
-def evidence_json(evidence: Mapping[str, Any]) -> str:
-    """The evidence column's text: keys sorted, times and other non-JSON values as ``str``."""
-    return json.dumps(evidence, sort_keys=True, default=str)
-
-
-def parse_evidence(text: str | None) -> JsonObject:
-    """The evidence column's text parsed back; a finding without evidence has none."""
-    value = json.loads(text or "{}")
-    if not isinstance(value, dict):
-        raise ValueError(f"finding evidence is not a JSON object: {text!r}")
-    return value
-
-
-# The findings contract's columns, in its order: what a StoredFinding holds and a row carries.
-FINDINGS_COLUMNS: Final = tuple(FINDINGS_SCHEMA.fieldNames())
-
-
-@dataclass(frozen=True)
-class StoredFinding:
-    """One finding as the ``findings`` table holds it: every column of the contract, in its order,
-    with the evidence parsed (what ``json.loads`` gives back of the stored text, so a finding just
-    finalized equals the same finding read back). Built by ``finalize_findings`` from a rule's
-    ``Finding`` or by ``from_row`` from a stored row; ``to_row`` gives the row back."""
-
-    finding_id: str
-    reconcile_run_id: str
-    detected_at: datetime
-    finding_type: str
-    severity: str
-    status: str
-    job_name: str | None
-    group_id: str | None
-    topic: str | None
-    partition: int | None
-    checkpoint_id: int | None
-    run_id: str | None
-    offset_start: int | None
-    offset_end: int | None
-    record_count: int | None
-    evidence: Mapping[str, JsonValue]
-
-    @classmethod
-    def of(cls, finding: Finding, reconcile_run_id: str, detected_at: datetime) -> StoredFinding:
-        """The finding as this run stores it; its evidence as the table will give it back."""
-        core = finding.core_row()
-        return cls(
-            finding_id=finding_id(core),
-            reconcile_run_id=reconcile_run_id,
-            detected_at=detected_at,
-            finding_type=finding.finding_type,
-            severity=finding.severity,
-            status=finding.status,
-            job_name=finding.job_name,
-            group_id=finding.group_id,
-            topic=finding.topic,
-            partition=finding.partition,
-            checkpoint_id=finding.checkpoint_id,
-            run_id=finding.run_id,
-            offset_start=finding.offset_start,
-            offset_end=finding.offset_end,
-            record_count=finding.record_count,
-            evidence=parse_evidence(core["evidence"]),
-        )
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> StoredFinding:
-        """A row of the findings table (as delta-rs or Spark reads it), evidence parsed."""
-        fields = {name: row[name] for name in FINDINGS_COLUMNS if name != "evidence"}
-        try:
-            evidence = parse_evidence(row["evidence"])
-        except ValueError as exc:
-            raise SchemaMismatchError(f"finding {row['finding_id']}: {exc}") from exc
-        return cls(**fields, evidence=evidence)
-
-    def to_row(self) -> dict[str, Any]:
-        """The row of the findings contract: every column, evidence as its JSON text."""
-        row = {name: getattr(self, name) for name in FINDINGS_COLUMNS}
-        row["evidence"] = evidence_json(self.evidence)
-        return row
-
-    def evidence_text(self, key: str) -> str | None:
-        """An evidence value as text (None when absent or null)."""
-        value = self.evidence.get(key)
-        return None if value is None else str(value)
-
-    def evidence_texts(self, key: str) -> list[str]:
-        """An evidence list's items as text (none when absent or not a list)."""
-        value = self.evidence.get(key)
-        return [str(v) for v in value] if isinstance(value, list) else []
-
-
 @dataclass(frozen=True)
 class AuditWindow:
     """The ledger window a run judges: events in [since, until). ``since`` None means all history.
@@ -254,41 +145,26 @@ class MatchRules:
     run_silence_s: float = 3600.0
 
 
+@dataclass(frozen=True)
+class PartitionRange:
+    """What one partition of one job must hold in the sink: [lo, hi); lo None = unknown."""
+
+    job_name: str
+    group_id: str | None
+    topic: str
+    partition: int
+    lo: int | None
+    hi: int
+    lo_source: str
+    hi_checkpoint_id: int | None = None
+    hi_run_id: str | None = None
+    beyond_from: int | None = None
+    last_checkpoint_id: int | None = None
+    last_checkpoint_offset: int | None = None
+    last_completed_at: datetime | None = None
+
+
 # --- small helpers -------------------------------------------------------------------------------
-
-
-# The id is sha2-256 over the identity columns as strings, a null spelled out so (null, 'a') and
-# ('a', null) differ; the same bytes earlier versions hashed in Spark, so stored ids stay valid.
-_NULL: Final = "\u2400"
-_SEP: Final = "\u241f"
-
-
-# A RESTART_SKIP judged from the source (its job's sink cannot show missing records): the evidence
-# key with the data records lost and the offsets unverifiable in its range.
-SKIPPED_RECORDS_KEY: Final = "skipped_records"
-
-
-def skipped_records(f: StoredFinding) -> tuple[int, int] | None:
-    """(records lost, offsets unverifiable) of a RESTART_SKIP judged from the source; None for one
-    a sink's GAPs judge (`coordinates`: what the sink lacks is the loss, and a repair makes it good).
-    Not read back (confirmation off): every offset of its range is unverifiable."""
-    return skipped_counts(f.evidence, f.record_count)
-
-
-def skipped_counts(evidence: Mapping[str, JsonValue], record_count: int | None) -> tuple[int, int] | None:
-    """``skipped_records`` from a RESTART_SKIP's parsed evidence and its record count (its offsets)."""
-    if SKIPPED_RECORDS_KEY not in evidence:
-        return None
-    counts = evidence[SKIPPED_RECORDS_KEY]
-    if not isinstance(counts, dict):
-        return 0, record_count or 0
-    lost, gone = counts.get("lost"), counts.get("unverifiable")
-    return (lost if isinstance(lost, int) else 0), (gone if isinstance(gone, int) else 0)
-
-
-def finding_id(row: Mapping[str, Any]) -> str:
-    parts = [_NULL if row[c] is None else str(row[c]) for c in IDENTITY_COLUMNS]
-    return hashlib.sha256(_SEP.join(parts).encode("utf-8")).hexdigest()
 
 
 def finalize_findings(

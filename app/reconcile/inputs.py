@@ -1,18 +1,27 @@
-"""The small inputs of `reconcile`, read into Arrow on the driver: the ledger window and the commits."""
+"""The small inputs of `reconcile` and `forensics`, read into Arrow on the driver: the ledger window
+and the commits, opened as one ``LedgerAudit`` (``open_ledger_audit``)."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from app.config import ReconcileConfig
+from app.contracts.instants import instant
 from app.contracts.tables import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA
 from app.reconcile import findings as rc
+from app.reconcile.ledger import audit as la
 from app.storage import facade
+from app.storage.tables import Tables
+
+log = logging.getLogger(__name__)
 
 
 def read_ledger_rows(
@@ -54,3 +63,40 @@ def read_group_commit_rows(
     rows = dataset.to_table(filter=wanted & in_window)
     when = pc.coalesce(rows.column("commit_time"), rows.column("log_time"))
     return rows.filter(pc.or_kleene(pc.is_null(when), pc.greater_equal(when, first)))
+
+
+def match_rules(r: ReconcileConfig) -> rc.MatchRules:
+    return rc.MatchRules(r.commit_match_window_s, r.clock_skew_s, r.run_silence_s)
+
+
+def last_ingest_time(spark: SparkSession, path: str) -> datetime | None:
+    """When ingest-offsets last stored its positions: group_commits holds every commit made
+    before then, which is what lets a stopped job's last checkpoints be judged."""
+    rows = facade.read_columns(spark, path, ["updated_at"]) or []
+    times = [instant(r["updated_at"]) for r in rows if r["updated_at"] is not None]
+    return max(times, default=None)
+
+
+def open_ledger_audit(
+    spark: SparkSession,
+    tables: Tables,
+    window: rc.AuditWindow,
+    rules: rc.MatchRules,
+    jobs: Sequence[str],
+    groups: Sequence[str],
+    lookback_days: int,
+) -> la.LedgerAudit:
+    """The window's ledger and the group's commits, read once and loaded for the driver-side
+    analysis (app.reconcile.ledger.audit): they are small next to the sink, which alone Spark scans."""
+    started = time.monotonic()
+    ledger = read_ledger_rows(spark, tables.ledger, window, jobs, lookback_days)
+    group_list = sorted(set(groups) or la.ledger_groups(ledger))
+    commits = read_group_commit_rows(spark, tables.group_commits, window, group_list, lookback_days)
+    log.info(
+        "ledger window: %d ledger rows, %d group commits of %d group(s), read in %.1fs",
+        ledger.num_rows,
+        commits.num_rows,
+        len(group_list),
+        time.monotonic() - started,
+    )
+    return la.LedgerAudit(ledger, commits, window, rules, last_ingest_time(spark, tables.ingest_positions))

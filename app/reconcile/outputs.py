@@ -1,9 +1,9 @@
-"""The audit tables `reconcile` and `forensics` write: findings, incidents, restarts and their run
-records (audit_runs), from which the next incremental window starts."""
+"""The audit tables `reconcile` and `forensics` write: findings, restarts, the partition summaries of
+runs that never finished, and their run records (audit_runs), from which the next incremental
+window starts. The incidents table's reads and writes are `app.incidents.io`'s."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -11,23 +11,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
+from app.contracts.findings import StoredFinding
 from app.contracts.instants import instant
-from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA, INCIDENTS_SCHEMA, RESTARTS_SCHEMA
+from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA, RESTARTS_SCHEMA
 from app.contracts.vocabulary import (
     COMMAND_RECONCILE,
-    INCIDENT_OPEN,
-    INCIDENT_RESOLVED,
     RUN_FAILED,
     RUN_PENDING,
     RUN_STATUSES,
     RUN_SUCCEEDED,
 )
-from app.incidents.incident import StoredIncident, incident_order
-from app.incidents.remedy import RepairOutcome
 from app.reconcile import findings as rc
 from app.storage import facade
 from app.storage.backend import StorageSettings
@@ -39,89 +35,10 @@ log = logging.getLogger(__name__)
 RESTARTS_KEY: Final = ("job_name", "run_id", "topic", "partition")
 
 
-def merge_findings(spark: SparkSession, path: str, findings: Sequence[rc.StoredFinding]) -> None:
+def merge_findings(spark: SparkSession, path: str, findings: Sequence[StoredFinding]) -> None:
     """Upsert by finding_id: a re-run updates what it sees again and keeps the first detected_at."""
     rows = [f.to_row() for f in findings]
     facade.merge(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
-
-
-def merge_incidents(storage: StorageSettings, path: str, incidents: Sequence[StoredIncident]) -> None:
-    """Upsert by incident_id: a re-run over the same findings updates, never adds."""
-    rows = [i.to_row() for i in incidents]
-    facade.merge(storage, path, INCIDENTS_SCHEMA, rows, "incident_id")
-
-
-def resolved_incidents(storage: StorageSettings, tables: Tables) -> dict[str, StoredIncident]:
-    """The resolved incidents as stored, by id: history a later reconciliation carries over."""
-    table = facade.rows(storage, tables.incidents, pc.field("status") == INCIDENT_RESOLVED)
-    rows = [] if table is None else table.to_pylist()
-    incidents = (StoredIncident.from_row({k: instant(v) for k, v in r.items()}) for r in rows)
-    return {i.incident_id: i for i in incidents}
-
-
-def open_incident_findings(
-    storage: StorageSettings, tables: Tables, jobs: Sequence[str], found: set[str]
-) -> list[rc.StoredFinding]:
-    """The stored findings of ``jobs``' open incidents that this run did not find again.
-
-    They are grouped with this run's findings, so an open incident keeps what earlier windows found:
-    its impact is the sum over its life, never only the latest window's (two losses a night apart,
-    or a restart one watch cycle sees and the records it lost the next). Only open incidents: a
-    resolved one's findings stay behind it."""
-    if not jobs:
-        return []
-    incidents = facade.rows(
-        storage,
-        tables.incidents,
-        (pc.field("status") == INCIDENT_OPEN) & pc.field("job_name").isin(list(jobs)),
-        columns=["finding_ids", "status", "job_name"],
-    )
-    wanted = {fid for r in (incidents.to_pylist() if incidents else []) for fid in r["finding_ids"] or ()}
-    wanted -= found
-    if not wanted:
-        return []
-    rows = facade.rows(storage, tables.findings, pc.field("finding_id").isin(sorted(wanted)))
-    return [rc.StoredFinding.from_row(r) for r in (rows.to_pylist() if rows else [])]
-
-
-def after_repair(incident: StoredIncident, outcome: RepairOutcome) -> StoredIncident:
-    """The incident after a repair: resolved, with what was done inside its remedy. A repeat that
-    changed nothing leaves a resolved incident as it was: its remedy keeps the execution that did
-    the work, and a rerun has nothing to record."""
-    if incident.status == INCIDENT_RESOLVED and not outcome.changed:
-        return incident
-    remedy = dataclasses.replace(incident.remedy, executed=outcome)
-    return dataclasses.replace(incident, status=INCIDENT_RESOLVED, remedy=remedy)
-
-
-def mark_resolved(
-    storage: StorageSettings, cfg: AppConfig, incident: StoredIncident, outcome: RepairOutcome
-) -> bool:
-    """Record a repair on its incident (``after_repair``): one commit of the incidents table when the
-    incident changes, none when it does not. Returns whether it wrote."""
-    updated = after_repair(incident, outcome)
-    if updated == incident:
-        return False
-    merge_incidents(storage, tables_from_config(cfg).incidents, [updated])
-    return True
-
-
-def read_incidents(
-    storage: StorageSettings, cfg: AppConfig, *, jobs: Sequence[str] = (), since: datetime | None = None
-) -> list[StoredIncident]:
-    """Stored incidents, most severe first; only ``jobs`` (all when empty), only with evidence at or
-    after ``since``. Read on the driver through delta-rs: ``storage`` needs no session."""
-    rows = facade.read_columns(storage, tables_from_config(cfg).incidents, INCIDENTS_SCHEMA.fieldNames())
-    out = []
-    for row in rows or []:
-        incident = StoredIncident.from_row({k: instant(v) for k, v in row.items()})
-        if jobs and incident.job_name not in jobs:
-            continue
-        last = incident.last_evidence_at
-        if since is not None and last is not None and last < since:
-            continue
-        out.append(incident)
-    return sorted(out, key=incident_order)
 
 
 def merge_restarts(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:

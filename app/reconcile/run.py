@@ -20,8 +20,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from app.config import AppConfig, ReconcileConfig
-from app.contracts.instants import instant
+from app.config import AppConfig
+from app.contracts.findings import StoredFinding
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
 from app.contracts.vocabulary import (
     COMMAND_RECONCILE,
@@ -42,34 +42,32 @@ from app.errors import (
 )
 from app.incidents import grouping as incidents
 from app.incidents.incident import StoredIncident
+from app.incidents.io import merge_incidents, open_incident_findings, resolved_incidents
 from app.kafka.gaps import GapConfirmer, SuspectedGap
 from app.kafka.times import SourceTimes
 from app.reconcile import findings as rc
-from app.reconcile import forensics as fx
-from app.reconcile import ledger_audit as la
-from app.reconcile import sink_batches as sb
-from app.reconcile.completeness import CompletenessPass, completeness_rows, store_completeness
-from app.reconcile.findings import Finding
-from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
+from app.reconcile.completeness.table import CompletenessPass, completeness_rows, store_completeness
+from app.reconcile.findings import Finding, PartitionRange
+from app.reconcile.forensics import restarts as fx
+from app.reconcile.forensics.observed import observed_in_restart_ranges
+from app.reconcile.inputs import match_rules, open_ledger_audit
+from app.reconcile.ledger import audit as la
 from app.reconcile.outputs import (
     AuditRun,
     drop_orphan_summaries,
     merge_findings,
-    merge_incidents,
-    open_incident_findings,
     record_failed_run,
     record_run,
     resolve_scope,
-    resolved_incidents,
 )
-from app.reconcile.sink import (
+from app.reconcile.sink import batches as sb
+from app.reconcile.sink.coordinates import (
     SinkReader,
     _rows_to_ranges,
     examine_sink,
-    observed_in_restart_ranges,
     sink_columns,
 )
-from app.reconcile.sink_offsets import PartitionRange, PartitionSink
+from app.reconcile.sink.offsets import PartitionSink
 from app.storage import facade
 from app.storage.tables import Tables
 
@@ -100,7 +98,7 @@ class ReconcileResult:
     new_findings: int = 0
     gaps_suspected: int = 0
     confirmation: str = "not needed"
-    top: list[rc.StoredFinding] = field(default_factory=list)
+    top: list[StoredFinding] = field(default_factory=list)
     seconds: float = 0.0
     sink_seconds: float = 0.0  # of `seconds`, spent reading the sink
     incidents: list[StoredIncident] = field(default_factory=list)
@@ -122,43 +120,6 @@ def failing_findings(
     """How many of ``counts`` ((type, severity) -> n) fail a run at ``fail_on``: those at or above
     it, less the ``settled`` ones (findings of incidents a repair resolved)."""
     return sum(n - settled.get(key, 0) for key, n in counts.items() if severity_at_least(key[1], fail_on))
-
-
-def match_rules(r: ReconcileConfig) -> rc.MatchRules:
-    return rc.MatchRules(r.commit_match_window_s, r.clock_skew_s, r.run_silence_s)
-
-
-def last_ingest_time(spark: SparkSession, path: str) -> datetime | None:
-    """When ingest-offsets last stored its positions: group_commits holds every commit made
-    before then, which is what lets a stopped job's last checkpoints be judged."""
-    rows = facade.read_columns(spark, path, ["updated_at"]) or []
-    times = [instant(r["updated_at"]) for r in rows if r["updated_at"] is not None]
-    return max(times, default=None)
-
-
-def open_ledger_audit(
-    spark: SparkSession,
-    tables: Tables,
-    window: rc.AuditWindow,
-    rules: rc.MatchRules,
-    jobs: Sequence[str],
-    groups: Sequence[str],
-    lookback_days: int,
-) -> la.LedgerAudit:
-    """The window's ledger and the group's commits, read once and loaded for the driver-side
-    analysis (app.reconcile.ledger_audit): they are small next to the sink, which alone Spark scans."""
-    started = time.monotonic()
-    ledger = read_ledger_rows(spark, tables.ledger, window, jobs, lookback_days)
-    group_list = sorted(set(groups) or la.ledger_groups(ledger))
-    commits = read_group_commit_rows(spark, tables.group_commits, window, group_list, lookback_days)
-    log.info(
-        "ledger window: %d ledger rows, %d group commits of %d group(s), read in %.1fs",
-        ledger.num_rows,
-        commits.num_rows,
-        len(group_list),
-        time.monotonic() - started,
-    )
-    return la.LedgerAudit(ledger, commits, window, rules, last_ingest_time(spark, tables.ingest_positions))
 
 
 def run_reconcile(
@@ -251,7 +212,7 @@ def _reconcile_inputs(p: _Pass) -> None:
         result.completeness_windows = store_completeness(spark, tables, windows)
 
 
-def _completeness(p: _Pass, local: Sequence[rc.StoredFinding]) -> list[dict[str, Any]] | None:
+def _completeness(p: _Pass, local: Sequence[StoredFinding]) -> list[dict[str, Any]] | None:
     """The completeness rows of the windows not yet final, or None when the source cannot be asked:
     the table then stays as it is and the next run computes the same windows (a run's window of
     findings does not bound them), so a broker away for a while costs the table no window."""
@@ -270,7 +231,7 @@ def _completeness(p: _Pass, local: Sequence[rc.StoredFinding]) -> list[dict[str,
 
 def _sink_and_restart_findings(
     p: _Pass,
-) -> tuple[list[rc.StoredFinding], list[PartitionRange], dict[tuple[str, str, int], PartitionSink]]:
+) -> tuple[list[StoredFinding], list[PartitionRange], dict[tuple[str, str, int], PartitionSink]]:
     """GAP, DUPLICATE, SINK_BEYOND_CHECKPOINT and RESTART_* findings, finalized as local rows, with
     the covered ranges and the sink's statistics per partition."""
     spark, tables, audit, result, confirmer = p.spark, p.tables, p.audit, p.result, p.confirmer
@@ -348,7 +309,7 @@ def _judged_from_source(cfg: AppConfig, restart: Mapping[str, Any]) -> bool:
 
 
 def _delta_batch_findings(p: _Pass, job: str) -> list[Finding]:
-    """``job``'s completed batches against its Delta sink's commits (app.reconcile.sink_batches)."""
+    """``job``'s completed batches against its Delta sink's commits (app.reconcile.sink.batches)."""
     r, window, path = p.cfg.reconcile, p.audit.window, p.tables.sink_for(job)
     since = None if window.since is None else window.since - timedelta(days=r.baseline_lookback_days)
     log_ = facade.sink_log(p.spark, path, since)

@@ -25,9 +25,9 @@ import pyarrow.compute as pc
 
 from app.config import AppConfig
 from app.contracts import vocabulary as vocab
+from app.contracts.findings import parse_evidence, skipped_counts
 from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, SEVERITIES
 from app.incidents.incident import StoredIncident, incident_order
-from app.reconcile.findings import parse_evidence, skipped_counts
 from app.reconcile.outputs import latest_reconcile_run
 from app.report import render as rp
 from app.storage import facade

@@ -28,7 +28,8 @@ from pyspark.sql import SparkSession
 from app.config import AppConfig
 from app.contracts.vocabulary import COMMAND_RECONCILE, RUN_PENDING
 from app.errors import describe_error, error_kind
-from app.reconcile.outputs import AuditRun, confirm_runs, read_incidents
+from app.incidents.io import read_incidents
+from app.reconcile.outputs import AuditRun, confirm_runs
 from app.storage import facade
 from app.storage.tables import tables_from_config
 from app.watch import alerting

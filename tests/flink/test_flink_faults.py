@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from app.contracts import vocabulary as vocab
 from app.flink.metadata import read_checkpoint
 from app.kafka.clients import plain_conf, retry_kafka
-from app.reconcile.forensics_run import run_forensics
+from app.reconcile.forensics.run import run_forensics
 from app.reconcile.outputs import AuditRun
 from app.storage.tables import tables_from_config
 from tests.flink.harness import FlinkJob, FlinkStack, JobSpec, wait_for

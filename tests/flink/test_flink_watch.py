@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.contracts import vocabulary as vocab
-from app.reconcile.forensics_run import run_forensics
+from app.reconcile.forensics.run import run_forensics
 from app.reconcile.outputs import AuditRun
 from app.storage.tables import tables_from_config
 from tests.flink.harness import FlinkJob, FlinkStack, JobSpec, wait_for

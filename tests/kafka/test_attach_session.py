@@ -15,7 +15,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from app.attach import attach_session
 from app.contracts import vocabulary as vocab
-from app.reconcile.forensics_run import run_forensics
+from app.reconcile.forensics.run import run_forensics
 from app.reconcile.outputs import AuditRun
 from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (

@@ -28,7 +28,7 @@ from app.contracts.vocabulary import SINK_DELTA_BATCHES
 from app.kafka.clients import plain_conf
 from app.kafka.gaps import kafka_gap_confirmer
 from app.kafka.times import KafkaTimes
-from app.reconcile.completeness_windows import window_of
+from app.reconcile.completeness.windows import window_of
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config

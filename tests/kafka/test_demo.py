@@ -19,9 +19,10 @@ from app.config import AppConfig, load_config
 from app.contracts import vocabulary as vocab
 from app.demo.story import USER_JOB, USER_TOPIC, WARN_OR_ABOVE, Demo, DemoScale
 from app.incidents import repair
+from app.incidents.io import mark_resolved, read_incidents
 from app.kafka.gaps import kafka_gap_confirmer
 from app.nightly.run import Nightly
-from app.reconcile.outputs import AuditRun, mark_resolved, read_incidents
+from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
 from app.stream.job import StreamJob

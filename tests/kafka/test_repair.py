@@ -20,9 +20,9 @@ from pyspark.sql import functions as F
 
 from app import cli
 from app.config import AppConfig, KafkaConfig
+from app.incidents.io import read_incidents
 from app.kafka.clients import plain_conf, spark_kafka_options
 from app.kafka.gaps import kafka_gap_confirmer
-from app.reconcile.outputs import read_incidents
 from app.storage.tables import tables_from_config
 from app.stream.startup import to_sink_rows
 from tests.kafka.streaming import create_topic, group_offsets

@@ -30,11 +30,12 @@ from app.attach import attach
 from app.contracts import vocabulary as vocab
 from app.errors import ConfigError, UsageError
 from app.incidents import repair
+from app.incidents.io import read_incidents
 from app.incidents.remedy import ReplayStep
 from app.kafka.gaps import kafka_gap_confirmer
 from app.kafka.times import KafkaTimes
-from app.reconcile.forensics_run import run_forensics
-from app.reconcile.outputs import AuditRun, read_incidents
+from app.reconcile.forensics.run import run_forensics
+from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
 from tests.kafka.streaming import create_topic

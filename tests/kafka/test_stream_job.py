@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from app import cli
 from app.errors import InfrastructureError
-from app.reconcile.forensics_run import run_forensics
+from app.reconcile.forensics.run import run_forensics
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config

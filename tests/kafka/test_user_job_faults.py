@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 from app.attach import attach
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import TopicPartitionKey
-from app.reconcile.outputs import read_incidents
+from app.incidents.io import read_incidents
 from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (
     COPY_COLUMNS,

@@ -1,6 +1,6 @@
 """The completeness statistics of a `coordinates` sink's windows: Spark's executors, each task over
 whole windows, give exactly the rows the driver gives over the same rows
-(app.reconcile.completeness_stats)."""
+(app.reconcile.completeness.stats)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from app.reconcile.completeness_stats import ROWS_SCHEMA, StatsPlan, window_stats, window_stats_by_spark
+from app.reconcile.completeness.stats import ROWS_SCHEMA, StatsPlan, window_stats, window_stats_by_spark
 
 pytestmark = pytest.mark.spark
 

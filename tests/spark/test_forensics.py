@@ -13,9 +13,9 @@ from pyspark.sql import SparkSession
 
 from app.config import AppConfig, PathsConfig, ReconcileConfig
 from app.reconcile import findings as rc
-from app.reconcile import forensics as fx
-from app.reconcile import ledger_audit as la
-from app.reconcile.forensics_run import run_forensics, timeline
+from app.reconcile.forensics import restarts as fx
+from app.reconcile.forensics.run import run_forensics, timeline
+from app.reconcile.ledger import audit as la
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config

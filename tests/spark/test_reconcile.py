@@ -20,14 +20,23 @@ from pyspark.sql import functions as F
 
 from app.config import AppConfig, PathsConfig, ReconcileConfig
 from app.contracts import vocabulary as vocab
+from app.contracts.findings import IDENTITY_COLUMNS
 from app.kafka.gaps import SuspectedGap
-from app.reconcile import commit_rules, sink_offsets
 from app.reconcile import findings as rc
-from app.reconcile import ledger_audit as la
+from app.reconcile.findings import PartitionRange
 from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
+from app.reconcile.ledger import audit as la
+from app.reconcile.ledger import commit_rules
 from app.reconcile.outputs import AuditRun, last_window_end
 from app.reconcile.run import ReconcileResult, run_reconcile
-from app.reconcile.sink import (
+from app.reconcile.sink import offsets as sink_offsets
+from app.reconcile.sink.buckets import (
+    EXAMINED_SCHEMA,
+    examine_buckets,
+    examined_by_spark,
+    partitions_examined,
+)
+from app.reconcile.sink.coordinates import (
     EXACT_FILTER_MAX_RANGES,
     SinkColumns,
     SinkOutcome,
@@ -35,15 +44,8 @@ from app.reconcile.sink import (
     _rows_to_ranges,
     examine_sink,
 )
-from app.reconcile.sink_buckets import (
-    EXAMINED_SCHEMA,
-    examine_buckets,
-    examined_by_spark,
-    partitions_examined,
-)
-from app.reconcile.sink_offsets import (
+from app.reconcile.sink.offsets import (
     BUCKET_SIZE,
-    PartitionRange,
     bitmap_offsets,
     bucket_bitmap,
     elementary_segments,
@@ -433,7 +435,7 @@ def test_finding_ids_hash_identity_not_run_or_time(spark: SparkSession) -> None:
     assert len(a[0].finding_id) == 64
     # The id earlier versions computed in Spark, sha2 over the identity columns cast to strings
     # (nulls spelled out): findings already stored keep their ids, so re-runs update, not add.
-    parts = [F.coalesce(F.col(c).cast("string"), F.lit("\u2400")) for c in rc.IDENTITY_COLUMNS]
+    parts = [F.coalesce(F.col(c).cast("string"), F.lit("\u2400")) for c in IDENTITY_COLUMNS]
     spark_id = spark.createDataFrame([f.core_row() for f in core], rc.FINDING_CORE_SCHEMA).select(
         F.sha2(F.concat_ws("\u241f", *parts), 256).alias("id")
     )

@@ -21,6 +21,13 @@ Layers (what may import what), each a rule with its reason:
 - `app.errors` is the bottom: it imports nothing of the application, so every module may raise
   its errors.
 - `app.contracts` (schemas, vocabulary, offset semantics) imports only itself and `app.errors`.
+- `app.reconcile` (the audit) is imported only from above it: the commands, `nightly`, `watch`, and
+  `quality` and `report`, which read its tables. `app.incidents` stands below it: it imports the
+  findings table's row from `app.contracts`, never from the audit that builds the findings.
+
+Inside `app.reconcile`, every module lives in a room (a sub-package, or a module at its top), and
+each room imports only itself and the rooms it stands on (`RECONCILE_ROOMS`, with the reasons): the
+rooms form floors, so no arrow runs up and no circle closes between them.
 """
 
 from __future__ import annotations
@@ -157,14 +164,14 @@ def test_the_graph_sees_late_and_type_only_imports() -> None:
 from typing import TYPE_CHECKING
 from app.errors import UsageError
 if TYPE_CHECKING:
-    from app.reconcile.ledger_audit import LedgerAudit
+    from app.reconcile.ledger.audit import LedgerAudit
 def f():
     from app.reconcile import findings
     import app.contracts.vocabulary
 """
     assert module_imports(ast.parse(source), "app.x.y", False) == {
         "app.errors",
-        "app.reconcile.ledger_audit",
+        "app.reconcile.ledger.audit",
         "app.reconcile.findings",
         "app.contracts.vocabulary",
     }
@@ -206,6 +213,10 @@ def within(module: str, *prefixes: str) -> bool:
         ("app.cli", ("jobs",)),
         ("app.commands", ("app.cli", "app.commands")),
         ("app.demo", ("app.cli", "app.commands.demo", "app.demo")),
+        (
+            "app.reconcile",
+            ("app.reconcile", "app.commands", "app.nightly", "app.watch", "app.quality", "app.report"),
+        ),
     ],
 )
 def test_upper_layers_are_imported_only_from_above(imported: str, allowed: tuple[str, ...]) -> None:
@@ -220,6 +231,10 @@ def test_upper_layers_are_imported_only_from_above(imported: str, allowed: tuple
     [
         ("app.errors", ()),
         ("app.contracts", ("app.contracts", "app.errors")),
+        (
+            "app.incidents",
+            ("app.incidents", "app.contracts", "app.errors", "app.config", "app.storage", "app.kafka"),
+        ),
     ],
 )
 def test_bottom_layers_import_nothing_above_them(module: str, may_import: tuple[str, ...]) -> None:
@@ -227,4 +242,64 @@ def test_bottom_layers_import_nothing_above_them(module: str, may_import: tuple[
     wrong = {m: ts for m, ts in wrong.items() if ts}
     assert not wrong, f"{module} may import only {may_import or 'nothing of the application'}: " + "; ".join(
         f"{m} -> {', '.join(sorted(ts))}" for m, ts in sorted(wrong.items())
+    )
+
+
+# The rooms of `app.reconcile` (a sub-package or a module at its top) and the rooms each stands on.
+RECONCILE = "app.reconcile"
+RECONCILE_ROOMS: dict[str, tuple[str, ...]] = {
+    # The ground floor: the rules' typed Finding, its builders, and the types every account speaks
+    # (AuditWindow, MatchRules, PartitionRange, CopyDates).
+    "findings": (),
+    # The accounts, side by side and blind to each other: the ledger with the group's commits (one
+    # DuckDB session over both; the commit rules ask its views), and the sink by its mode.
+    "ledger": ("findings",),
+    "sink": ("findings",),
+    # The tables reconcile and forensics write and their run records.
+    "outputs": ("findings",),
+    # The window's ledger and commits read, and opened as the ledger's audit.
+    "inputs": ("findings", "ledger"),
+    # What combines the accounts: windows of the source against the sink, restarts against the sink.
+    "completeness": ("findings", "ledger", "sink"),
+    "forensics": ("findings", "inputs", "ledger", "outputs", "sink"),
+    # The orchestrator, on top.
+    "run": ("completeness", "findings", "forensics", "inputs", "ledger", "outputs", "sink"),
+}
+
+
+def room_of(module: str) -> str | None:
+    """The room of a module of `app.reconcile` (None for the package itself and modules outside)."""
+    if not module.startswith(RECONCILE + "."):
+        return None
+    return module.removeprefix(RECONCILE + ".").split(".")[0]
+
+
+def test_every_reconcile_module_lives_in_a_room() -> None:
+    homeless = sorted(
+        m for m in MODULES if within(m, RECONCILE) and m != RECONCILE and room_of(m) not in RECONCILE_ROOMS
+    )
+    assert not homeless, f"modules of {RECONCILE} in no room of RECONCILE_ROOMS: {', '.join(homeless)}"
+
+
+def test_the_reconcile_rooms_form_floors_without_a_circle() -> None:
+    rooms = {room: set(below) for room, below in RECONCILE_ROOMS.items()}
+    assert all(set(below) <= set(rooms) for below in rooms.values())
+    circles = [c for c in strongly_connected(rooms) if len(c) > 1]
+    assert not circles, "rooms of app.reconcile standing on each other: " + "; ".join(
+        " -> ".join(a_cycle(c, rooms)) for c in circles
+    )
+
+
+@pytest.mark.parametrize("room", sorted(RECONCILE_ROOMS))
+def test_a_reconcile_room_imports_only_the_rooms_it_stands_on(room: str) -> None:
+    allowed = {room, *RECONCILE_ROOMS[room]}
+    wrong = {
+        m: {t for t in ts if room_of(t) is not None and room_of(t) not in allowed}
+        for m, ts in GRAPH.items()
+        if room_of(m) == room
+    }
+    wrong = {m: ts for m, ts in wrong.items() if ts}
+    assert not wrong, (
+        f"{RECONCILE}.{room} stands only on {sorted(allowed - {room}) or 'nothing'}: "
+        + "; ".join(f"{m} -> {', '.join(sorted(ts))}" for m, ts in sorted(wrong.items()))
     )

@@ -1,4 +1,4 @@
-"""Incidents of a delta_batches sink: the findings of app.reconcile.sink_batches, stored as reconcile
+"""Incidents of a delta_batches sink: the findings of app.reconcile.sink.batches, stored as reconcile
 stores them, grouped by app.incidents.grouping: a lost batch is confirmed loss with a replay plan,
 a batch written twice re-processed its offsets, an unexplained commit is output the ledger lacks."""
 
@@ -13,7 +13,7 @@ from app.incidents import grouping as inc
 from app.incidents.incident import StoredIncident
 from app.incidents.remedy import OffsetRange, ReplayStep
 from app.reconcile import findings as rc
-from app.reconcile.sink_batches import BatchRange, CompletedBatch, batch_findings
+from app.reconcile.sink.batches import BatchRange, CompletedBatch, batch_findings
 from app.storage.delta_log import SinkCommit, SinkLog
 
 pytestmark = pytest.mark.unit

@@ -1,5 +1,5 @@
-"""Completeness per window, the pure rules (app.reconcile.completeness_windows,
-app.reconcile.completeness_stats): windows aligned to the epoch, which windows a run computes,
+"""Completeness per window, the pure rules (app.reconcile.completeness.windows,
+app.reconcile.completeness.stats): windows aligned to the epoch, which windows a run computes,
 bounds from the broker or the sink, missing offsets, verdicts, counts, finality and what the sink
 holds of each window."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from app.config import CompletenessConfig
 from app.errors import ConfigError
-from app.reconcile import completeness_windows as cw
-from app.reconcile.completeness_stats import ROWS_SCHEMA, StatsPlan, window_stats
+from app.reconcile.completeness import windows as cw
+from app.reconcile.completeness.stats import ROWS_SCHEMA, StatsPlan, window_stats
 
 pytestmark = pytest.mark.unit
 

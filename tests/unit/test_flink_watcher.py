@@ -26,9 +26,9 @@ from app.flink.rest import (
     parse_commit_counts,
 )
 from app.flink.watcher import FlinkLedger, FlinkWatcher
-from app.reconcile import commit_rules
 from app.reconcile import findings as rc
-from app.reconcile import ledger_audit as la
+from app.reconcile.ledger import audit as la
+from app.reconcile.ledger import commit_rules
 from tests.ledger_data import commits_table
 
 pytestmark = pytest.mark.unit

@@ -1,5 +1,5 @@
 """Incidents: one test per grouping rule and per remedy action. Every finding is built as reconcile
-builds it: the ledger and commit rules over a small ledger (app.reconcile.ledger_audit), the restart
+builds it: the ledger and commit rules over a small ledger (app.reconcile.ledger.audit), the restart
 rule (forensics.find_restart_anomalies), the sink rules (findings.gap_finding, duplicate_finding,
 beyond_finding), then stored by ``finalize_findings``. So a rule that changes what its evidence says
 changes what these tests see. Last, the typed rows: a stored finding, an incident and its remedy
@@ -13,12 +13,14 @@ from collections.abc import Iterable
 import pytest
 
 from app.contracts import vocabulary as vocab
+from app.contracts.findings import StoredFinding
 from app.contracts.instants import instant
 from app.contracts.offsets import LedgerEvent
 from app.contracts.tables import FINDINGS_SCHEMA, INCIDENTS_SCHEMA
 from app.errors import SchemaMismatchError
 from app.incidents import grouping as inc
 from app.incidents.incident import IncidentSummary, StoredIncident
+from app.incidents.io import after_repair
 from app.incidents.remedy import (
     NOTHING_TO_REPAIR,
     DeleteDuplicatesStep,
@@ -31,10 +33,9 @@ from app.incidents.remedy import (
     ResetOffsetsStep,
 )
 from app.reconcile import findings as rc
-from app.reconcile import forensics as fx
-from app.reconcile import ledger_audit as la
-from app.reconcile.outputs import after_repair
-from app.reconcile.sink_offsets import PartitionRange
+from app.reconcile.findings import PartitionRange
+from app.reconcile.forensics import restarts as fx
+from app.reconcile.ledger import audit as la
 from tests.ledger_data import GROUP, JOB, TOPIC, at, checkpoint, commits_table, ev, gc, ledger_table
 
 pytestmark = pytest.mark.unit
@@ -83,7 +84,7 @@ def gap(partition: int, start: int, end: int, status: str = vocab.CONFIRMED) -> 
     return rc.gap_finding(sink_range(partition), start, end, {"status": status, "data_records": end - start})
 
 
-def stored(found: Iterable[rc.Finding], reconcile: str = RECONCILE) -> list[rc.StoredFinding]:
+def stored(found: Iterable[rc.Finding], reconcile: str = RECONCILE) -> list[StoredFinding]:
     return rc.finalize_findings(found, reconcile, at(10_000))
 
 
@@ -605,7 +606,7 @@ def test_a_stored_finding_is_its_row_read_back() -> None:
     for finding in stored(every_story()):
         row = finding.to_row()
         assert list(row) == FINDINGS_SCHEMA.fieldNames()
-        assert rc.StoredFinding.from_row(row) == finding
+        assert StoredFinding.from_row(row) == finding
     (skip,) = (f for f in stored(restart_from_latest()) if f.finding_type == vocab.RESTART_SKIP)
     # Evidence times are stored as text; the stored finding holds what the table gives back.
     assert skip.evidence["started_at"] == "2026-03-01 12:01:40+00:00"

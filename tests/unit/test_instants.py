@@ -15,7 +15,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from app.commands.options import parse_time
 from app.contracts.instants import instant
-from app.reconcile.ledger_sql import aware_rows
+from app.reconcile.ledger.sql import aware_rows
 from app.storage import delta_rows
 
 pytestmark = pytest.mark.unit

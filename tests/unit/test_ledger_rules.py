@@ -13,10 +13,11 @@ import pytest
 
 from app.contracts import vocabulary as vocab
 from app.kafka.commit_outcome import CommitResult
-from app.reconcile import commit_rules, ledger_rules
 from app.reconcile import findings as rc
-from app.reconcile import ledger_audit as la
-from app.reconcile.ledger_sql import aware_rows
+from app.reconcile.ledger import audit as la
+from app.reconcile.ledger import commit_rules
+from app.reconcile.ledger import rules as ledger_rules
+from app.reconcile.ledger.sql import aware_rows
 from app.stream.committer import OffsetCommitter
 from tests.ledger_data import (
     COVERED_SKIPS_STOP,

@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 
 import pytest
 
+from app.contracts.findings import StoredFinding
 from app.contracts.vocabulary import GAP, OPEN, severity_at_least
-from app.reconcile import sink_offsets
-from app.reconcile.findings import Finding, StoredFinding, one_per_finding_id
-from app.reconcile.sink_offsets import (
+from app.reconcile.findings import Finding, PartitionRange, one_per_finding_id
+from app.reconcile.sink import offsets as sink_offsets
+from app.reconcile.sink.offsets import (
     BUCKET_SIZE,
     BucketStat,
-    PartitionRange,
     PartitionSink,
     bitmap_offsets,
     bucket_bitmap,

@@ -1,6 +1,6 @@
 """The delta_batches mode's pure parts: a commit file read into a SinkCommit, and completed
 checkpoints mapped to the sink commits that hold them (app.storage.delta_log,
-app.reconcile.sink_batches)."""
+app.reconcile.sink.batches)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from app.reconcile.findings import AuditWindow, Finding
-from app.reconcile.sink_batches import BatchRange, CompletedBatch, batch_findings, batches_of
+from app.reconcile.sink.batches import BatchRange, CompletedBatch, batch_findings, batches_of
 from app.storage.delta_log import SinkCommit, SinkLog, commit_version, parse_commit, undone_versions
 
 pytestmark = pytest.mark.unit

@@ -10,14 +10,14 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pytest
 
-from app.reconcile.sink_buckets import (
+from app.reconcile.sink.buckets import (
     EXAMINED_SCHEMA,
     examine_buckets,
     joined_runs,
     partitions_examined,
     writers_json,
 )
-from app.reconcile.sink_offsets import BUCKET_SIZE, BucketStat, bitmap_offsets
+from app.reconcile.sink.offsets import BUCKET_SIZE, BucketStat, bitmap_offsets
 from app.routes import examine_tasks
 
 pytestmark = pytest.mark.unit

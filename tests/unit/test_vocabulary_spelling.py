@@ -48,10 +48,10 @@ EXEMPT_DIRS = (ROOT / "app" / "contracts",)
 
 # Literals that spell a vocabulary word for another idea, by (file, word): why it is not the word.
 HOMONYMS: dict[tuple[str, str], str] = {
-    ("app/reconcile/commit_rules.py", "superseded_by"): (
+    ("app/reconcile/ledger/commit_rules.py", "superseded_by"): (
         "a SKIPPED_COMMIT's evidence key and its SQL column, named after the detail it carries"
     ),
-    ("app/reconcile/ledger_audit.py", "exact"): "a claim's match kind in the SQL of `matched`",
+    ("app/reconcile/ledger/audit.py", "exact"): "a claim's match kind in the SQL of `matched`",
     ("app/offsets_topic/run.py", "snapshot"): "the ingest mode (config.INGEST_MODES)",
     ("app/flink/rest.py", "external_path"): "the field of Flink's REST documents the detail key is named for",
 }

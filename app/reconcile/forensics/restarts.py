@@ -1,13 +1,13 @@
 """Restart forensics: where each run resumed compared to where the previous one got, and the
 incident timeline around a moment. Pure transforms and formatting; reading and writing live in
-app/reconcile/forensics_run.py.
+app/reconcile/forensics/run.py.
 
 A restart is judged per partition against the last checkpoint completed before the run started
 (normally the previous run's last one): resumed at it -> exact, below it -> replay (the records in
 between are read twice; the sink shows them as duplicates unless the sink is idempotent), above it
 -> skip (the records in between were never read: a gap). The group's committed offset at that
 moment is kept beside it because a restart without state resumes from there. The
-classification itself is computed from the ledger in app/reconcile/ledger_audit.py; this module links it to
+classification itself is computed from the ledger in app/reconcile/ledger/audit.py; this module links it to
 the sink and formats it.
 """
 
@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from app.contracts.findings import SKIPPED_RECORDS_KEY, StoredFinding
 from app.contracts.tables import RESTARTS_SCHEMA
 from app.contracts.vocabulary import (
     BENIGN,
@@ -33,29 +34,9 @@ from app.contracts.vocabulary import (
     WARN,
 )
 from app.incidents.incident import StoredIncident
-from app.reconcile.findings import SKIPPED_RECORDS_KEY, Finding, StoredFinding
+from app.reconcile.findings import Finding
+from app.reconcile.ledger.audit import RESTART_COLUMNS
 
-# A restart per run start and partition, as app.reconcile.ledger_audit classifies it: the restarts contract
-# minus what the sink and the forensics run add (duplicates_observed, forensics_run_id), plus the
-# previous checkpoint's id and run for the evidence.
-RESTART_COLUMNS: Final = (
-    "job_name",
-    "run_id",
-    "previous_run_id",
-    "started_at",
-    "group_id",
-    "topic",
-    "partition",
-    "resumed_offset",
-    "resume_source",
-    "previous_checkpoint_offset",
-    "previous_checkpoint_id",
-    "previous_checkpoint_run",
-    "group_committed_offset",
-    "classification",
-    "records_replayed",
-    "records_skipped",
-)
 # What the sink shows in a restart's range, per (job_name, run_id, topic, partition).
 Observed = Mapping[tuple[str, str, str, int], Mapping[str, Any]]
 

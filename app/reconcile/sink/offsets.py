@@ -1,6 +1,6 @@
 """Which offsets the sink holds, computed at the cost of about one scan: per-partition fingerprints
 (XOR of Spark's xxhash64 of every offset), and the driver-side arithmetic that turns the
-per-bucket statistics and presence words of ``app.reconcile.sink_buckets`` into missing ranges."""
+per-bucket statistics and presence words of ``app.reconcile.sink.buckets`` into missing ranges."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import struct
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from functools import reduce
 from typing import Final
 
@@ -18,6 +17,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from app.contracts.tables import require_columns
+from app.reconcile.findings import PartitionRange
 
 # A partition's sink rows are first summarized by count, min, max and a fingerprint (the XOR of
 # xxhash64 of every offset), which proves the common case, a complete partition, at the cost of one
@@ -191,25 +191,6 @@ class BucketStat:
     distinct: int
     min_offset: int
     max_offset: int
-
-
-@dataclass(frozen=True)
-class PartitionRange:
-    """What one partition of one job must hold in the sink: [lo, hi); lo None = unknown."""
-
-    job_name: str
-    group_id: str | None
-    topic: str
-    partition: int
-    lo: int | None
-    hi: int
-    lo_source: str
-    hi_checkpoint_id: int | None = None
-    hi_run_id: str | None = None
-    beyond_from: int | None = None
-    last_checkpoint_id: int | None = None
-    last_checkpoint_offset: int | None = None
-    last_completed_at: datetime | None = None
 
 
 @dataclass(frozen=True)

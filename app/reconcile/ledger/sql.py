@@ -1,5 +1,5 @@
 """The SQL vocabulary of the driver-side audit: literals built from the contract's words, and the
-views every rule of ``app.reconcile.ledger_audit`` starts from (completed checkpoints, run ends,
+views every rule of ``app.reconcile.ledger.audit`` starts from (completed checkpoints, run ends,
 commits, the commits the job claims as its own). DuckDB over the window's Arrow tables; Spark's null order."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Completeness per event-time window, the pure part: which windows, their offsets, their counts and
 whether they are final (the `completeness` table, CONTRACTS.md section 4; README "Completeness").
 
-No I/O here: `app.reconcile.completeness` reads the ledger, the sink and the broker and hands the
+No I/O here: `app.reconcile.completeness.table` reads the ledger, the sink and the broker and hands the
 answers in. Offsets ranges are half-open, [start, end), as everywhere in the audit.
 """
 

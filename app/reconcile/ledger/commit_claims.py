@@ -4,7 +4,7 @@ hold several commits of the same offset (CONTRACTS.md section 5, "the job's own 
 A claim is one commit attempt of one partition: its request and acknowledgement together (or a
 recovered completion the dead run may have sent). One attempt is one OffsetCommit call, so it
 explains at most one commit, and a commit is explained by at most one claim: a reset of the group
-to the very offset the job commits next must stay foreign. ``ledger_audit.ensure_matched`` pairs in
+to the very offset the job commits next must stay foreign. ``audit.LedgerAudit.ensure_matched`` pairs in
 SQL the claims and commits that have a single candidate on both sides (nearly all of them) and
 hands the rest here. Pure: no database, no clock.
 """

@@ -13,12 +13,15 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
+from app.contracts.findings import StoredFinding
 from app.contracts.vocabulary import COMMAND_FORENSICS, SEVERITIES, SINK_COORDINATES
+from app.incidents.io import read_incidents
 from app.reconcile import findings as rc
-from app.reconcile import forensics as fx
-from app.reconcile.outputs import AuditRun, merge_restarts, read_incidents, record_run, resolve_scope
-from app.reconcile.run import match_rules, open_ledger_audit
-from app.reconcile.sink import SinkReader, observed_in_restart_ranges, sink_columns
+from app.reconcile.forensics import restarts as fx
+from app.reconcile.forensics.observed import observed_in_restart_ranges
+from app.reconcile.inputs import match_rules, open_ledger_audit
+from app.reconcile.outputs import AuditRun, merge_restarts, record_run, resolve_scope
+from app.reconcile.sink.coordinates import SinkReader, sink_columns
 from app.storage import facade
 from app.storage.backend import StorageSettings
 from app.storage.tables import tables_from_config
@@ -117,7 +120,7 @@ def timeline(
         for i in read_incidents(storage, cfg, jobs=[job])
         if set(i.run_ids) & set(runs) or (i.last_evidence_at is not None and lo <= i.last_evidence_at <= hi)
     ]
-    findings = [rc.StoredFinding.from_row(r) for r in finding_rows]
+    findings = [StoredFinding.from_row(r) for r in finding_rows]
     return fx.timeline_entries(ledger_rows, commit_rows, restart_rows, findings, incidents)
 
 

@@ -6,14 +6,14 @@ offset ranges the window's checkpoints cover, through filters on its coordinate 
 per-file min/max statistics skip every file outside them:
 
 1. one aggregate per (topic, partition): rows, min, max and a fingerprint, the XOR of xxhash64 of
-   every offset (``app.reconcile.sink_offsets.sink_fingerprints``). Compared with the fingerprint of
+   every offset (``app.reconcile.sink.offsets.sink_fingerprints``). Compared with the fingerprint of
    the offsets the range must hold, computed on the driver (``expected_fingerprint``, each offset once
    however many partitions share it), it proves most partitions complete at about the cost
    of a bare count;
 2. the partitions that fail it, read again alone and examined per 32768-offset bucket (rows,
    distinct, min, max, the presence words of a bucket lacking offsets, its duplicate runs), which
    locates the missing ranges and the duplicate runs. That examination is one rule over Arrow
-   rows (``app.reconcile.sink_buckets.examine_buckets``), run where ``app.routes.examine_route``
+   rows (``app.reconcile.sink.buckets.examine_buckets``), run where ``app.routes.examine_route``
    says: when the partitions hold few rows (a gap or a replayed batch usually leaves a few
    partitions with few rows), on the driver over the rows read once, since a Spark query costs
    about a second of planning and code generation in a fresh JVM whatever its size; otherwise on
@@ -21,7 +21,7 @@ per-file min/max statistics skip every file outside them:
    range's rows count.
 
 The ledger window and the group's commits are small: they are read once into Arrow (by delta-rs,
-on every storage) and analysed on the driver (``app.reconcile.ledger_audit``): findings, the ranges above,
+on every storage) and analysed on the driver (``app.reconcile.ledger.audit``): findings, the ranges above,
 restarts. Spark runs only the sink reads. The rows a run stores (findings, partition summary, the
 run record) are likewise written from the driver (``app.storage.facade``).
 
@@ -50,13 +50,11 @@ from app.errors import (
     SchemaMismatchError,
 )
 from app.reconcile import findings as rc
-from app.reconcile import forensics as fx
-from app.reconcile.findings import Finding
-from app.reconcile.sink_buckets import examine_buckets, examined_by_spark, partitions_examined
-from app.reconcile.sink_offsets import (
+from app.reconcile.findings import Finding, PartitionRange
+from app.reconcile.sink.buckets import examine_buckets, examined_by_spark, partitions_examined
+from app.reconcile.sink.offsets import (
     BUCKET_SIZE,
     SINK_COLUMNS,
-    PartitionRange,
     PartitionSink,
     buckets_to_inspect,
     effective_lo,
@@ -77,11 +75,6 @@ SINK_CANONICAL: Final = SINK_COLUMNS
 
 # Above this many ranges the sink filter is a bounding box plus a join (see SinkReader.where).
 EXACT_FILTER_MAX_RANGES: Final = 16
-
-
-RESTART_RANGES_DDL: Final = (
-    "job_name string, run_id string, topic string, partition int, range_start long, range_end long"
-)
 
 
 @dataclass(frozen=True)
@@ -393,32 +386,3 @@ def _prove_complete(
             # Complete: every offset once, so distinct offsets equal rows.
             proven[tp] = PartitionSink(row["rows"], row["rows"], row["min_offset"], row["max_offset"])
     return proven, {tp: row["rows"] for tp, row in prints.items()}
-
-
-def observed_in_restart_ranges(
-    spark: SparkSession, sink: SinkReader, restarts: Sequence[Mapping[str, Any]]
-) -> dict[tuple[str, str, str, int], dict[str, Any]]:
-    """Per restart and partition: offsets present and duplicate copies the sink holds in the range
-    the restart replayed or skipped. Only those ranges are read; no range, no read."""
-    ranges = fx.restart_ranges(restarts)
-    if not ranges:
-        return {}
-    copies = (
-        sink.where([(r["topic"], r["partition"], r["range_start"], r["range_end"]) for r in ranges])
-        .groupBy("topic", "partition", "offset")
-        .agg(F.count("*").alias("_copies"))
-    )
-    rdf = spark.createDataFrame(ranges, RESTART_RANGES_DDL)
-    joined = rdf.join(
-        copies,
-        on=(rdf["topic"] == copies["topic"])
-        & (rdf["partition"] == copies["partition"])
-        & (copies["offset"] >= rdf["range_start"])
-        & (copies["offset"] < rdf["range_end"]),
-        how="left",
-    )
-    rows = joined.groupBy(rdf["job_name"], rdf["run_id"], rdf["topic"], rdf["partition"]).agg(
-        F.coalesce(F.sum(copies["_copies"] - 1), F.lit(0)).cast("long").alias("duplicates_observed"),
-        F.count(copies["offset"]).alias("present_offsets"),
-    )
-    return {(r["job_name"], r["run_id"], r["topic"], r["partition"]): r.asDict() for r in rows.collect()}

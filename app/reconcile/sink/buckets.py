@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from app.contracts.tables import require_columns
-from app.reconcile.sink_offsets import (
+from app.reconcile.sink.offsets import (
     BUCKET_SHIFT,
     BUCKET_SIZE,
     SINK_COLUMNS,

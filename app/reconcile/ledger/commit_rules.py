@@ -1,7 +1,7 @@
 """Findings from the ledger next to the group's commits (CONTRACTS.md section 5): COMMIT_FAILURE,
 FOREIGN_COMMIT, COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT and COMMITTED_AHEAD.
 
-Each rule is one DuckDB query over the views of ``app.reconcile.ledger_sql``, given the window's
+Each rule is one DuckDB query over the views of ``app.reconcile.ledger.sql``, given the window's
 ``LedgerQueries`` (``LedgerAudit`` implements them)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Final
 
 from app.contracts import vocabulary as vocab
 from app.reconcile.findings import Finding
-from app.reconcile.ledger_queries import LedgerQueries
-from app.reconcile.ledger_sql import (
+from app.reconcile.ledger.queries import LedgerQueries
+from app.reconcile.ledger.sql import (
     IDENTITY_SQL,
     pick,
     sql_detail,

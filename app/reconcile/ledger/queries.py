@@ -1,6 +1,6 @@
 """What a finding rule may ask of one window's ledger and group commits.
 
-The rules (``ledger_rules``, ``commit_rules``) take this protocol and ``ledger_audit.LedgerAudit``
+The rules (``rules``, ``commit_rules``) take this protocol and ``audit.LedgerAudit``
 implements it, so the rules never import the audit that calls them (the audit imports the rules).
 """
 
@@ -12,7 +12,7 @@ from app.reconcile.findings import AuditWindow, MatchRules
 
 
 class LedgerQueries(Protocol):
-    """The window's in-process database: its views (``app.reconcile.ledger_sql``) and what bounds it."""
+    """The window's in-process database: its views (``app.reconcile.ledger.sql``) and what bounds it."""
 
     @property
     def window(self) -> AuditWindow: ...

@@ -1,13 +1,13 @@
 """The `completeness` table, written by every reconcile (the `reconcile` command, nightly, each watch
 cycle): per audited job, topic, partition and event-time window, what the source holds and what
-reached the sink (README "Completeness"; the pure rules are `app.reconcile.completeness_windows`).
+reached the sink (README "Completeness"; the pure rules are `app.reconcile.completeness.windows`).
 
 Per job and partition, the windows not yet final are computed: from the earliest provisional
 window stored (else the first after the last final one; a partition's first run from the window
 holding ``now - completeness.lookback_hours``) up to the window holding the job's latest completed
 offset. Their bounds become offsets by the broker's offsets-for-times lookup; where retention has
 deleted the start of the log, by the sink's own timestamps. The sink is read for those offsets only
-(a `coordinates` sink; its statistics per window by `app.reconcile.completeness_stats`); the offsets it
+(a `coordinates` sink; its statistics per window by `app.reconcile.completeness.stats`); the offsets it
 lacks below the last completed checkpoint are read back from the source by the GAP confirmation
 (`app.kafka.gaps`), which tells lost data records from markers, aborted and compacted offsets (not
 expected) and from what retention deleted (unverifiable). Rows are MERGEd by (job, topic,
@@ -31,6 +31,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.config import AppConfig
+from app.contracts.findings import StoredFinding
 from app.contracts.instants import instant
 from app.contracts.tables import COMPLETENESS_SCHEMA
 from app.contracts.vocabulary import (
@@ -43,11 +44,10 @@ from app.contracts.vocabulary import (
 from app.errors import ConfigError
 from app.kafka.gaps import GapConfirmer, PartitionKey, SuspectedGap
 from app.kafka.times import SourceTimes
-from app.reconcile import completeness_windows as cw
-from app.reconcile import ledger_audit as la
-from app.reconcile.completeness_stats import StatsPlan, window_stats, window_stats_by_spark
-from app.reconcile.findings import StoredFinding
-from app.reconcile.sink import SinkColumns, sink_columns
+from app.reconcile.completeness import windows as cw
+from app.reconcile.completeness.stats import StatsPlan, window_stats, window_stats_by_spark
+from app.reconcile.ledger import audit as la
+from app.reconcile.sink.coordinates import SinkColumns, sink_columns
 from app.routes import DRIVER, examine_route, examine_tasks
 from app.storage import facade
 from app.storage.tables import Tables
@@ -292,7 +292,7 @@ def _sink_windows(
     parts: Mapping[PartitionKey, list[tuple[int, datetime]]],
 ) -> dict[Cell, cw.SinkWindow]:
     """The sink's rows of the windows' offsets, read once through its coordinate filters, and the
-    statistics of each window (`app.reconcile.completeness_stats`) on the engine `routes.examine_route`
+    statistics of each window (`app.reconcile.completeness.stats`) on the engine `routes.examine_route`
     names for that many offsets."""
     cells = [(cell, f) for cell, f in facts.items() if f.offsets[1] > f.offsets[0]]
     if not cells:

@@ -12,7 +12,7 @@ identities, so finding ids are unchanged.
 
 Findings (CONTRACTS.md section 5): LEDGER_INCONSISTENT, UNCLEAN_STOP, COMMIT_FAILURE,
 FOREIGN_COMMIT, COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT, COMMITTED_AHEAD, as typed
-``Finding``s built by the rules of ``ledger_rules`` and ``commit_rules``
+``Finding``s built by the rules of ``rules`` and ``commit_rules``
 (``app.reconcile.findings.finalize_findings`` makes them ``StoredFinding``s: id, run, time of detection).
 Views for the sink phase and forensics: completed checkpoints, the ranges the sink must hold
 (``coverage``), the runs still active, the restart classification and the latest commits.
@@ -35,11 +35,11 @@ from app.contracts.vocabulary import (
     EVENT_RUN_STARTED,
     EVENT_RUN_STOPPED,
 )
-from app.reconcile import commit_claims, commit_rules, ledger_rules
 from app.reconcile import findings as rc
-from app.reconcile import forensics as fx
 from app.reconcile.findings import Finding
-from app.reconcile.ledger_sql import (
+from app.reconcile.ledger import commit_claims, commit_rules
+from app.reconcile.ledger import rules as ledger_rules
+from app.reconcile.ledger.sql import (
     CLAIM_ACKNOWLEDGED,
     CLAIM_REQUESTED,
     VIEWS,
@@ -54,10 +54,33 @@ from app.reconcile.ledger_sql import (
 # Skip reasons of the committer, folded into the three classes CONTRACTS.md section 5 names.
 
 
+# A restart per run start and partition, as ``LedgerAudit.restarts`` classifies it: the restarts contract
+# minus what the sink and the forensics run add (duplicates_observed, forensics_run_id), plus the
+# previous checkpoint's id and run for the evidence.
+RESTART_COLUMNS: Final = (
+    "job_name",
+    "run_id",
+    "previous_run_id",
+    "started_at",
+    "group_id",
+    "topic",
+    "partition",
+    "resumed_offset",
+    "resume_source",
+    "previous_checkpoint_offset",
+    "previous_checkpoint_id",
+    "previous_checkpoint_run",
+    "group_committed_offset",
+    "classification",
+    "records_replayed",
+    "records_skipped",
+)
+
+
 class LedgerAudit:
     """An in-process database over one window's ledger and group commits (Arrow tables with the
     ledger and group_commits contract columns). The rules it runs take it as
-    ``ledger_queries.LedgerQueries``."""
+    ``queries.LedgerQueries``."""
 
     def __init__(
         self,
@@ -260,7 +283,7 @@ class LedgerAudit:
         above it -> skip, either unknown -> unknown. Partitions come from the run's OFFSETS_RESTORED
         rows and from that checkpoint, so a partition the new run never restored still shows up (as
         unknown). The group's committed offset at the start (plus clock skew) is kept beside it.
-        Columns: app.reconcile.forensics.RESTART_COLUMNS.
+        Columns: RESTART_COLUMNS.
         """
         skew = sql_secs(self.rules.clock_skew_s)
         tp = 'topic, "partition"'
@@ -353,7 +376,7 @@ class LedgerAudit:
             FROM at_start
             """
         )
-        return [{c: r[c] for c in fx.RESTART_COLUMNS} for r in aware_rows(rows)]
+        return [{c: r[c] for c in RESTART_COLUMNS} for r in aware_rows(rows)]
 
     def copy_dates(self, duplicates: Sequence[Finding]) -> list[rc.CopyDates]:
         """For each DUPLICATE, what the ledger says of its copies (``findings.CopyDates``), in one

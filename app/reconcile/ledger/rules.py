@@ -6,8 +6,8 @@ from __future__ import annotations
 from app.contracts import vocabulary as vocab
 from app.contracts.instants import instant
 from app.reconcile.findings import Finding
-from app.reconcile.ledger_queries import LedgerQueries
-from app.reconcile.ledger_sql import sql_secs
+from app.reconcile.ledger.queries import LedgerQueries
+from app.reconcile.ledger.sql import sql_secs
 
 
 def ledger_inconsistencies(audit: LedgerQueries) -> list[Finding]:
