@@ -22,9 +22,9 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from pyspark.sql import SparkSession
-from pyspark.sql.types import BooleanType, StringType, StructField, StructType, TimestampType
 
 from app.config import AppConfig
+from app.contracts.tables import VALIDATION_RESULTS_SCHEMA
 from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, EVENT_CHECKPOINT_SNAPSHOT
 from app.errors import UsageError
 from app.quality.engines import Relation, column_list, on_driver, run
@@ -33,22 +33,6 @@ from app.quality.outcomes import CheckSummary
 from app.routes import DRIVER, check_route
 from app.storage import facade
 from app.storage.tables import tables_from_config
-
-# Outcomes of `check`, one row per expectation and run. Bookkeeping of this command, not a
-# CONTRACTS.md section 4 table (like reconcile's audit_runs).
-VALIDATION_RESULTS_SCHEMA: Final = StructType(
-    [
-        StructField("run_id", StringType(), False),
-        StructField("suite", StringType(), False),
-        StructField("table", StringType(), False),
-        StructField("expectation", StringType(), False),
-        StructField("kwargs", StringType(), True),  # JSON: the expectation's columns and bounds
-        StructField("severity", StringType(), False),
-        StructField("success", BooleanType(), False),
-        StructField("observed", StringType(), True),  # JSON: GE's result (counts, sample of bad values)
-        StructField("evaluated_at", TimestampType(), False),
-    ]
-)
 
 # A night's window starts this much before its reconcile window. A night validates every row
 # written before it reads the ledger, whatever its time, so only a row written after the previous
