@@ -30,6 +30,7 @@ from app.incidents.incident import StoredIncident
 from app.incidents.io import read_incidents
 from app.runtime.jvm import REPO_ROOT
 from app.storage import delta_rows
+from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 
 TABLES = ("ledger", "group_commits", "sink", "findings", "incidents", "restarts")
@@ -54,7 +55,7 @@ def timed(argv: Sequence[str], runs: int) -> tuple[list[float], set[int]]:
 
 def incident_of_interest(data_dir: Path) -> StoredIncident:
     cfg = load_config("local", overrides=[f"paths.data_dir={data_dir}"])
-    incidents = read_incidents(cfg.storage, cfg)
+    incidents = read_incidents(AuditTables.from_config(cfg, cfg.storage).incidents)
     with_steps = [i for i in incidents if i.is_open and i.remedy.steps]
     if not with_steps:
         raise SystemExit(f"no open incident with a remedy under {data_dir}: run `make demo` first")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -26,12 +26,13 @@ import pyarrow.dataset
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from app.config import AppConfig
 from app.contracts.tables import TABLE_CONTRACTS, TableContract, TableLayout
 from app.errors import InfrastructureError
 from app.routes import DRIVER, SPARK
-from app.storage import backend, delta_log, delta_rows
+from app.storage import backend, delta_log, delta_rows, maintenance
 from app.storage.facade import engine_for
-from app.storage.tables import Tables, read_delta
+from app.storage.tables import Tables, read_delta, tables_from_config
 
 
 class WrongEngineError(TypeError):
@@ -93,6 +94,15 @@ class TableHandle(Protocol):
     def commit_metadata(self, depth: int) -> list[tuple[int, str | None]]: ...
     def sink_log(self, modified_since: datetime | None = None) -> delta_log.SinkLog | None: ...
     def holds_txn_of(self, app_id: str) -> bool | None: ...
+
+    # upkeep (`maintain`): the format's own compaction, log checkpoint, file cleanup and retention
+    def files_by_partition(self) -> dict[str, int] | None: ...
+    def partition_column(self) -> str | None: ...
+    def compact(self, partition: Mapping[str, str] | None = None) -> maintenance.Compaction: ...
+    def checkpoint(self) -> None: ...
+    def vacuum(self, retention: timedelta) -> int: ...
+    def restore_append_only(self) -> bool: ...
+    def delete_rows(self, predicate: str, append_only: bool) -> int: ...
 
 
 def require_engine(handle: TableHandle, engine: str, doing: str) -> None:
@@ -167,6 +177,29 @@ class DeltaHandle:
     def holds_txn_of(self, app_id: str) -> bool | None:
         """Whether the log holds a commit of txn app id ``app_id`` (`delta_log.holds_txn_of`)."""
         return delta_log.holds_txn_of(self.storage, self.location, app_id)
+
+    # --- upkeep (see `storage.maintenance`) --------------------------------------------------------
+
+    def files_by_partition(self) -> dict[str, int] | None:
+        return maintenance.files_by_partition(self.storage, self.location)
+
+    def partition_column(self) -> str | None:
+        return maintenance.partition_column(self.storage, self.location)
+
+    def compact(self, partition: Mapping[str, str] | None = None) -> maintenance.Compaction:
+        return maintenance.compact(self.storage, self.location, partition)
+
+    def checkpoint(self) -> None:
+        maintenance.checkpoint(self.storage, self.location)
+
+    def vacuum(self, retention: timedelta) -> int:
+        return maintenance.vacuum(self.storage, self.location, retention)
+
+    def restore_append_only(self) -> bool:
+        return maintenance.restore_append_only(self.storage, self.location)
+
+    def delete_rows(self, predicate: str, append_only: bool) -> int:
+        return maintenance.delete_rows(self.storage, self.location, predicate, append_only)
 
     # --- writes ----------------------------------------------------------------------------------
 
@@ -285,6 +318,14 @@ class AuditTables:
     locations: Tables
     storage: backend.StorageSettings
 
+    @classmethod
+    def from_config(
+        cls, cfg: AppConfig, storage: backend.StorageSettings, sink_override: str | None = None
+    ) -> AuditTables:
+        """Every table of `tables:` (``sink_override``, ``--sink``, replacing every job's sink),
+        reached with ``storage``: built once per command or run and passed down."""
+        return cls(tables_from_config(cfg, sink_override), storage)
+
     def named(self, name: str) -> TableHandle:
         """The handle of the table called ``name`` (one of `storage.tables.TABLE_NAMES`)."""
         return open_handle(name, self.locations.named(name), self.storage)
@@ -292,6 +333,10 @@ class AuditTables:
     def sink_for(self, job: str) -> TableHandle:
         """``job``'s sink: its own (`tables.sink_by_job`), else the sink (or ``--sink``)."""
         return open_handle("sink", self.locations.sink_for(job), self.storage)
+
+    def sink_key_for(self, job: str) -> str:
+        """The setting that names ``job``'s sink, for error messages."""
+        return self.locations.sink_key_for(job)
 
     def bound(self, storage: backend.StorageSettings) -> AuditTables:
         """The same tables reached with other storage settings (a session started later)."""

@@ -96,6 +96,7 @@ def scenario(root: str, missing_bucket_root: str, out: str) -> None:
     from app.runtime import jvm
     from app.runtime.spark import build_spark_session
     from app.storage import delta_rows
+    from app.storage.handles import open_handle
     from app.stream.ledger import LedgerWriter
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
@@ -152,7 +153,7 @@ def scenario(root: str, missing_bucket_root: str, out: str) -> None:
     columns = ["run_id", "checkpoint_id", "event_date", "offset"]
     window = rc.AuditWindow(until=T2 + timedelta(days=1), since=None)
     result["ledger_delta_rs"] = plain(
-        read_ledger_rows(spark, ledger, window, [], 0).select(columns).to_pylist()
+        read_ledger_rows(open_handle("ledger", ledger, spark), window, [], 0).select(columns).to_pylist()
     )
     result["ledger_spark"] = plain(spark_rows(ledger, columns))
 
