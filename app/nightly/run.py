@@ -248,7 +248,9 @@ class Nightly:
         check_reachable(self.cfg.kafka, bootstrap)
         groups = list(self.cfg.ingest.groups)
         step_run = f"{self.run_id}-ingest"
-        outcome = ingest_offsets(self.spark, self.cfg, bootstrap, groups, step_run, mode=self.cfg.ingest.mode)
+        outcome = ingest_offsets(
+            self.spark, self.cfg, bootstrap, groups, step_run, mode=self.cfg.ingest.mode, tables=self.tables
+        )
         return {
             "mode": outcome.mode,
             "total": outcome.total,

@@ -183,6 +183,7 @@ class Watch:
             list(self.cfg.ingest.groups),
             f"{cycle.cycle_id}-ingest",
             mode=self.cfg.ingest.mode,
+            tables=self.tables,
         )
         return {"total": outcome.total, "inserted": outcome.inserted}
 
