@@ -3,8 +3,10 @@ the contract's key, and a row form its engine does not write fails loudly instea
 
 from __future__ import annotations
 
+import ast
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 
 import pyarrow.compute as pc
 import pytest
@@ -87,3 +89,53 @@ def test_a_row_form_the_engine_does_not_write_is_refused(tmp_path: Path) -> None
     with pytest.raises(WrongEngineError, match="needs a Spark session"):
         audit.findings.scan()
     assert not audit.sink.exists()  # nothing was written by the refused calls
+
+
+# --- the house rules the handles keep: one resolution, no table assembled from its pieces ------------
+
+ROOT = Path(__file__).resolve().parents[2]
+STORAGE = ROOT / "app" / "storage"
+# The facade's table operations: outside app.storage a table is reached through its handle.
+TABLE_OPERATIONS = frozenset(
+    {"ensure", "append_once", "append", "replace_where", "merge", "delete", "scan", "load", "dataset",
+     "read_columns", "commit_metadata", "rows", "rows_with", "exists", "version", "sink_log",
+     "sink_holds_txn_of"}
+)  # fmt: skip
+# The Flink watcher's ledger reads, moved to the ledger's handle with the Flink package's rework.
+PENDING: Final = frozenset({"app/flink/import_.py", "app/flink/watcher.py"})
+
+
+def app_sources() -> list[Path]:
+    return [p for package in ("app", "jobs", "checks") for p in sorted((ROOT / package).rglob("*.py"))]
+
+
+def calls(tree: ast.AST) -> list[tuple[int, str, str]]:
+    """(line, owner, name) of every `owner.name(...)` and `name(...)` call (owner "" for the latter)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name):
+                out.append((node.lineno, node.func.value.id, node.func.attr))
+            elif isinstance(node.func, ast.Name):
+                out.append((node.lineno, "", node.func.id))
+    return out
+
+
+def test_table_locations_are_resolved_in_one_place() -> None:
+    resolving = sorted(
+        str(path.relative_to(ROOT))
+        for path in app_sources()
+        if any(name == "tables_from_config" for _, _, name in calls(ast.parse(path.read_text())))
+    )
+    assert resolving == ["app/storage/handles.py"]
+
+
+def test_no_module_outside_storage_hands_a_table_in_pieces_to_the_facade() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} facade.{name}"
+        for path in app_sources()
+        if STORAGE not in path.parents and str(path.relative_to(ROOT)) not in PENDING
+        for line, owner, name in calls(ast.parse(path.read_text()))
+        if owner == "facade" and name in TABLE_OPERATIONS
+    ]
+    assert offenders == []
