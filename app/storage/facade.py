@@ -1,16 +1,18 @@
-"""The one door to the Delta tables: which engine writes a table (`engine_for`, by the table's role)
-and the operations every module uses, whichever engine runs them: locate (`storage.tables`),
-`ensure`, `append_once`, `append`, `merge`, `delete`, `replace_where`, `scan` and `load` (Spark),
-`rows`, `rows_with`, `dataset` and `read_columns` (Arrow on the driver), `commit_metadata`, `version`.
+"""Which engine writes a table (`engine_for`, by the table's role) and the Delta operations by
+location: `ensure`, `append_once`, `append`, `merge`, `delete`, `replace_where`, `scan` and `load`
+(Spark), `rows`, `rows_with`, `dataset` and `read_columns` (Arrow on the driver), `commit_metadata`,
+`version`. Modules outside `storage` reach a table through its handle (`storage.handles`), which
+binds its location, contract, engine and storage settings once and checks a write's row form
+against its engine; what remains here for them is `engine_for`.
 
 Two engines write the same Delta protocol. Spark writes a DataFrame where the rows scale with the
 data (the sink, the decoded `__consumer_offsets` of the Spark route); delta-rs (through
 `delta_rows`) writes Arrow rows from the driver, in milliseconds and without a task slot, where
 they are few (the ledger, positions and every audit table). An operation runs the engine whose
-form its rows come in (a DataFrame: Spark; Arrow batches or dicts: delta-rs); nothing here checks
-that form against `engine_for` yet. Ingest asks `engine_for` for the decoded tables; the other
-writers build the form it names for their table, except snapshot mode, which appends its few Admin
-API rows to group_commits through Spark whatever the route. A module never picks a Delta writer of
+form its rows come in (a DataFrame: Spark; Arrow batches or dicts: delta-rs); the handle refuses a
+form that is not its table's engine's. Ingest takes the decoded tables' handles on its route's
+engine; snapshot mode appends its few Admin API rows to group_commits through Spark whatever the
+route, on the handle it asks for the Spark engine. A module never picks a Delta writer of
 its own. Only this package imports `deltalake` or calls Spark's Delta reader or writer
 (`tests/unit/test_storage_facade.py`).
 """
