@@ -18,10 +18,11 @@ A start's questions (`facts`) read only the event_date partitions of the batches
 still holds (from the day before Spark wrote the oldest one, `checkpoint.ledger_since`), not the
 job's whole history: with 30 days retained that history is tens of millions of rows.
 
-Every write and read goes through delta-rs on the driver (`storage.facade` picks it for the
-ledger): a Spark append of a few rows is a Spark job plus a snapshot reconstruction, about a second
-on a small machine, waiting for a task slot behind the sink's write; delta-rs writes the same Delta
-protocol (the same `txn` action, which Spark's idempotent writes honour too) in milliseconds.
+Every write and read goes through delta-rs on the driver (`storage.facade.engine_for` names it
+for the ledger, whose handle this writer holds): a Spark append of a few rows is a Spark job plus a
+snapshot reconstruction, about a second on a small machine, waiting for a task slot behind the
+sink's write; delta-rs writes the same Delta protocol (the same `txn` action, which Spark's
+idempotent writes honour too) in milliseconds.
 """
 
 from __future__ import annotations
