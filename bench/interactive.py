@@ -31,7 +31,6 @@ from app.incidents.io import read_incidents
 from app.runtime.jvm import REPO_ROOT
 from app.storage import delta_rows
 from app.storage.handles import AuditTables
-from app.storage.tables import tables_from_config
 
 TABLES = ("ledger", "group_commits", "sink", "findings", "incidents", "restarts")
 SPARK_START = (
@@ -63,7 +62,9 @@ def incident_of_interest(data_dir: Path) -> StoredIncident:
 
 
 def last_event(data_dir: Path, job: str) -> datetime:
-    ledger = tables_from_config(load_config("local", overrides=[f"paths.data_dir={data_dir}"])).ledger
+    ledger = AuditTables.from_config(
+        load_config("local", overrides=[f"paths.data_dir={data_dir}"]), None
+    ).locations.ledger
     dataset = delta_rows.dataset(None, ledger)
     if dataset is None:
         raise SystemExit(f"no ledger under {data_dir}")
@@ -73,7 +74,9 @@ def last_event(data_dir: Path, job: str) -> datetime:
 
 
 def table_sizes(data_dir: Path) -> dict[str, int]:
-    tables = tables_from_config(load_config("local", overrides=[f"paths.data_dir={data_dir}"]))
+    tables = AuditTables.from_config(
+        load_config("local", overrides=[f"paths.data_dir={data_dir}"]), None
+    ).locations
     sizes = {}
     for name in TABLES:
         dataset = delta_rows.dataset(None, getattr(tables, name))
