@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps python-deps jvm-deps demo test test-unit test-spark test-kafka test-cluster test-flink lint format bench clean
+.PHONY: setup system-deps python-deps jvm-deps demo test test-fast test-unit test-spark test-kafka test-cluster test-flink lint format bench clean
 
 setup: system-deps python-deps jvm-deps
 
@@ -43,8 +43,12 @@ demo: setup
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit: python-deps
-	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+# The edit loop: the unit tier, pure Python, no JVM and no broker (needs only the Python packages).
+# Only tests/unit/ is collected: the unit tier is exactly its files (tests/unit/test_suite_tiers.py).
+test-fast: python-deps
+	$(PY) -m pytest tests/unit -m unit $(PYTEST_ARGS)
+
+test-unit: test-fast
 
 test-spark: setup
 	$(PY) -m pytest -m spark $(PYTEST_ARGS)

@@ -33,7 +33,7 @@ from pyspark.sql import SparkSession
 
 from app import __version__
 from app.attach import Attachment, SessionAudit, attach, attach_session
-from app.config import StorageConfig
+from app.config import KafkaConfig, StorageConfig
 from app.errors import AttachError, FlinkRestError, FlinkStateError, OffsetAuditError
 from app.flink.import_ import FlinkImportResult, import_retained
 from app.flink.rest import FlinkRest
@@ -102,6 +102,9 @@ def watch_flink_job(
     group_id: str | None = None,
     poll_s: float = DEFAULT_POLL_S,
     startup_mode: str | None = None,
+    startup_key: str | None = None,
+    kafka: KafkaConfig | None = None,
+    bootstrap: str | None = None,
     storage_options: Mapping[str, str] | None = None,
     stop: Stop | None = None,
     max_polls: int | None = None,
@@ -112,14 +115,20 @@ def watch_flink_job(
     until it ends, or the newest job named ``flink_job_name`` (and each resubmission) until ``stop``
     (`app.watch.loop.StopSignal`: SIGTERM, SIGINT; default: a new one, not installed).
 
-    ``group_id``: the group the job's Kafka source commits to. ``storage_options``: Hadoop `fs.*`
+    ``group_id``: the group the job's Kafka source commits to. An attempt started without state is
+    judged from where its sources started: its startup mode is the job parameter ``startup_key``
+    publishes, else ``startup_mode`` (earliest, latest, group), else what its first checkpoint's
+    markers say, and the broker at ``bootstrap`` (client settings ``kafka``) gives the mode's
+    offsets (without a bootstrap, no start offsets are recorded). ``storage_options``: Hadoop `fs.*`
     properties of the ledger's object store. Raises FlinkRestError when the REST API cannot be
     reached at the start, within ``wait_s`` seconds (later outages are retried), and UsageError for
     an unknown job id."""
     from app.flink.metadata import read_checkpoint
+    from app.flink.positions import BrokerPositions
     from app.flink.prefetch import Prefetcher
     from app.watch.loop import StopSignal
 
+    positions = None if bootstrap is None else BrokerPositions(kafka or KafkaConfig(), bootstrap)
     prefetch = Prefetcher(lambda path: read_checkpoint(path, storage_options)).start()
     watcher = FlinkWatcher(
         FlinkRest(rest),
@@ -129,6 +138,8 @@ def watch_flink_job(
         group_id=group_id,
         poll_s=poll_s,
         startup_mode=startup_mode,
+        startup_key=startup_key,
+        positions=positions,
         storage_options=storage_options,
         prefetch=prefetch,
     )
@@ -138,6 +149,8 @@ def watch_flink_job(
         return watcher.follow(stop, max_polls)
     finally:
         prefetch.close()
+        if positions is not None:
+            positions.close()
 
 
 def import_flink_checkpoints(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import signal
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,8 @@ from app.commands.outcome import EXIT_OK, emit
 from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.errors import UsageError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from app.flink.watcher import WatchSummary
@@ -62,8 +65,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--starting-offsets",
         choices=vocab.STARTUP_MODES,
         default=None,
-        help="where the job's sources start without state, as configured (recorded in the run's start; "
-        "Flink does not expose it)",
+        help="where the job's sources start without state, as configured (Flink does not expose it): the "
+        "broker's offsets for it are recorded as where such a run started",
+    )
+    parser.add_argument(
+        "--starting-offsets-key",
+        default=None,
+        metavar="KEY",
+        help="the job parameter naming its startup mode (earliest|latest|committed|group, or Flink "
+        "SQL's earliest-offset|latest-offset|group-offsets) among the parameters the job publishes "
+        "(its global job parameters, else its configuration); wins over --starting-offsets",
     )
     parser.add_argument(
         "--wait",
@@ -104,10 +115,24 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         {**dataclasses.asdict(summary), "job": args.job, "ledger": ledger, "rest": args.rest},
         f"flink-watch of Flink job {followed} as job {args.job}: runs {', '.join(summary.runs) or 'none'}; "
         f"{summary.checkpoints_recorded} checkpoints recorded, {len(summary.missed)} missed, "
-        f"{summary.failed_checkpoints} failed; {summary.events_written} events, "
+        f"{summary.failed_checkpoints} failed; {summary.failed_commits} commits failed (source metrics); "
+        f"{summary.events_written} events, "
         f"{summary.rest_requests} REST requests",
     )
     return EXIT_OK
+
+
+def _bootstrap(cfg: AppConfig) -> str | None:
+    """The broker the sidecar asks where a run without state started: kafka.bootstrap_servers, or the
+    embedded broker's; None (no start offsets recorded) when `local` names none running."""
+    from app.errors import KafkaUnavailableError
+    from app.runtime.session import kafka_bootstrap
+
+    try:
+        return kafka_bootstrap(cfg)
+    except KafkaUnavailableError as exc:
+        log.warning("flink-watch: %s; runs started without state get no start offsets", exc)
+        return None
 
 
 def _watch(args: argparse.Namespace, cfg: AppConfig, ledger: str, stop: StopSignal) -> WatchSummary:
@@ -122,6 +147,9 @@ def _watch(args: argparse.Namespace, cfg: AppConfig, ledger: str, stop: StopSign
         group_id=args.group_id,
         poll_s=args.poll_interval,
         startup_mode=args.starting_offsets,
+        startup_key=args.starting_offsets_key,
+        kafka=cfg.kafka,
+        bootstrap=_bootstrap(cfg),
         storage_options=cfg.storage.options,
         stop=stop,
         max_polls=args.max_polls,

@@ -59,6 +59,9 @@ RESET_STRATEGIES: Final = (RESTORE_EARLIEST, RESTORE_LATEST)
 # spelled like Kafka error names but can never collide with one (Kafka's are upper-case codes like
 # REBALANCE_IN_PROGRESS; none of these exists in the protocol).
 ERROR_OUTCOME_UNKNOWN, ERROR_NOT_SENT = "OUTCOME_UNKNOWN", "NOT_SENT"
+# A Flink job's commits its Kafka source counted as failed (its commitsFailed metric rose between two
+# polls of flink-watch): Flink's callback saw Kafka's error, the metric keeps only the count.
+ERROR_COMMITS_FAILED_METRIC = "COMMITS_FAILED_METRIC"
 
 # Keys of the ledger's JSON `detail` that the audit reads back (resume_source: OFFSETS_RESTORED's
 # source, as another writer may name it).
@@ -78,12 +81,15 @@ DETAIL_IMPORTED: Final = "imported"
 # offsets; the checkpoints Flink completed that the ledger holds no offsets of (on the next recorded
 # CHECKPOINT_COMPLETED and in RUN_STOPPED), the failed ones (RUN_STOPPED); and the mark of a commit the
 # sidecar did not see but that Flink sends by design on a checkpoint's completion (COMMIT_REQUESTED).
+# An attempt started without state: the checkpoint that bounded where its sources started
+# (OFFSETS_RESTORED). How many commits the source's metric counted as failed (COMMIT_FAILED).
 DETAIL_FLINK_KEYS: Final = (
     "flink_job_id", "external_path", "savepoint", "operator_id", "missed_checkpoints", "failed_checkpoints",
-    "inferred",
+    "inferred", "startup_checkpoint", "commits_failed",
 )
 (DETAIL_FLINK_JOB_ID, DETAIL_EXTERNAL_PATH, DETAIL_SAVEPOINT, DETAIL_OPERATOR_ID, DETAIL_MISSED_CHECKPOINTS,
- DETAIL_FAILED_CHECKPOINTS, DETAIL_INFERRED) = DETAIL_FLINK_KEYS
+ DETAIL_FAILED_CHECKPOINTS, DETAIL_INFERRED, DETAIL_STARTUP_CHECKPOINT,
+ DETAIL_COMMITS_FAILED) = DETAIL_FLINK_KEYS
 # Why a completed Flink checkpoint has no offsets in the ledger (each entry of missed_checkpoints):
 # its files were deleted before they were read (execution.checkpointing.num-retained too low for the
 # poll), its _metadata could not be decoded, it left the REST history between two polls, or Flink

@@ -8,9 +8,10 @@ same id and writes nothing twice. A run's events are those of a Spark run (CONTR
 - RUN_STARTED at the attempt's start (the restore time, else the job's start), `flink_job_id`, and
   for a restore `restored_checkpoint_id`, `external_path`, `savepoint`;
 - OFFSETS_RESTORED per partition for a restore: the restored state's offsets, `source` checkpoint or
-  savepoint. A job started without state has none: Flink does not say where its sources started
-  (earliest, latest, the group's offsets are resolved inside the job), and the first checkpoint is
-  the earliest position known; RUN_STARTED's `startup_mode` says what the user told, if anything;
+  savepoint. For an attempt started without state, `source` its startup mode (earliest, latest,
+  group) and the offset where its source started (`stateless_start`): Flink resolves that inside
+  the job and shows it nowhere, so the sidecar asks the broker for the mode's position and bounds
+  it by the attempt's first checkpoint holding the partition (CONTRACTS.md section 7);
 - CHECKPOINT_SNAPSHOT (at Flink's trigger time) and CHECKPOINT_COMPLETED (at its last
   acknowledgement) per partition of each completed checkpoint, under Flink's checkpoint id, in the
   dialect of the source that wrote the state (`flink-kafkasource` or `flink-legacy`);
@@ -35,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from app import __version__
+from app.contracts import offsets as off
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey, commit_offset_for
 from app.flink.metadata import FlinkCheckpointOffsets
@@ -150,6 +152,88 @@ def offsets_restored(
     )
 
 
+# The words a job's parameters may name its Kafka source's startup mode with: ours, Flink's
+# KafkaSource builder's (`OffsetsInitializer.committedOffsets`), Flink SQL's `scan.startup.mode`.
+STARTUP_WORDS: Final = {
+    vocab.RESTORE_EARLIEST: vocab.RESTORE_EARLIEST,
+    "earliest-offset": vocab.RESTORE_EARLIEST,
+    vocab.RESTORE_LATEST: vocab.RESTORE_LATEST,
+    "latest-offset": vocab.RESTORE_LATEST,
+    vocab.RESTORE_GROUP: vocab.RESTORE_GROUP,
+    "committed": vocab.RESTORE_GROUP,
+    "group-offsets": vocab.RESTORE_GROUP,
+}
+# The startup modes a broker can say the position of: the log's start, its end, the group's offset.
+BROKER_MODES: Final = (vocab.RESTORE_EARLIEST, vocab.RESTORE_LATEST, vocab.RESTORE_GROUP)
+# A partition the source has not read yet keeps its mode's marker in the state: the mode it says.
+_MARKED_MODES: Final = {
+    off.KAFKASOURCE_EARLIEST_OFFSET: vocab.RESTORE_EARLIEST,
+    off.KAFKASOURCE_COMMITTED_OFFSET: vocab.RESTORE_GROUP,
+    off.KAFKASOURCE_LATEST_OFFSET: vocab.RESTORE_LATEST,
+    off.EARLIEST_OFFSET: vocab.RESTORE_EARLIEST,
+    off.GROUP_OFFSET: vocab.RESTORE_GROUP,
+    off.LATEST_OFFSET: vocab.RESTORE_LATEST,
+}
+
+
+def startup_mode_named(value: str | None) -> str | None:
+    """The startup mode a job parameter's value names (case and spaces aside), else None."""
+    return None if value is None else STARTUP_WORDS.get(value.strip().lower())
+
+
+def marked_mode(decoded: FlinkCheckpointOffsets) -> str | None:
+    """The startup mode the markers of a checkpoint's not-yet-read partitions name, when they all
+    name one (a partition read already holds an offset, which says nothing of the mode)."""
+    modes = {_MARKED_MODES.get(s.raw_offset) for s in decoded.offsets if s.raw_offset < 0}
+    modes.discard(None)
+    return next(iter(modes)) if len(modes) == 1 else None
+
+
+def stateless_start(
+    asked: Mapping[TopicPartitionKey, int], decoded: FlinkCheckpointOffsets
+) -> dict[TopicPartitionKey, int]:
+    """Where each partition of ``decoded`` (the attempt's first checkpoint holding it) started, as a
+    next offset: the broker's position for the startup mode (``asked``), lowered to the checkpoint's
+    own offset when that is below it.
+
+    Both bound the start from above. The checkpoint: a source's position only moves forward. The
+    broker's: asked once the source held its split (latest: the end then is at or past the end the
+    source took; earliest: the log start only moves forward), or for the group before the job
+    committed anything itself. So the result never counts a read record as skipped unless records
+    arrived between the source's start and its first checkpoint (then, at most those: section 7).
+    A partition the broker gave no position for is left out: unknown, never guessed."""
+    out: dict[TopicPartitionKey, int] = {}
+    for split in decoded.offsets:
+        tp = (split.topic, split.partition)
+        if tp not in asked:
+            continue
+        held = off.normalize_offset(split.raw_offset, decoded.engine)
+        out[tp] = asked[tp] if held is None else min(asked[tp], held)
+    return out
+
+
+def raw_in_dialect(next_offset: int, engine: str) -> int:
+    """A next offset as ``engine`` stores it (the legacy consumer stores the last processed one)."""
+    last_processed = off.offset_semantics_for(engine) == vocab.SEMANTICS_LAST_PROCESSED
+    return next_offset - 1 if last_processed else next_offset
+
+
+def offsets_started(
+    source: EventSource,
+    attempt: Attempt,
+    mode: str,
+    starts: Mapping[TopicPartitionKey, int],
+    checkpoint_id: int,
+) -> list[LedgerEvent]:
+    """OFFSETS_RESTORED of an attempt started without state: ``starts`` (next offsets), `source` the
+    startup ``mode``, `startup_checkpoint` the first checkpoint that bounded them; at the attempt's start."""
+    raw: dict[TopicPartitionKey, int | None] = {
+        tp: raw_in_dialect(o, source.engine) for tp, o in starts.items()
+    }
+    detail = {vocab.DETAIL_SOURCE: mode, vocab.DETAIL_STARTUP_CHECKPOINT: checkpoint_id}
+    return source.partition_events(vocab.EVENT_OFFSETS_RESTORED, attempt.started_at, None, raw, detail)
+
+
 def checkpoint_events(
     source: EventSource,
     stat: CheckpointStat,
@@ -192,6 +276,38 @@ def checkpoint_events(
             vocab.EVENT_COMMIT_REQUESTED, done, stat.checkpoint_id, sent, detail
         )
     return events
+
+
+def commits_failed(
+    source: EventSource,
+    stat: CheckpointStat,
+    decoded: FlinkCheckpointOffsets,
+    failed: int,
+    total_failed: int,
+    when: datetime,
+) -> list[LedgerEvent]:
+    """COMMIT_FAILED per committable partition of the newest recorded checkpoint, when the source's
+    commitsFailed counter rose by ``failed`` (to ``total_failed``) since the last sample.
+
+    The counter says how many commits failed, not whose: Flink's reader commits each completed
+    checkpoint's offsets (and drops a commit still in flight for a newer one), so the failures are
+    put on the newest checkpoint whose commit was requested before the sample. `attempt` is the
+    counter's value, so two rises against the same checkpoint are two events."""
+    if source.engine != decoded.engine:
+        source = for_engine(source, decoded.engine)
+    raw = raw_offsets(decoded)
+    sent = {tp: o for tp, o in raw.items() if commit_offset_for(o, source.engine) is not None}
+    detail = {
+        vocab.DETAIL_ERROR: vocab.ERROR_COMMITS_FAILED_METRIC,
+        vocab.DETAIL_ATTEMPT: total_failed,
+        vocab.DETAIL_COMMITS_FAILED: failed,
+        vocab.DETAIL_INFERRED: True,
+        vocab.DETAIL_MESSAGE: (
+            f"the Kafka source's commitsFailed rose by {failed} (all subtasks) since the last poll; "
+            f"Flink does not say which checkpoints' commits they were: put on checkpoint {stat.checkpoint_id}"
+        ),
+    }
+    return source.partition_events(vocab.EVENT_COMMIT_FAILED, when, stat.checkpoint_id, sent, detail)
 
 
 def for_engine(source: EventSource, engine: str) -> EventSource:

@@ -2,8 +2,9 @@
 
 Only what the sidecar needs: `/jobs/overview` (find a job by name), `/jobs/:id` (its state and start),
 `/jobs/:id/checkpoints` (`counts`, `latest.restored`, `history`), `/jobs/:id/checkpoints/config`
-(externalized retention), the JobManager's configuration (`execution.checkpointing.num-retained`)
-and a vertex's metrics. Every request goes through one ``Pacer``: the JobManager serves the job's
+(externalized retention), the JobManager's configuration (`execution.checkpointing.num-retained`),
+the parameters a job published (`/jobs/:id/config`: its startup mode, when it names it there) and a
+vertex's metrics. Every request goes through one ``Pacer``: the JobManager serves the job's
 own web UI and clients too, so the sidecar never sends more than ``max_per_s`` requests a second.
 
 The parsing functions are pure (tests feed them recorded documents); the field names are Flink's
@@ -35,6 +36,13 @@ NUM_RETAINED_KEYS: Final = ("execution.checkpointing.num-retained", "state.check
 NUM_RETAINED_DEFAULT: Final = 1
 # Where the job's checkpoints go (`<dir>/<job id>/chk-N`), under its 1.20+ and older keys.
 CHECKPOINT_DIR_KEYS: Final = ("execution.checkpointing.dir", "state.checkpoints.dir")
+
+# The Kafka sources' commit counters, per subtask, under the operator's metric prefix
+# (`Source__kafka-source.KafkaSourceReader.commitsFailed` for a KafkaSource named kafka-source; the
+# legacy consumer's `KafkaConsumer` group has the same names).
+COMMITS_FAILED: Final = "commitsFailed"
+COMMITS_SUCCEEDED: Final = "commitsSucceeded"
+COMMIT_METRIC_GROUPS: Final = ("KafkaSourceReader", "KafkaConsumer")
 
 DEFAULT_TIMEOUT_S: Final = 5.0
 DEFAULT_MAX_PER_S: Final = 2.0
@@ -258,6 +266,78 @@ def parse_checkpoint_config(doc: Any, entries: Mapping[str, str]) -> CheckpointC
     )
 
 
+def parse_job_parameters(doc: Any) -> dict[str, str]:
+    """`/jobs/:id/config`: the parameters a job published (`execution-config.user-config`: Flink's
+    global job parameters, where `ParameterTool` and `pipeline.global-job-parameters` put them)."""
+    body = _require(doc, "/jobs/:id/config")
+    execution = body.get("execution-config") or {}
+    user = execution.get("user-config") if isinstance(execution, Mapping) else None
+    if not isinstance(user, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in user.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class CommitMetrics:
+    """Where a job's Kafka source commit counters are: the source vertex and the metric ids."""
+
+    vertex_id: str
+    failed: str
+    succeeded: str | None
+
+
+@dataclass(frozen=True)
+class CommitCounts:
+    """The commit counters summed over the source's subtasks, at one sample."""
+
+    failed: int
+    succeeded: int | None
+
+
+def source_vertices(doc: Any) -> list[str]:
+    """`/jobs/:id`: the ids of the vertices whose name says they hold a source (`Source: ...`)."""
+    vertices = _require(doc, "/jobs/:id").get("vertices") or []
+    return [
+        str(v["id"])
+        for v in vertices
+        if isinstance(v, Mapping) and "id" in v and str(v.get("name", "")).startswith("Source")
+    ]
+
+
+def commit_metric_ids(doc: Any) -> tuple[str, str | None] | None:
+    """A vertex's metric list (`/jobs/:id/vertices/:vid/subtasks/metrics`): the ids of its Kafka
+    source's commitsFailed and commitsSucceeded counters, or None when it has none (yet: they are
+    registered when the source's readers start)."""
+    if not isinstance(doc, list):
+        raise FlinkRestError("a vertex's metric list is not a list")
+    ids = [str(m["id"]) for m in doc if isinstance(m, Mapping) and "id" in m]
+
+    def named(name: str) -> str | None:
+        return next((i for i in ids if i.split(".")[-2:] in ([g, name] for g in COMMIT_METRIC_GROUPS)), None)
+
+    failed = named(COMMITS_FAILED)
+    return None if failed is None else (failed, named(COMMITS_SUCCEEDED))
+
+
+def parse_commit_counts(doc: Any, metrics: CommitMetrics) -> CommitCounts | None:
+    """Aggregated metric values (`...?get=a,b&agg=sum`, a list of {id, sum}); None when the failed
+    counter is not reported."""
+    if not isinstance(doc, list):
+        raise FlinkRestError("aggregated metrics are not a list")
+    sums: dict[str, int] = {}
+    for row in doc:
+        if isinstance(row, Mapping) and "id" in row and row.get("sum") is not None:
+            try:
+                sums[str(row["id"])] = int(float(row["sum"]))
+            except (TypeError, ValueError):
+                continue
+    if metrics.failed not in sums:
+        return None
+    return CommitCounts(
+        sums[metrics.failed], None if metrics.succeeded is None else sums.get(metrics.succeeded)
+    )
+
+
 def retention_warnings(config: CheckpointConfig, poll_s: float) -> list[str]:
     """What in the job's configuration makes the sidecar likely to miss checkpoints, said at start."""
     warnings = []
@@ -366,6 +446,34 @@ class FlinkRest:
             if num_retained(entries) is not None:
                 break
         return parse_checkpoint_config(config, entries)
+
+    def commit_metrics(self, job_id: str) -> CommitMetrics | None:
+        """Where the job's Kafka source counts its commits, or None (not exposed, not registered yet)."""
+        quoted = urllib.parse.quote(job_id)
+        for vertex in source_vertices(self.get(f"/jobs/{quoted}")):
+            found = commit_metric_ids(self.get(f"/jobs/{quoted}/vertices/{vertex}/subtasks/metrics"))
+            if found is not None:
+                return CommitMetrics(vertex, *found)
+        return None
+
+    def commit_counts(self, job_id: str, metrics: CommitMetrics) -> CommitCounts | None:
+        """The commit counters now, summed over the source's subtasks (REST serves metrics from a
+        cache refreshed every `metrics.fetcher.update-interval`, 10 s by default)."""
+        names = ",".join(n for n in (metrics.failed, metrics.succeeded) if n is not None)
+        path = f"/jobs/{urllib.parse.quote(job_id)}/vertices/{metrics.vertex_id}/subtasks/metrics"
+        return parse_commit_counts(self.get(f"{path}?get={names}&agg=sum"), metrics)
+
+    def job_parameter(self, job_id: str, key: str) -> str | None:
+        """The value of ``key`` the job published: among its global job parameters, else in its own
+        configuration (`/jobs/:id/jobmanager/config`, Flink 1.19+); None when neither has it."""
+        quoted = urllib.parse.quote(job_id)
+        value = parse_job_parameters(self.get(f"/jobs/{quoted}/config")).get(key)
+        if value is not None:
+            return value
+        try:
+            return parse_config_entries(self.get(f"/jobs/{quoted}/jobmanager/config")).get(key)
+        except FlinkRestHttpError:
+            return None
 
 
 def newest_by_name(jobs: Sequence[JobSummary], name: str) -> JobSummary | None:

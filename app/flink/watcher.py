@@ -48,11 +48,14 @@ from app.flink import events as ev
 from app.flink.events import for_engine
 from app.flink.files import list_objects, object_modified_ms, object_store_path
 from app.flink.metadata import FlinkCheckpointOffsets, SplitOffset, read_checkpoint
+from app.flink.positions import Positions
 from app.flink.prefetch import CHECKPOINT_DIR, Prefetcher, local_dir
 from app.flink.rest import (
     STATUS_COMPLETED,
     Checkpoints,
     CheckpointStat,
+    CommitCounts,
+    CommitMetrics,
     FlinkRest,
     JobSummary,
     Restore,
@@ -136,6 +139,18 @@ class FlinkLedger:
             return set()
         return {int(i) for i in pc.unique(rows.column("checkpoint_id")).to_pylist() if i is not None}
 
+    def partitions(self) -> list[TopicPartitionKey]:
+        """The partitions the job's recorded checkpoints hold."""
+        where = (
+            (pc.field("job_name") == self.job_name)
+            & (pc.field("event_type") == vocab.EVENT_CHECKPOINT_COMPLETED)
+            & pc.field("partition").is_valid()
+        )
+        rows = facade.rows(self.storage, self.location, where, columns=[*_FILTERED, "topic", "partition"])
+        if rows is None:
+            return []
+        return sorted({(str(r["topic"]), int(r["partition"])) for r in rows.to_pylist()})
+
     def last_run_id(self) -> str | None:
         return self.writer("-").facts().last_run_id
 
@@ -168,6 +183,17 @@ class WatchSummary:
     rest_requests: int = 0
     stopped_runs: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    failed_commits: int = 0  # counted by the job's Kafka source metrics while followed
+
+
+@dataclass
+class _Start:
+    """Where an attempt without state started, until its first checkpoint holding partitions says
+    it: the startup mode (None: not known yet), and the group's offsets asked before the job could
+    commit (``section 7``)."""
+
+    mode: str | None
+    group_offsets: dict[TopicPartitionKey, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -178,6 +204,10 @@ class _Run:
     pending_missed: list[ev.Missed] = field(default_factory=list)
     recorded: set[int] = field(default_factory=set)
     stopped: bool = False
+    start: _Start | None = None  # an attempt without state whose start offsets are not written yet
+    newest: tuple[CheckpointStat, FlinkCheckpointOffsets] | None = None  # recorded, with partitions
+    metrics: CommitMetrics | None = None  # where its source counts commits, once found
+    commits: CommitCounts | None = None  # the counters at the last sample (None: no baseline yet)
 
 
 class FlinkWatcher:
@@ -195,6 +225,8 @@ class FlinkWatcher:
         read: Reader | None = None,
         engine: str = vocab.ENGINE_FLINK_KAFKASOURCE,
         startup_mode: str | None = None,
+        startup_key: str | None = None,
+        positions: Positions | None = None,
         storage_options: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         prefetch: Prefetcher | None = None,
@@ -211,6 +243,8 @@ class FlinkWatcher:
         self.storage_options = storage_options
         self.engine = engine
         self.startup_mode = startup_mode
+        self.startup_key = startup_key
+        self.positions = positions
         self.clock = clock
         self.prefetch = prefetch
         self.summary = WatchSummary()
@@ -298,7 +332,10 @@ class FlinkWatcher:
                 self._record(checkpoints, self.run, before_ms=attempt.restore.restore_ms)
             self._begin(attempt, checkpoints)
         assert self.run is not None
+        recorded = self.run.counts.recorded
         self._record(checkpoints, self.run)
+        if self.run.counts.recorded > recorded:
+            self._sample_commits(self.run)
         self.completed_count = checkpoints.completed_count
         if job.terminal:
             self._stop(self.run, job)
@@ -327,15 +364,22 @@ class FlinkWatcher:
         self.run = _Run(
             attempt, source, ev.RunCounts(missed=[]), recorded=self.ledger.completed_ids(attempt.run_id)
         )
+        if not self.run.recorded:
+            # Followed from its start: the source's counters start at zero with the attempt's tasks.
+            self.run.commits = CommitCounts(0, 0)
         if attempt.restore is not None and restored is not None and previous not in (None, attempt.run_id):
             self._recover(previous, attempt, engine, restored, checkpoints)
         notes = [note] if note else []
+        mode = self.startup_mode
         if attempt.restore is None:
-            notes.append(
-                "started without state: Flink does not say where its Kafka sources started; the first "
-                "checkpoint is the earliest position known"
-            )
-        start = [ev.run_started(source, attempt, startup_mode=self.startup_mode, notes=notes)]
+            mode = self._startup_mode(attempt)
+            self.run.start = self._sight(mode, checkpoints) if not self.run.recorded else None
+            if self.positions is None:
+                notes.append(
+                    "started without state, and no broker to ask where its Kafka sources started: the "
+                    "first checkpoint is the earliest position known"
+                )
+        start = [ev.run_started(source, attempt, startup_mode=mode, notes=notes)]
         start += ev.offsets_restored(source, attempt, restored or {})
         self.summary.events_written += self.ledger.write_new(attempt.run_id, start)
         self.summary.runs.append(attempt.run_id)
@@ -345,6 +389,92 @@ class FlinkWatcher:
             if self.prefetch is not None:
                 self.prefetch.forget_through(self.last_id)
         log.info("flink-watch: run %s of Flink job %s started", attempt.run_id, attempt.job_id)
+
+    def _sample_commits(self, run: _Run) -> None:
+        """After new checkpoints were recorded (their commits requested), the source's commit
+        counters: a rise of commitsFailed since the last sample becomes COMMIT_FAILED on the newest
+        recorded checkpoint. One GET a sample (a few more until the counters are registered); none
+        without a group id, since no commit is expected then."""
+        if self.group_id is None or run.newest is None:
+            return
+        job_id = run.attempt.job_id
+        try:
+            if run.metrics is None:
+                run.metrics = self.rest.commit_metrics(job_id)
+                if run.metrics is None:
+                    return
+            counts = self.rest.commit_counts(job_id, run.metrics)
+        except FlinkRestError as exc:
+            # Best effort: the checkpoints are recorded; an unanswered sample is taken next time.
+            log.info("flink-watch: the commit counters of run %s not read: %s", run.attempt.run_id, exc)
+            return
+        if counts is None:
+            return
+        before, run.commits = run.commits, counts
+        if before is None or counts.failed <= before.failed:
+            return
+        stat, decoded = run.newest
+        failed = counts.failed - before.failed
+        events = ev.commits_failed(run.source, stat, decoded, failed, counts.failed, datetime.now(UTC))
+        self.summary.failed_commits += failed
+        self.summary.events_written += self.ledger.write_new(run.attempt.run_id, events)
+        log.warning(
+            "flink-watch: %d commits of run %s failed since the last poll (its Kafka source's commitsFailed)",
+            failed,
+            run.attempt.run_id,
+        )
+
+    def _startup_mode(self, attempt: ev.Attempt) -> str | None:
+        """The startup mode of an attempt without state: what the job published under the startup
+        key, else what the sidecar was told (None: the first checkpoint's markers may say)."""
+        if self.startup_key is not None:
+            value = self.rest.job_parameter(attempt.job_id, self.startup_key)
+            named = ev.startup_mode_named(value)
+            if named is not None:
+                return named
+            if value is not None:
+                log.warning(
+                    "flink-watch: job parameter %s is %r, not a startup mode", self.startup_key, value
+                )
+        return self.startup_mode
+
+    def _sight(self, mode: str | None, checkpoints: Checkpoints) -> _Start | None:
+        """The pending start of an attempt without state. From the group's offsets, they are asked
+        now, while the attempt has completed no checkpoint (its own commits follow its checkpoints),
+        for the partitions the job's ledger knows."""
+        if self.positions is None:
+            return None
+        start = _Start(mode)
+        if mode == vocab.RESTORE_GROUP and checkpoints.completed_count == 0:
+            start.group_offsets = self.positions.at(mode, self.ledger.partitions(), self.group_id)
+        return start
+
+    def _write_start(self, run: _Run, stat: CheckpointStat, read: FlinkCheckpointOffsets) -> None:
+        """The OFFSETS_RESTORED of an attempt without state, at its first checkpoint holding
+        partitions (before it, its source has no split): the broker's position for the mode, bounded
+        by that checkpoint (`events.stateless_start`)."""
+        start = run.start
+        if start is None or self.positions is None or not read.offsets:
+            return
+        run.start = None
+        mode = start.mode or ev.marked_mode(read)
+        if mode not in ev.BROKER_MODES:
+            log.warning(
+                "flink-watch: run %s started without state from an unknown position (startup mode %s): "
+                "no start offsets recorded; name it with --starting-offsets or --starting-offsets-key",
+                run.attempt.run_id,
+                mode,
+            )
+            return
+        tps = [(s.topic, s.partition) for s in read.offsets]
+        asked = {tp: o for tp, o in start.group_offsets.items() if tp in set(tps)}
+        missing = [tp for tp in tps if tp not in asked]
+        if missing and not (mode == vocab.RESTORE_GROUP and start.group_offsets):
+            asked.update(self.positions.at(mode, missing, self.group_id))
+        starts = ev.stateless_start(asked, read)
+        source = for_engine(run.source, read.engine)
+        events = ev.offsets_started(source, run.attempt, mode, starts, stat.checkpoint_id)
+        self.summary.events_written += self.ledger.write_new(run.attempt.run_id, events)
 
     def _restored_offsets(
         self, attempt: ev.Attempt
@@ -487,11 +617,14 @@ class FlinkWatcher:
                 read.message,
             )
             return
+        self._write_start(run, stat, read)
         events = ev.checkpoint_events(run.source, stat, read, missed=run.pending_missed)
         self.summary.events_written += self.ledger.write_checkpoint(
             run.attempt.run_id, stat.checkpoint_id, events
         )
         run.pending_missed = []
+        if read.offsets:
+            run.newest = (stat, read)
         run.recorded.add(stat.checkpoint_id)
         run.counts.recorded += 1
         self.summary.checkpoints_recorded += 1

@@ -15,6 +15,7 @@ import pytest
 from app.runtime import jvm
 from tests.cluster import servers
 from tests.cluster.servers import S3Server, SparkCluster
+from tests.cluster.submit import build_dist
 
 WORKERS = 2
 BUCKET = "offset-audit"
@@ -41,3 +42,9 @@ def s3_server(cluster_dir: Path) -> Iterator[S3Server]:
 def cluster_jars(cluster_dir: Path) -> list[Path]:
     """What spark-submit gets as --jars: Delta and the Kafka connector, then hadoop-aws and the SDK."""
     return jvm.spark_extra_jars() + jvm.resolve_classpath("s3")
+
+
+@pytest.fixture(scope="session")
+def dist(cluster_dir: Path) -> Path:
+    """`make dist` once: the wheel and the `--py-files` zip every test of the library's distribution reads."""
+    return build_dist(cluster_dir / "dist")

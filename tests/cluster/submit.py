@@ -141,13 +141,22 @@ def submit_user_job(
     return start_script(shlex.join(argv), env, work_dir, name, event_log_dir)
 
 
-def build_py_files(dist: Path) -> Path:
-    """`make dist` into ``dist``; the `--py-files` zip it builds."""
+def build_dist(dist: Path) -> Path:
+    """`make dist` into ``dist``: the wheel and the `--py-files` zip (once a session: ``dist``)."""
     built = subprocess.run(
         ["make", "-o", "python-deps", "dist", f"PY={sys.executable}", f"DIST={dist}"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False,
     )  # fmt: skip
     assert built.returncode == 0, built.stderr
+    return dist
+
+
+def wheel_of(dist: Path) -> Path:
+    return dist / f"offset_audit-{__version__}-py3-none-any.whl"
+
+
+def py_files_of(dist: Path) -> Path:
+    """The `--py-files` zip `make dist` built into ``dist``."""
     return dist / f"offset_audit-{__version__}-py-files.zip"
 
 

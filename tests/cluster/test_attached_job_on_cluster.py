@@ -30,9 +30,9 @@ from app.stream.startup import parse_offset_log
 from tests.cluster.servers import S3_SECRET_KEY, S3Server, SparkCluster
 from tests.cluster.submit import (
     Submitted,
-    build_py_files,
     delta_rs_s3_options,
     event_log,
+    py_files_of,
     read_table,
     spark_submit,
     submit_user_job,
@@ -149,6 +149,7 @@ def attached(
     spark_cluster: SparkCluster,
     s3_server: S3Server,
     cluster_jars: list[Path],
+    dist: Path,
     bootstrap: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Attached:
@@ -158,7 +159,7 @@ def attached(
     s3_data = f"s3a://{s3_server.bucket}/{prefix}"
     create_topic(bootstrap, topic, PARTITIONS)
     produce_payments(bootstrap, topic, RECORDS)
-    py_files = build_py_files(work_dir / "dist")
+    py_files = py_files_of(dist)
     since = datetime.now(UTC) - timedelta(minutes=1)
 
     job_args = [

@@ -28,7 +28,7 @@ from deltalake import DeltaTable
 from app import __version__
 from app.contracts import vocabulary as vocab
 from tests.cluster import readme
-from tests.cluster.submit import SUBMIT_TIMEOUT_S, build_py_files
+from tests.cluster.submit import SUBMIT_TIMEOUT_S, py_files_of
 from tests.kafka.streaming import create_topic, produce
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(2400)]
@@ -74,12 +74,12 @@ print(json.dumps({"audit": audit.__file__, "ledger_closed": closed}))
 
 
 def test_readmes_spark_submit_line_for_a_users_job_resolves_and_runs_as_written(
-    tmp_path: Path, bootstrap: str, unique: str
+    tmp_path: Path, dist: Path, bootstrap: str, unique: str
 ) -> None:
     topic = f"readme-submit-{unique}"
     create_topic(bootstrap, topic, PARTITIONS)
     produce(bootstrap, topic, RECORDS, PARTITIONS)
-    py_files = build_py_files(tmp_path / "dist")
+    py_files = py_files_of(dist)
     job = tmp_path / "job.py"
     job.write_text(JOB)
     command = readme.user_job_command(__version__, py_files, job)

@@ -340,8 +340,11 @@ class FlinkJob:
     def records_read(self) -> int | None:
         """Records the source emitted in this process (summed over subtasks), None before it reports."""
         base = f"{self.rest_url}/jobs/{self.job_id}"
-        vertices = rest_get(base)["vertices"]
-        source = next(v["id"] for v in vertices if str(v["name"]).startswith("Source: kafka-source"))
+        vertices = rest_get(base).get("vertices", [])
+        # A job just switched to RUNNING may be listed before its graph: no source vertex yet.
+        source = next((v["id"] for v in vertices if str(v["name"]).startswith("Source: kafka-source")), None)
+        if source is None:
+            return None
         rows = rest_get(f"{base}/vertices/{source}/subtasks/metrics?get={SOURCE_RECORDS_OUT}&agg=sum")
         return int(float(rows[0]["sum"])) if rows else None
 

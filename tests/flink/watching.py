@@ -92,14 +92,18 @@ def processes() -> Iterator[Processes]:
 
 
 def start_sidecar(
-    job: FlinkJob, job_name: str, group: str, ledger: Path, log: Path
+    job: FlinkJob, job_name: str, group: str, ledger: Path, log: Path, bootstrap: str | None = None
 ) -> subprocess.Popen[bytes]:
-    """`flink-watch` following ``job``'s REST API by the job's name, waiting for it to come up."""
+    """`flink-watch` following ``job``'s REST API by the job's name, waiting for it to come up. With
+    ``bootstrap``, it asks that broker where a run without state started, in the startup mode the
+    job publishes (its `start` parameter)."""
     argv = [
         sys.executable, "-m", "app.cli", "flink-watch", "--rest", job.rest_url, "--job-name", FLINK_JOB_NAME,
         "--job", job_name, "--group-id", group, "--ledger", str(ledger), "--poll-interval", "0.5",
         "--wait", "300", "--json",
     ]  # fmt: skip
+    if bootstrap is not None:
+        argv += ["--starting-offsets-key", "start", "--set", f"kafka.bootstrap_servers={bootstrap}"]
     with log.open("wb") as err:
         return subprocess.Popen(
             argv,

@@ -205,3 +205,49 @@ def test_a_restore_from_a_retained_checkpoint_is_a_checkpoint_restore_though_fli
     restored = ev.offsets_restored(source(), attempt, {("orders", 0): 40})
     assert restored[0].detail[vocab.DETAIL_SOURCE] == vocab.RESTORE_CHECKPOINT
     assert ev.run_started(source(), attempt).detail[vocab.DETAIL_SAVEPOINT] is True  # Flink's own word, kept
+
+
+def test_a_start_without_state_is_the_brokers_position_lowered_to_the_first_checkpoint() -> None:
+    first = decoded(
+        4,
+        vocab.ENGINE_FLINK_KAFKASOURCE,
+        {
+            ("orders", 0): 120,
+            ("orders", 1): 95,
+            ("orders", 2): KAFKASOURCE_COMMITTED_OFFSET,
+            ("orders", 3): 7,
+        },
+    )
+    asked = {("orders", 0): 130, ("orders", 1): 80, ("orders", 2): 40}
+
+    # 0: read already, its checkpoint is the lower bound; 1: the broker's; 2: not read yet (a marker):
+    # the broker's; 3: the broker gave nothing, so nothing is claimed.
+    assert ev.stateless_start(asked, first) == {("orders", 0): 120, ("orders", 1): 80, ("orders", 2): 40}
+
+
+def test_a_start_without_state_is_written_in_the_dialect_of_the_state_at_the_attempts_start() -> None:
+    attempt = ev.Attempt(JOB_ID, 1764237600000, None)
+
+    events = ev.offsets_started(
+        source(vocab.ENGINE_FLINK_LEGACY), attempt, vocab.RESTORE_LATEST, {("orders", 0): 150}, 3
+    )
+
+    assert [(e.event_type, e.offset, e.raw_offset, e.checkpoint_id) for e in events] == [
+        (vocab.EVENT_OFFSETS_RESTORED, 150, 149, None)
+    ]
+    assert events[0].event_time == ms(1764237600000)
+    assert events[0].detail == {vocab.DETAIL_SOURCE: vocab.RESTORE_LATEST, vocab.DETAIL_STARTUP_CHECKPOINT: 3}
+
+
+def test_the_startup_mode_is_named_by_a_job_parameter_or_by_the_markers_of_unread_partitions() -> None:
+    assert ev.startup_mode_named(" Latest-Offset ") == vocab.RESTORE_LATEST
+    assert ev.startup_mode_named("committed") == vocab.RESTORE_GROUP
+    assert ev.startup_mode_named("timestamp") is None
+    assert ev.startup_mode_named(None) is None
+    marked = decoded(1, vocab.ENGINE_FLINK_KAFKASOURCE, {("orders", 0): -2, ("orders", 1): 17})
+    assert ev.marked_mode(marked) == vocab.RESTORE_EARLIEST
+    legacy = decoded(1, vocab.ENGINE_FLINK_LEGACY, {("orders", 0): EARLIEST_OFFSET})
+    assert ev.marked_mode(legacy) == vocab.RESTORE_EARLIEST
+    mixed = decoded(1, vocab.ENGINE_FLINK_KAFKASOURCE, {("orders", 0): -2, ("orders", 1): -3})
+    assert ev.marked_mode(mixed) is None
+    assert ev.marked_mode(decoded(1, vocab.ENGINE_FLINK_KAFKASOURCE, {("orders", 0): 5})) is None

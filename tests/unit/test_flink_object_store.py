@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,12 +28,12 @@ from app.storage import backend
 from tests.cluster import servers
 from tests.cluster.servers import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, S3Server
 from tests.unit import flink_bytes as fb
+from tests.unit.no_jvm import run_without_java
 from tests.unit.test_flink_watcher import JOB_A, JOB_B, T0, FakeClock, FakeFlink, clock, flink, of, watcher
-from tests.unit.test_interactive_commands import no_java, run_cli
 
 pytestmark = pytest.mark.unit
 
-__all__ = ["clock", "flink", "no_java"]  # fixtures shared with the tests they come from
+__all__ = ["clock", "flink"]  # fixtures shared with the tests they come from
 BUCKET = "flink-checkpoints"
 FIXTURES = Path(__file__).parent / "flink_fixtures"
 # Every retained checkpoint and savepoint directory of the fixtures (the large one's state in files).
@@ -113,7 +114,7 @@ def ledger_rows(ledger: Path, root: str) -> list[dict[str, Any]]:
 
 
 def test_flink_import_from_s3a_writes_the_rows_a_local_import_writes_once_without_a_jvm(
-    s3: S3Server, uploaded: str, no_java: tuple[dict[str, str], Path], tmp_path: Path
+    s3: S3Server, uploaded: str, tmp_path: Path
 ) -> None:
     retained = find_retained(uploaded, storage_options(s3))
     assert sorted(f.path.removeprefix(uploaded) for f in retained) == sorted(
@@ -123,8 +124,7 @@ def test_flink_import_from_s3a_writes_the_rows_a_local_import_writes_once_withou
     local_ledger = tmp_path / "local-ledger"
     local = import_flink_checkpoints(str(FIXTURES), job_name="payments", ledger=str(local_ledger))
     assert local.imported >= 9
-    env, java_calls = no_java
-    env = {k: v for k, v in env.items() if not k.startswith(("AWS_", "OFFSET_AUDIT"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OFFSET_AUDIT"))}
     env.update(  # what conf/cluster.yaml reads
         S3_ENDPOINT=s3.endpoint,
         S3_PATH_STYLE_ACCESS="true",
@@ -140,24 +140,23 @@ def test_flink_import_from_s3a_writes_the_rows_a_local_import_writes_once_withou
     s3_ledger = tmp_path / "s3-ledger"
     argv = ["flink-import", "--path", uploaded, "--job", "payments", "--ledger", str(s3_ledger)]
 
-    first = run_cli(env, *argv, "--env", "cluster", "--json")
-    again = run_cli(env, *argv, "--env", "cluster", "--json")
+    missing = ["flink-import", "--path", f"{uploaded}/no-such-job", "--job", "payments", "--env", "cluster"]
+    # one process, as a person would run them: the import, the same again, a path with no job
+    probe = run_without_java(
+        tmp_path / "no-java", [[*argv, "--env", "cluster", "--json"]] * 2 + [missing], env
+    )
+    first, again, absent = probe.runs
 
-    assert first.returncode == EXIT_OK, first.stderr
-    assert again.returncode == EXIT_OK, again.stderr
+    assert first.code == EXIT_OK, first.stderr
+    assert again.code == EXIT_OK, again.stderr
     imported, repeated = json.loads(first.stdout), json.loads(again.stdout)
     assert (imported["found"], imported["imported"]) == (local.found, local.imported)
     assert (repeated["imported"], repeated["events_written"]) == (0, 0)
     assert repeated["already_recorded"] == local.imported
     assert ledger_rows(s3_ledger, uploaded) == ledger_rows(local_ledger, str(FIXTURES))
     assert S3_SECRET_KEY not in first.stdout + first.stderr
-    missing = run_cli(
-        env, "flink-import", "--path", f"{uploaded}/no-such-job", "--job", "payments", "--env", "cluster"
-    )
-    assert (missing.returncode, f"{uploaded}/no-such-job" in missing.stderr) == (EXIT_USAGE, True), (
-        missing.stderr
-    )
-    assert not java_calls.exists(), java_calls.read_text()
+    assert (absent.code, f"{uploaded}/no-such-job" in absent.stderr) == (EXIT_USAGE, True), absent.stderr
+    assert probe.java_calls == ""
 
 
 def test_checkpoints_on_s3_completed_between_the_last_poll_and_a_kill_are_recovered(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +14,29 @@ from deltalake import DeltaTable
 
 from app.config import StorageConfig
 from app.contracts import vocabulary as vocab
+from app.contracts.offsets import KAFKASOURCE_COMMITTED_OFFSET as KAFKASOURCE_COMMITTED
 from app.errors import FlinkCheckpointGoneError, FlinkRestError, UsageError
 from app.flink.metadata import FlinkCheckpointOffsets, SplitOffset, read_checkpoint
-from app.flink.rest import FlinkRest, Pacer
+from app.flink.rest import (
+    CommitCounts,
+    CommitMetrics,
+    FlinkRest,
+    Pacer,
+    commit_metric_ids,
+    parse_commit_counts,
+)
 from app.flink.watcher import FlinkLedger, FlinkWatcher
+from app.reconcile import findings as rc
+from app.reconcile.ledger import audit as la
+from app.reconcile.ledger import commit_rules
+from tests.ledger_data import commits_table
 
 pytestmark = pytest.mark.unit
 
 JOB_A = "4f2c7d1e9a6b40c8b1d3e5f7a9c0b2d4"
 JOB_B = "9e8d7c6b5a4f30e2d1c0b9a8f7e6d5c4"
 T0 = 1764237600000
+RULES = rc.MatchRules(commit_match_window_s=60, clock_skew_s=1)
 
 
 class FakeClock:
@@ -61,6 +75,8 @@ class FakeFlink:
         self.down = False
         self.requests: list[tuple[float, str]] = []
         self.config = [{"key": "execution.checkpointing.num-retained", "value": "3"}]
+        self.params: dict[str, dict[str, str]] = {}  # a job's published parameters (user-config)
+        self.commit_counts: dict[str, tuple[int, int]] = {}  # its source's (commitsFailed, commitsSucceeded)
 
     def submit(self, job_id: str, start_ms: int, name: str = "payments") -> None:
         self.jobs[job_id] = {
@@ -69,6 +85,9 @@ class FakeFlink:
             "state": "RUNNING",
             "start-time": start_ms,
             "end-time": -1,
+            "vertices": [
+                {"id": "cbc357ccb763df2852fee8c4fc7d55f2", "name": "Source: kafka-source -> discard: Writer"}
+            ],
         }
         self.history[job_id] = []
         self.restored[job_id] = None
@@ -101,6 +120,25 @@ class FakeFlink:
             checkpoint_id, vocab.ENGINE_FLINK_KAFKASOURCE, "src", f"/cp/{job_id}/chk-{checkpoint_id}", splits
         )
 
+    # The ids a real Flink 1.20 MiniCluster lists for a KafkaSource named kafka-source.
+    FAILED_ID = "Source__kafka-source.KafkaSourceReader.commitsFailed"
+    SUCCEEDED_ID = "Source__kafka-source.KafkaSourceReader.commitsSucceeded"
+
+    def metrics_document(self, job_id: str, path: str) -> Any:
+        """A source vertex's metric list, or its commit counters summed over subtasks."""
+        if job_id not in self.commit_counts:
+            return []  # the reader has not registered its metrics
+        if "?get=" not in path:
+            return [
+                {"id": "Source__kafka-source.numRecordsOut"},
+                {"id": self.FAILED_ID},
+                {"id": self.SUCCEEDED_ID},
+            ]
+        failed, succeeded = self.commit_counts[job_id]
+        wanted = path.split("?get=", 1)[1].split("&", 1)[0].split(",")
+        values = {self.FAILED_ID: failed, self.SUCCEEDED_ID: succeeded}
+        return [{"id": i, "sum": float(values[i])} for i in wanted if i in values]
+
     def fail(self, job_id: str, checkpoint_id: int, trigger_ms: int) -> None:
         self.history[job_id].append(
             {"id": checkpoint_id, "status": "FAILED", "is_savepoint": False, "trigger_timestamp": trigger_ms}
@@ -120,10 +158,15 @@ class FakeFlink:
             raise FlinkRestError(f"Flink REST API unreachable at {url}: Connection refused")
         path = url.split("8081", 1)[1]
         parts = path.strip("/").split("/")
-        if path == "/jobs/overview":
-            body: Any = {"jobs": list(self.jobs.values())}
+        body: Any
+        if "/vertices/" in path:
+            body = self.metrics_document(parts[1], path)
+        elif path == "/jobs/overview":
+            body = {"jobs": list(self.jobs.values())}
         elif path == "/jobmanager/config" or path.endswith("/jobmanager/config"):
             body = self.config
+        elif path.endswith("/config") and len(parts) == 3:
+            body = {"jid": parts[1], "execution-config": {"user-config": self.params.get(parts[1], {})}}
         elif path.endswith("/checkpoints/config"):
             body = {"interval": 1000, "externalization": {"enabled": True, "delete_on_cancellation": False}}
         elif path.endswith("/checkpoints"):
@@ -523,3 +566,191 @@ def test_checkpoints_completed_between_the_last_poll_and_a_kill_are_recovered_fr
     ] == [None, True, True]
     restarted = of(ledger, vocab.EVENT_OFFSETS_RESTORED)
     assert [(r["checkpoint_id"], r["offset"]) for r in restarted] == [(3, 30)]
+
+
+class FakeBroker:
+    """The broker's positions per startup mode, changed by the test; every question is kept."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, dict[tuple[str, int], int]] = {}
+        self.asked: list[tuple[str, list[tuple[str, int]], str | None]] = []
+
+    def at(self, mode: str, partitions: Any, group_id: str | None) -> dict[tuple[str, int], int]:
+        self.asked.append((mode, list(partitions), group_id))
+        known = self.offsets.get(mode, {})
+        return {tp: known[tp] for tp in partitions if tp in known}
+
+    def close(self) -> None:
+        pass
+
+
+def started_at(ledger: Path, run_id: str) -> dict[int, tuple[int, str, int]]:
+    """partition -> (offset, source, startup checkpoint) of the run's OFFSETS_RESTORED."""
+    out = {}
+    for r in of(ledger, vocab.EVENT_OFFSETS_RESTORED, run_id):
+        detail = json.loads(r["detail"])
+        out[r["partition"]] = (
+            r["offset"],
+            detail[vocab.DETAIL_SOURCE],
+            detail[vocab.DETAIL_STARTUP_CHECKPOINT],
+        )
+    return out
+
+
+def test_a_run_from_latest_starts_at_the_brokers_end_once_its_source_holds_splits(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The job publishes `start: latest`; its first checkpoint came before the splits (no partition),
+    the second holds partition 0 unread at the end the enumerator took and partition 1 read past it."""
+    ledger, broker = tmp_path / "ledger", FakeBroker()
+    flink.submit(JOB_A, T0)
+    flink.params[JOB_A] = {"start": "latest"}
+    w = watcher(flink, ledger, clock, startup_key="start", positions=broker)
+    w.start()
+    w.poll_once()
+    flink.complete(JOB_A, 1, T0 + 1000, {})
+    w.poll_once()
+    assert broker.asked == []  # nothing to ask about before the source has partitions
+    broker.offsets[vocab.RESTORE_LATEST] = {("orders", 0): 120, ("orders", 1): 80}
+    flink.complete(JOB_A, 2, T0 + 2000, {("orders", 0): 120, ("orders", 1): 95})
+    w.poll_once()
+    broker.offsets[vocab.RESTORE_LATEST] = {("orders", 0): 500, ("orders", 1): 500}
+    flink.complete(JOB_A, 3, T0 + 3000, {("orders", 0): 130, ("orders", 1): 99})
+    w.poll_once()
+
+    assert started_at(ledger, JOB_A) == {
+        0: (120, vocab.RESTORE_LATEST, 2),
+        1: (80, vocab.RESTORE_LATEST, 2),
+    }
+    assert [r["event_time"] for r in of(ledger, vocab.EVENT_OFFSETS_RESTORED)] == [
+        of(ledger, vocab.EVENT_RUN_STARTED)[0]["event_time"]
+    ] * 2
+    assert (
+        json.loads(of(ledger, vocab.EVENT_RUN_STARTED)[0]["detail"])["startup_mode"] == vocab.RESTORE_LATEST
+    )
+    assert broker.asked == [(vocab.RESTORE_LATEST, [("orders", 0), ("orders", 1)], "payments-group")]
+
+
+def test_a_run_from_the_group_starts_at_the_groups_offsets_asked_before_its_own_commits(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A resubmission from the group's offsets (an operator reset them while it was down): asked at
+    the new job's first sight, for the partitions of the job's ledger; its first checkpoint has read
+    partition 0 and still holds the committed marker on partition 1."""
+    ledger, broker = tmp_path / "ledger", FakeBroker()
+    flink.submit(JOB_A, T0, name="payments")
+    w = watcher(flink, ledger, clock, flink_job_id=None, flink_job_name="payments", positions=broker)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 100, ("orders", 1): 100})
+    w.poll_once()
+    flink.end(JOB_A, "CANCELED", T0 + 1500)
+    w.poll_once()
+    flink.submit(JOB_B, T0 + 10_000, name="payments")
+    flink.params[JOB_B] = {"start": "committed"}
+    w.startup_key = "start"
+    broker.offsets[vocab.RESTORE_GROUP] = {("orders", 0): 50, ("orders", 1): 150}
+    w.poll_once()
+    broker.offsets[vocab.RESTORE_GROUP] = {("orders", 0): 150, ("orders", 1): 150}  # the job's own
+    flink.complete(JOB_B, 1, T0 + 11_000, {("orders", 0): 150, ("orders", 1): KAFKASOURCE_COMMITTED})
+    w.poll_once()
+
+    assert started_at(ledger, JOB_B) == {
+        0: (50, vocab.RESTORE_GROUP, 1),
+        1: (150, vocab.RESTORE_GROUP, 1),
+    }
+    assert broker.asked == [(vocab.RESTORE_GROUP, [("orders", 0), ("orders", 1)], "payments-group")]
+    assert started_at(ledger, JOB_A) == {}  # the first job was told nothing: no mode, no claim
+
+
+def test_a_run_whose_markers_name_earliest_starts_at_the_log_start_and_an_unknown_mode_claims_nothing(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    ledger, broker = tmp_path / "ledger", FakeBroker()
+    broker.offsets[vocab.RESTORE_EARLIEST] = {("orders", 0): 200, ("orders", 1): 200}
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock, positions=broker)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): -2, ("orders", 1): -2})
+    w.poll_once()
+    assert started_at(ledger, JOB_A) == {
+        0: (200, vocab.RESTORE_EARLIEST, 1),
+        1: (200, vocab.RESTORE_EARLIEST, 1),
+    }
+
+    other = tmp_path / "other"
+    flink.submit(JOB_B, T0)
+    w = watcher(flink, other, clock, flink_job_id=JOB_B, positions=broker)
+    w.start()
+    flink.complete(JOB_B, 1, T0 + 1000, {("orders", 0): 12, ("orders", 1): 30})
+    w.poll_once()
+    assert of(other, vocab.EVENT_OFFSETS_RESTORED) == []
+
+
+def test_a_rise_of_the_sources_commits_failed_between_two_polls_is_a_commit_failure_of_the_job(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The broker unreachable for the job's commits while checkpoints complete: Flink's reader counts
+    each failed commit (on 1.20 they fail in bursts, as pending requests time out); each rise is a
+    COMMIT_FAILED on the newest recorded checkpoint, and reconcile names the job's COMMIT_FAILURE."""
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10, ("orders", 1): 7})
+    w.poll_once()  # the reader's counters are not registered yet: nothing to compare
+    flink.commit_counts[JOB_A] = (0, 2)
+    flink.complete(JOB_A, 2, T0 + 2000, {("orders", 0): 12, ("orders", 1): 9})
+    w.poll_once()
+    flink.commit_counts[JOB_A] = (20, 2)  # the outage
+    flink.complete(JOB_A, 3, T0 + 3000, {("orders", 0): 12, ("orders", 1): 9})
+    w.poll_once()
+    flink.commit_counts[JOB_A] = (40, 2)
+    flink.complete(JOB_A, 4, T0 + 4000, {("orders", 0): 15, ("orders", 1): 9})
+    w.poll_once()
+    w.poll_once()  # no new checkpoint: no sample
+    flink.commit_counts[JOB_A] = (40, 4)  # back
+    flink.complete(JOB_A, 5, T0 + 5000, {("orders", 0): 15, ("orders", 1): 9})
+    w.poll_once()
+
+    failed = of(ledger, vocab.EVENT_COMMIT_FAILED, JOB_A)
+    assert sorted((r["checkpoint_id"], r["partition"], r["offset"]) for r in failed) == [
+        (3, 0, 12), (3, 1, 9), (4, 0, 15), (4, 1, 9),
+    ]  # fmt: skip
+    details = [json.loads(r["detail"]) for r in failed]
+    assert {(d[vocab.DETAIL_ERROR], d[vocab.DETAIL_COMMITS_FAILED]) for d in details} == {
+        (vocab.ERROR_COMMITS_FAILED_METRIC, 20)
+    }
+    assert w.summary.failed_commits == 40
+
+    table = DeltaTable(str(ledger)).to_pyarrow_table()
+    window = rc.AuditWindow(until=datetime.now(UTC) + timedelta(hours=1))
+    found = commit_rules.commit_failures(la.LedgerAudit(table, commits_table(), window, RULES))
+    assert sorted(
+        (f.finding_type, f.job_name, f.run_id, f.partition, f.severity, f.record_count) for f in found
+    ) == [(vocab.COMMIT_FAILURE, "payments", JOB_A, p, vocab.INFO, 2) for p in (0, 1)]
+
+
+def test_a_sources_commit_counters_are_found_by_their_names_under_any_operator_prefix() -> None:
+    listed = [
+        {"id": "Source__orders.numRecordsOut"},
+        {"id": "Source__orders.KafkaSourceReader.commitsFailed"},
+    ]
+    assert commit_metric_ids(listed) == ("Source__orders.KafkaSourceReader.commitsFailed", None)
+    legacy = [
+        {"id": "Source__legacy.KafkaConsumer.commitsFailed"},
+        {"id": "Source__legacy.KafkaConsumer.commitsSucceeded"},
+    ]
+    assert commit_metric_ids(legacy) == (
+        "Source__legacy.KafkaConsumer.commitsFailed",
+        "Source__legacy.KafkaConsumer.commitsSucceeded",
+    )
+    assert commit_metric_ids([{"id": "Source__x.numRecordsOut"}]) is None
+    metrics = CommitMetrics("v", "a.KafkaSourceReader.commitsFailed", "a.KafkaSourceReader.commitsSucceeded")
+    assert parse_commit_counts(
+        [
+            {"id": "a.KafkaSourceReader.commitsFailed", "sum": 40.0},
+            {"id": "a.KafkaSourceReader.commitsSucceeded", "sum": 2.0},
+        ],
+        metrics,
+    ) == CommitCounts(40, 2)
+    assert parse_commit_counts([], metrics) is None

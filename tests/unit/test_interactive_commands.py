@@ -2,31 +2,27 @@
 `forensics --at` and the dashboard read the tables on the driver through delta-rs; they, `config
 show` and every `--help` start no JVM.
 
-Each runs as its own process with `java` replaced by a stand-in that records any call and fails:
-a command that tried to start Spark (or any JVM) leaves a record and fails, whatever the timing.
-
-Building the parser imports none of the engines (pyspark, pyarrow, delta-rs, Kafka's client): a
-`--help` costs the interpreter's start and the config module only.
+They all run in one fresh process with `java` replaced by a stand-in that records any call and
+fails (tests/unit/no_jvm.py). The same process first builds the parser: that imports none of the
+engines (pyspark, pyarrow, delta-rs, Kafka's client), so a `--help` costs the interpreter's start
+and the config module only. What each `--help` prints is checked in this process.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from app import cli
 from app.commands.outcome import EXIT_FINDINGS, EXIT_OK
-from app.runtime.jvm import REPO_ROOT
 from tests.audit_tables import AuditTables, write_audit_tables
+from tests.unit.no_jvm import Probe, Run, run_without_java
 
 pytestmark = pytest.mark.unit
 
-COMMAND_TIMEOUT_S = 120  # a deadline for a hung process, not a speed check
+HELPS = [[], *([c] for c in ["config", "setup-jvm", "kafka-local", *cli.COMMANDS])]
 
 
 @pytest.fixture(scope="module")
@@ -34,78 +30,52 @@ def audit(tmp_path_factory: pytest.TempPathFactory) -> AuditTables:
     return write_audit_tables(tmp_path_factory.mktemp("interactive") / "data")
 
 
-@pytest.fixture
-def no_java(tmp_path: Path) -> tuple[dict[str, str], Path]:
-    """An environment whose `java` (JAVA_HOME's and PATH's) records its arguments and fails."""
-    home = tmp_path / "no-java"
-    calls = home / "java-calls.log"
-    java = home / "bin" / "java"
-    java.parent.mkdir(parents=True)
-    java.write_text(f'#!/bin/sh\necho "java $*" >> "{calls}"\nexit 1\n')
-    java.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
-    env.update(JAVA_HOME=str(home), PATH=os.pathsep.join([str(java.parent), env.get("PATH", "")]))
-    return env, calls
-
-
-def run_cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *argv],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT_S,
-    )
-
-
-def test_the_interactive_commands_answer_from_the_tables_without_a_jvm(
-    audit: AuditTables, no_java: tuple[dict[str, str], Path], tmp_path: Path
-) -> None:
-    env, java_calls = no_java
-    data = ["--set", f"paths.data_dir={audit.data_dir}"]
-    expected = {
+def interactive(audit: AuditTables, out: Path) -> dict[tuple[str, ...], tuple[int, str]]:
+    """Each interactive command line, with the code it ends with and a piece of what it prints."""
+    return {
         # an open critical incident is listed: exit 1 at the default --fail-on error
         ("incidents", "--json"): (EXIT_FINDINGS, audit.restart_incident),
         ("repair", "--incident", audit.restart_incident): (EXIT_OK, "step 1: replay"),
-        ("forensics", "--job", audit.job, "--at", audit.moment.isoformat()): (
-            EXIT_OK,
-            "RESTART_SKIP",
-        ),
+        ("forensics", "--job", audit.job, "--at", audit.moment.isoformat()): (EXIT_OK, "RESTART_SKIP"),
         ("config", "show"): (EXIT_OK, '"data_dir"'),
-        ("report", "--output", str(tmp_path / "report.html")): (EXIT_OK, "report written to"),
+        ("report", "--output", str(out / "report.html")): (EXIT_OK, "report written to"),
     }
-    for argv, (code, shown) in expected.items():
-        done = run_cli(env, *argv, *data)
-        assert (done.returncode, shown in done.stdout) == (code, True), (argv, done.stdout, done.stderr)
-    assert not java_calls.exists(), java_calls.read_text()
 
 
-def test_every_help_answers_without_a_jvm(no_java: tuple[dict[str, str], Path]) -> None:
-    env, java_calls = no_java
-    commands = ["config", "setup-jvm", "kafka-local", *cli.COMMANDS]
-    for argv in ([], *([c] for c in commands)):
-        done = run_cli(env, *argv, "--help")
-        assert (done.returncode, done.stdout.startswith("usage: offset-audit")) == (0, True), argv
-    assert not java_calls.exists(), java_calls.read_text()
+@dataclass(frozen=True)
+class Answers:
+    probe: Probe
+    interactive: list[tuple[Run, int, str]]  # each interactive command's run, expected code and output
 
 
-# What the commands' work needs and a parser does not (their imports were two thirds of `--help`'s time).
-ENGINES = ("pyspark", "py4j", "pyarrow", "deltalake", "confluent_kafka", "duckdb", "great_expectations")
-
-
-def test_building_the_parser_imports_no_engine() -> None:
-    probe = (
-        "import json, sys\n"
-        "from app import cli\n"
-        "cli.build_parser()\n"
-        f"print(json.dumps([m for m in {ENGINES!r} if m in sys.modules]))\n"
+@pytest.fixture(scope="module")
+def answers(audit: AuditTables, tmp_path_factory: pytest.TempPathFactory) -> Answers:
+    """One process: every interactive command, then every `--help`."""
+    work = tmp_path_factory.mktemp("probe")
+    data = ("--set", f"paths.data_dir={audit.data_dir}")
+    expected = interactive(audit, work)
+    found = run_without_java(
+        work / "no-java", [*([*argv, *data] for argv in expected), *([*argv, "--help"] for argv in HELPS)]
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT_S,
-    )
-    assert (done.returncode, json.loads(done.stdout)) == (0, []), done.stderr
+    runs = zip(found.runs, expected.values(), strict=False)  # the helps follow
+    return Answers(found, [(run, code, shown) for run, (code, shown) in runs])
+
+
+def test_the_interactive_commands_answer_from_the_tables_without_a_jvm(answers: Answers) -> None:
+    for run, code, shown in answers.interactive:
+        assert (run.code, shown in run.stdout, run.java_calls) == (code, True, ""), run
+
+
+def test_every_help_starts_no_jvm(answers: Answers) -> None:
+    helps = [run for run in answers.probe.runs if run.argv[-1:] == ("--help",)]
+    assert [(run.code, run.java_calls) for run in helps] == [(0, "")] * len(HELPS)
+
+
+@pytest.mark.parametrize("argv", HELPS, ids=lambda argv: " ".join(argv) or "offset-audit")
+def test_every_help_prints_its_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([*argv, "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: offset-audit")
+
+
+def test_building_the_parser_imports_no_engine(answers: Answers) -> None:
+    assert answers.probe.engines == []

@@ -1,12 +1,14 @@
 """`ledger-import` on a wrong path answers before Spark starts: a directory that holds no
 checkpoint, a missing one, a sink that is no Delta table or holds no commit of the query exit 2
-naming the path, with no JVM started (`java` is a stand-in that records any call and fails), on a
-local disk and on an S3 store (moto's server, in its own Python process).
+naming the path, with no JVM started (`java` is a stand-in that records any call and fails; each store's
+wrong paths in one process, tests/unit/no_jvm.py), on a local disk and on an S3 store (moto's
+server, in its own Python process).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,11 +21,10 @@ from app.commands.outcome import EXIT_USAGE
 from tests.cluster import servers
 from tests.cluster.servers import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, S3Server
 from tests.cluster.submit import delta_rs_s3_options
-from tests.unit.test_interactive_commands import no_java, run_cli
+from tests.unit.no_jvm import run_without_java
 
 pytestmark = pytest.mark.unit
 
-__all__ = ["no_java"]  # the fixture, shared with the interactive commands' test
 BUCKET = "ledger-import"
 OFFSETS = '{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}\n{"payments":{"0":20,"1":10}}'
 
@@ -47,15 +48,11 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-def import_answers(env: dict[str, str], checkpoint: str, *extra: str) -> tuple[int, str]:
-    done = run_cli(env, "ledger-import", "--checkpoint", checkpoint, "--job", "payments", *extra)
-    return done.returncode, done.stderr
+def import_line(checkpoint: str, *extra: str) -> list[str]:
+    return ["ledger-import", "--checkpoint", checkpoint, "--job", "payments", *extra]
 
 
-def test_a_wrong_local_path_answers_with_exit_2_naming_it_before_spark_starts(
-    no_java: tuple[dict[str, str], Path], tmp_path: Path
-) -> None:
-    env, java_calls = no_java
+def test_a_wrong_local_path_answers_with_exit_2_naming_it_before_spark_starts(tmp_path: Path) -> None:
     data = ["--set", f"paths.data_dir={tmp_path / 'data'}"]
     empty = tmp_path / "not-a-checkpoint"
     (empty / "offsets").mkdir(parents=True)
@@ -69,23 +66,23 @@ def test_a_wrong_local_path_answers_with_exit_2_naming_it_before_spark_starts(
     no_table = tmp_path / "no-table"
     no_table.mkdir()
 
-    answers = {
-        str(empty): import_answers(env, str(empty), *data),
-        str(missing): import_answers(env, str(missing), *data),
-        str(wrong_sink): import_answers(env, str(checkpoint), "--sink", str(wrong_sink), *data),
-        str(no_table): import_answers(env, str(checkpoint), "--sink", str(no_table), *data),
+    lines = {
+        str(empty): import_line(str(empty), *data),
+        str(missing): import_line(str(missing), *data),
+        str(wrong_sink): import_line(str(checkpoint), "--sink", str(wrong_sink), *data),
+        str(no_table): import_line(str(checkpoint), "--sink", str(no_table), *data),
     }
-    for path, (code, stderr) in answers.items():
-        assert (code, path in stderr) == (EXIT_USAGE, True), (path, stderr)
-    assert not java_calls.exists(), java_calls.read_text()
+    probe = run_without_java(tmp_path / "no-java", list(lines.values()))
+    for path, run in zip(lines, probe.runs, strict=True):
+        assert (run.code, path in run.stderr) == (EXIT_USAGE, True), (path, run.stderr)
+    assert probe.java_calls == ""
 
 
 def test_a_wrong_s3a_path_answers_with_exit_2_naming_it_before_spark_starts(
-    no_java: tuple[dict[str, str], Path], tmp_path: Path, s3: S3Server
+    tmp_path: Path, s3: S3Server
 ) -> None:
-    env, java_calls = no_java
     prefix = f"s3a://{BUCKET}/{uuid.uuid4().hex}"
-    env = {k: v for k, v in env.items() if not k.startswith(("AWS_", "OFFSET_AUDIT"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OFFSET_AUDIT"))}
     env.update(  # what conf/cluster.yaml reads
         S3_ENDPOINT=s3.endpoint,
         S3_PATH_STYLE_ACCESS="true",
@@ -108,10 +105,11 @@ def test_a_wrong_s3a_path_answers_with_exit_2_naming_it_before_spark_starts(
     )
     cluster = ["--env", "cluster"]
 
-    answers = {
-        f"{prefix}/missing": import_answers(env, f"{prefix}/missing", *cluster),
-        wrong_sink: import_answers(env, f"{prefix}/checkpoint", "--sink", wrong_sink, *cluster),
+    lines = {
+        f"{prefix}/missing": import_line(f"{prefix}/missing", *cluster),
+        wrong_sink: import_line(f"{prefix}/checkpoint", "--sink", wrong_sink, *cluster),
     }
-    for path, (code, stderr) in answers.items():
-        assert (code, path in stderr) == (EXIT_USAGE, True), (path, stderr)
-    assert not java_calls.exists(), java_calls.read_text()
+    probe = run_without_java(tmp_path / "no-java", list(lines.values()), env)
+    for path, run in zip(lines, probe.runs, strict=True):
+        assert (run.code, path in run.stderr) == (EXIT_USAGE, True), (path, run.stderr)
+    assert probe.java_calls == ""

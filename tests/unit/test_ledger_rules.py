@@ -648,3 +648,46 @@ def test_duplicates_are_dated_by_the_ledgers_completion_of_their_writers_checkpo
     # The finding itself is unchanged: same id, same writers.
     assert [f.finding_id for f in found] == [f.finding_id for f in (replayed, second, anonymous)]
     assert audit(ledger).copy_dates([]) == []
+
+
+def test_a_restart_is_judged_against_where_the_previous_run_started_when_it_never_checkpointed_since() -> (
+    None
+):
+    """A Flink job's runs without state: run-2 started partition 1 at 150 (the group's offset after a
+    reset) and never read it, so its checkpoints keep the startup marker there (no offset); run-3,
+    from `latest` at 200, skipped 150..199 of partition 1, not 100..199. Partition 0, read by run-2 up
+    to 160, is judged against run-2's checkpoint as before."""
+    kafkasource = vocab.ENGINE_FLINK_KAFKASOURCE
+    group = {"source": vocab.RESTORE_GROUP}
+    ledger = ledger_table(
+        ev("RUN_STARTED", 0, run="run-1", engine=kafkasource),
+        checkpoint(1, 1, {0: 100, 1: 100}, run="run-1", engine=kafkasource),
+        ev("RUN_STOPPED", 5, run="run-1", engine=kafkasource),
+        ev("RUN_STARTED", 10, run="run-2", engine=kafkasource),
+        ev("OFFSETS_RESTORED", 10, run="run-2", offsets={0: 50, 1: 150}, detail=group, engine=kafkasource),
+        checkpoint(1, 12, {0: 160, 1: -3}, run="run-2", engine=kafkasource),
+        ev("RUN_STOPPED", 15, run="run-2", engine=kafkasource),
+        ev("RUN_STARTED", 20, run="run-3", engine=kafkasource),
+        ev(
+            "OFFSETS_RESTORED",
+            20,
+            run="run-3",
+            offsets={0: 200, 1: 200},
+            detail={"source": vocab.RESTORE_LATEST},
+            engine=kafkasource,
+        ),
+        checkpoint(1, 22, {0: 200, 1: 200}, run="run-3", engine=kafkasource),
+    )
+    restarts = {(r["run_id"], r["partition"]): r for r in audit(ledger).restarts()}
+
+    judged = {
+        key: (r["classification"], r["previous_checkpoint_offset"], r["previous_checkpoint_run"])
+        for key, r in restarts.items()
+    }
+    assert judged == {
+        ("run-2", 0): (vocab.RESTART_REPLAYED, 100, "run-1"),
+        ("run-2", 1): (vocab.RESTART_SKIPPED, 100, "run-1"),
+        ("run-3", 0): (vocab.RESTART_SKIPPED, 160, "run-2"),
+        ("run-3", 1): (vocab.RESTART_SKIPPED, 150, "run-2"),
+    }
+    assert restarts[("run-3", 1)]["records_skipped"] == 50

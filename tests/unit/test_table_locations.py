@@ -13,6 +13,8 @@ from app.errors import ConfigError
 from app.offsets_topic.tables import DATA_TABLES, INGEST_POSITIONS
 from app.storage.tables import TABLE_NAMES, tables_from_config
 
+pytestmark = pytest.mark.unit
+
 APP = Path(__file__).resolve().parents[2] / "app"
 
 

@@ -275,11 +275,14 @@ class LedgerAudit:
     def restarts(self) -> list[dict[str, Any]]:
         """One row per run start in the window (that has a previous run) and partition.
 
-        A restart is judged per partition against the last checkpoint of the job completed before
-        the run started by another run: resumed at it -> exact, below it -> replay, above it -> skip, either
-        unknown -> unknown. Partitions come from the run's OFFSETS_RESTORED rows and from that
-        checkpoint, so a partition the new run never restored still shows up (as unknown). The
-        group's committed offset at the start (plus clock skew) is kept beside it.
+        A restart is judged per partition against the position the job had reached before the run
+        started: the last checkpoint of the job completed before it by another run, unless the
+        previous run started after that checkpoint (then where the previous run started: a run
+        that never checkpointed an offset of the partition is still there, as a Flink source whose
+        state keeps its startup marker until it reads); resumed at it -> exact, below it -> replay,
+        above it -> skip, either unknown -> unknown. Partitions come from the run's OFFSETS_RESTORED
+        rows and from that checkpoint, so a partition the new run never restored still shows up (as
+        unknown). The group's committed offset at the start (plus clock skew) is kept beside it.
         Columns: RESTART_COLUMNS.
         """
         skew = sql_secs(self.rules.clock_skew_s)
@@ -304,7 +307,8 @@ class LedgerAudit:
                 SELECT r.job_name, r.run_id, k.topic, k."partition",
                        arg_max_null(k."offset", {order}) AS previous_checkpoint_offset,
                        arg_max_null(k.checkpoint_id, {order}) AS previous_checkpoint_id,
-                       arg_max_null(k.run_id, {order}) AS previous_checkpoint_run
+                       arg_max_null(k.run_id, {order}) AS previous_checkpoint_run,
+                       max(k.completed_at) AS previous_at
                 FROM r JOIN checkpoints k ON r.job_name = k.job_name
                 -- Never the run's own batch: a RUN_STARTED written late (an attach after the
                 -- run's first batches, a clock skew between the file system and the writer) is
@@ -312,22 +316,28 @@ class LedgerAudit:
                 WHERE k."offset" IS NOT NULL AND k.completed_at < r.started_at AND k.run_id <> r.run_id
                 GROUP BY r.job_name, r.run_id, k.topic, k."partition"
             ), prior_start AS (
-                -- No checkpoint ever completed (a run killed inside its first batch): the
-                -- position the job had reached is where the previous run started.
+                -- No checkpoint of the partition completed since the previous run started (a run
+                -- killed inside its first batch, a Flink source that never read the partition):
+                -- the position the job had reached is where the previous run started.
                 SELECT r.job_name, r.run_id, o.topic, o."partition",
                        arg_min_null(o."offset", o.event_time) AS previous_checkpoint_offset,
                        NULL::BIGINT AS previous_checkpoint_id,
-                       r.previous_run_id AS previous_checkpoint_run
+                       r.previous_run_id AS previous_checkpoint_run,
+                       min(o.event_time) AS previous_at
                 FROM r JOIN ledger o ON o.job_name = r.job_name AND o.run_id = r.previous_run_id
                 WHERE o.event_type = '{EVENT_OFFSETS_RESTORED}' AND o."offset" IS NOT NULL
                   AND o."partition" IS NOT NULL
                 GROUP BY r.job_name, r.run_id, r.previous_run_id, o.topic, o."partition"
             ), prior AS (
-                SELECT * FROM prior_checkpoint
+                SELECT c.* EXCLUDE (previous_at) FROM prior_checkpoint c WHERE NOT EXISTS (
+                    SELECT 1 FROM prior_start s WHERE c.job_name = s.job_name AND c.run_id = s.run_id
+                      AND c.topic = s.topic AND c."partition" = s."partition"
+                      AND s.previous_at > c.previous_at)
                 UNION ALL BY NAME
-                SELECT s.* FROM prior_start s WHERE NOT EXISTS (
+                SELECT s.* EXCLUDE (previous_at) FROM prior_start s WHERE NOT EXISTS (
                     SELECT 1 FROM prior_checkpoint c WHERE c.job_name = s.job_name
-                      AND c.run_id = s.run_id AND c.topic = s.topic AND c."partition" = s."partition")
+                      AND c.run_id = s.run_id AND c.topic = s.topic AND c."partition" = s."partition"
+                      AND c.previous_at >= s.previous_at)
             ), per_partition AS (
                 SELECT coalesce(a.job_name, b.job_name) AS job_name,
                        coalesce(a.run_id, b.run_id) AS run_id,

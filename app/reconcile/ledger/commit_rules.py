@@ -7,6 +7,7 @@ Each rule is one DuckDB query over the views of ``app.reconcile.ledger.sql``, gi
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
 from app.contracts import vocabulary as vocab
 from app.reconcile.findings import Finding
@@ -20,6 +21,9 @@ from app.reconcile.ledger.sql import (
     sql_ts,
     to_int,
 )
+
+# The commit outcomes a COMMIT_FAILURE only informs of (see commit_failures).
+_INFO_ERRORS: Final = (vocab.ERROR_OUTCOME_UNKNOWN, vocab.ERROR_COMMITS_FAILED_METRIC)
 
 
 def commit_failures(audit: LedgerQueries) -> list[Finding]:
@@ -43,11 +47,13 @@ def commit_failures(audit: LedgerQueries) -> list[Finding]:
     )
     # OUTCOME_UNKNOWN is what a crash leaves for a commit in flight: not a failure Kafka
     # reported. Whether those offsets reached Kafka is judged by the skipped-commit check
-    # against __consumer_offsets, so here it is only information.
+    # against __consumer_offsets, so here it is only information. So is a Flink source's count
+    # of failed commits (COMMITS_FAILED_METRIC): neither the error nor the commits are known, and
+    # a new group's first commits fail retriably while its coordinator loads.
     return [
         Finding.of(
             vocab.COMMIT_FAILURE,
-            vocab.INFO if r["error"] == vocab.ERROR_OUTCOME_UNKNOWN else vocab.WARN,
+            vocab.INFO if r["error"] in _INFO_ERRORS else vocab.WARN,
             vocab.OPEN,
             r,
             {

@@ -99,6 +99,9 @@ public final class FlinkKafkaJob {
         // a checkpoint that fails on a loaded test machine must not fail the job over: the tests wait
         // for completed ones, and the restarts they make are their own
         set(conf, "execution.checkpointing.tolerable-failed-checkpoints", "1000");
+        // the startup mode published where REST shows it (/jobs/:id/config user-config), as a job
+        // publishing its parameters with ParameterTool does: flink-watch --starting-offsets-key start
+        set(conf, "pipeline.global-job-parameters", "start:" + args.getOrDefault("start", "earliest"));
         String restore = args.get("restore");
         if (restore != null) {
             set(conf, "execution.state-recovery.path", restore);

@@ -1,5 +1,8 @@
 """`make dist`: a wheel and a `--py-files` zip that carry the whole library, and whose public API
-(`app.audit`) imports outside the repository, with no config files, starting no JVM."""
+(`app.audit`) imports outside the repository, with no config files, starting no JVM.
+
+In the cluster tier beside the other readers of the `--py-files` zip: the ``dist`` fixture builds
+it once a session for them all."""
 
 from __future__ import annotations
 
@@ -12,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from app import __version__
+from tests.cluster.submit import py_files_of, wheel_of
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 300
@@ -63,20 +66,10 @@ def import_probe(path_entry: Path, cwd: Path) -> dict[str, object]:
     return result
 
 
-def test_make_dist_ships_the_library_and_its_api_imports_anywhere_without_config(tmp_path: Path) -> None:
-    dist = tmp_path / "dist"
-    # python-deps is taken as done: this interpreter has the build's requirements.
-    built = subprocess.run(
-        ["make", "-o", "python-deps", "dist", f"PY={sys.executable}", f"DIST={dist}"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT_S,
-        check=False,
-    )
-    assert built.returncode == 0, built.stderr
-    wheel = dist / f"offset_audit-{__version__}-py3-none-any.whl"
-    py_files = dist / f"offset_audit-{__version__}-py-files.zip"
+def test_make_dist_ships_the_library_and_its_api_imports_anywhere_without_config(
+    dist: Path, tmp_path: Path
+) -> None:
+    wheel, py_files = wheel_of(dist), py_files_of(dist)
 
     expected = library_files()
     for archive in (wheel, py_files):
