@@ -146,7 +146,7 @@ class FlinkLedger:
             & (pc.field("event_type") == vocab.EVENT_CHECKPOINT_COMPLETED)
             & pc.field("partition").is_valid()
         )
-        rows = facade.rows(self.storage, self.location, where, columns=[*_FILTERED, "topic", "partition"])
+        rows = self.table.rows(where, columns=[*_FILTERED, "topic", "partition"])
         if rows is None:
             return []
         return sorted({(str(r["topic"]), int(r["partition"])) for r in rows.to_pylist()})
