@@ -36,7 +36,7 @@ from app.reconcile.sink.coordinates import (
 )
 from app.runtime.session import spark_session
 from app.storage import files
-from app.storage.tables import tables_from_config
+from app.storage.handles import AuditTables
 from bench.reconcile import baseline, generate
 
 ROUTES = {"driver": 1 << 62, "spark": 0}  # driver_max_rows that picks each route
@@ -91,19 +91,19 @@ def main(argv: list[str] | None = None) -> int:
         reconcile=ReconcileConfig(confirm_gaps=False),
     )
     spark = spark_session(cfg)
-    tables = tables_from_config(cfg)
-    if not files.table_exists(spark, tables.sink):
+    tables = AuditTables.from_config(cfg, spark)
+    if not files.table_exists(spark, tables.sink.location):
         generate(spark, str(root), args.rows, args.partitions, args.per_checkpoint)
     window, rules = rc.AuditWindow(until=datetime.now(UTC)), match_rules(cfg.reconcile)
-    audit = open_ledger_audit(spark, tables, window, rules, [], [], cfg.reconcile.baseline_lookback_days)
+    audit = open_ledger_audit(tables, window, rules, [], [], cfg.reconcile.baseline_lookback_days)
     ranges = _rows_to_ranges(audit.coverage())
     audit.close()
-    sink = SinkReader(spark.read.format("delta").load(tables.sink), sink_columns(cfg))
+    sink = SinkReader(spark.read.format("delta").load(tables.sink.location), sink_columns(cfg))
     steps = StepLog()
     logging.getLogger("app.reconcile.sink").addHandler(steps)
     logging.getLogger("app.reconcile.sink").setLevel(logging.INFO)
 
-    baseline(spark, tables.sink)  # warm-up: JIT, Delta log, file listing cache
+    baseline(spark, tables.sink.location)  # warm-up: JIT, Delta log, file listing cache
     for limit in ROUTES.values():
         examine_sink(spark, sink, ranges, None, limit)
     took: dict[str, list[float]] = {r: [] for r in ROUTES}
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio: dict[str, list[float]] = {r: [] for r in ROUTES}
     found: dict[str, tuple[Any, ...]] = {}
     for i in range(args.repeat):
-        scan = baseline(spark, tables.sink)
+        scan = baseline(spark, tables.sink.location)
         order = list(ROUTES) if i % 2 == 0 else list(reversed(ROUTES))
         for route in order:
             steps.seconds.clear()

@@ -30,7 +30,7 @@ from app.incidents.incident import StoredIncident
 from app.incidents.io import read_incidents
 from app.runtime.jvm import REPO_ROOT
 from app.storage import delta_rows
-from app.storage.tables import tables_from_config
+from app.storage.handles import AuditTables
 
 TABLES = ("ledger", "group_commits", "sink", "findings", "incidents", "restarts")
 SPARK_START = (
@@ -54,7 +54,7 @@ def timed(argv: Sequence[str], runs: int) -> tuple[list[float], set[int]]:
 
 def incident_of_interest(data_dir: Path) -> StoredIncident:
     cfg = load_config("local", overrides=[f"paths.data_dir={data_dir}"])
-    incidents = read_incidents(cfg.storage, cfg)
+    incidents = read_incidents(AuditTables.from_config(cfg, cfg.storage).incidents)
     with_steps = [i for i in incidents if i.is_open and i.remedy.steps]
     if not with_steps:
         raise SystemExit(f"no open incident with a remedy under {data_dir}: run `make demo` first")
@@ -62,7 +62,9 @@ def incident_of_interest(data_dir: Path) -> StoredIncident:
 
 
 def last_event(data_dir: Path, job: str) -> datetime:
-    ledger = tables_from_config(load_config("local", overrides=[f"paths.data_dir={data_dir}"])).ledger
+    ledger = AuditTables.from_config(
+        load_config("local", overrides=[f"paths.data_dir={data_dir}"]), None
+    ).locations.ledger
     dataset = delta_rows.dataset(None, ledger)
     if dataset is None:
         raise SystemExit(f"no ledger under {data_dir}")
@@ -72,7 +74,9 @@ def last_event(data_dir: Path, job: str) -> datetime:
 
 
 def table_sizes(data_dir: Path) -> dict[str, int]:
-    tables = tables_from_config(load_config("local", overrides=[f"paths.data_dir={data_dir}"]))
+    tables = AuditTables.from_config(
+        load_config("local", overrides=[f"paths.data_dir={data_dir}"]), None
+    ).locations
     sizes = {}
     for name in TABLES:
         dataset = delta_rows.dataset(None, getattr(tables, name))

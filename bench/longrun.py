@@ -238,13 +238,12 @@ class Life:
 
     def start(self) -> None:
         """The ledger as the streaming job creates it, the sink, then the run's RUN_STARTED."""
-        from app.contracts.tables import GROUP_COMMITS_SCHEMA
-        from app.storage import facade
+        from app.storage.handles import open_handle
 
         self.writer.ensure()
         self.job.start(self.clock.origin)
         if self.clock.origin is not None:
-            facade.ensure(None, str(self.group_commits), GROUP_COMMITS_SCHEMA)
+            open_handle("group_commits", str(self.group_commits), None).ensure()
 
     def real_day(self, day: int) -> None:
         from deltalake import write_deltalake

@@ -324,7 +324,8 @@ def floor_main(work: Path, bootstrap: str, spans: list[list[int]]) -> int:
     """Inside the floor process: the nightly's session, then each table and the new records once."""
     from app.offsets_topic.spark_route import read_offsets_topic
     from app.runtime.session import spark_session
-    from app.storage.tables import read_delta, tables_from_config
+    from app.storage.handles import AuditTables
+    from app.storage.tables import read_delta
 
     t0 = time.perf_counter()
     cfg = load_config("local", overrides(work, bootstrap), environ={})
@@ -332,7 +333,7 @@ def floor_main(work: Path, bootstrap: str, spans: list[list[int]]) -> int:
     out: dict[str, Any] = {"session_s": time.perf_counter() - t0, "reads_s": {}}
     for name in TABLES:
         t = time.perf_counter()
-        df = read_delta(spark, tables_from_config(cfg).named(name))
+        df = read_delta(spark, AuditTables.from_config(cfg, None).locations.named(name))
         if df is not None:
             df.write.format("noop").mode("overwrite").save()
             out["reads_s"][name] = time.perf_counter() - t

@@ -58,7 +58,7 @@ from app.reconcile.run import ReconcileResult, run_reconcile
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session
 from app.storage import files
-from app.storage.tables import tables_from_config
+from app.storage.handles import AuditTables
 from tests.cluster import servers, submit
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -225,7 +225,7 @@ def with_outputs_of_pair(cfg: AppConfig, pair: int) -> AppConfig:
 
 def reconcile_twice(spark: SparkSession, cfg: AppConfig) -> dict[str, Any]:
     """One reconcile into fresh output tables and its re-run, each against the bare scan."""
-    tables = tables_from_config(cfg)
+    tables = AuditTables.from_config(cfg, None).locations
     for name in OUTPUT_TABLES:
         files.delete_path(spark, tables.named(name))  # left by an earlier bench run
     sink = tables.sink
@@ -345,7 +345,8 @@ def run(
     spark = build_spark_session(
         cfg.spark, jars, str(args.dir / "warehouse"), storage_options=cfg.storage.options
     )
-    sink = tables_from_config(cfg).sink
+    tables = AuditTables.from_config(cfg, None).locations
+    sink = tables.sink
     if args.regenerate:
         files.delete_path(spark, root)
     if not files.table_exists(spark, sink):
@@ -362,7 +363,7 @@ def run(
         else cfg.spark.master,
         "sink_rows": spark.read.format("delta").load(sink).count(),
         "partitions": args.partitions,
-        "ledger_rows": spark.read.format("delta").load(tables_from_config(cfg).ledger).count(),
+        "ledger_rows": spark.read.format("delta").load(tables.ledger).count(),
         # The first pair is the cold one (a nightly spark-submit); later ones run in a warm JVM.
         "ratio": spread([r["ratio"] for r in runs]),
         "rerun_ratio": spread([r["rerun_ratio"] for r in runs]),

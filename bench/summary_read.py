@@ -31,6 +31,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
 from app.report.gather import run_summary
 from app.storage import delta_rows
+from app.storage.handles import open_handle
 
 TODAY = datetime(2026, 3, 2, tzinfo=UTC)
 
@@ -120,10 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.partitions} partitions), {files_opened(path, None)} files; "
         f"written in {time.perf_counter() - started:.1f}s at {path}"
     )
+    summaries = open_handle("partition_summary", path, None)
     reads: dict[str, tuple[str | None, Callable[[], pa.Table | None]]] = {
         "whole table (before)": (None, lambda: whole_table(path)),
-        "newest watch run": (today[-1], lambda: run_summary(None, path, today[-1])),
-        "today's nightly run": (today[0], lambda: run_summary(None, path, today[0])),
+        "newest watch run": (today[-1], lambda: run_summary(summaries, today[-1])),
+        "today's nightly run": (today[0], lambda: run_summary(summaries, today[0])),
     }
     seconds: dict[str, list[float]] = {name: [] for name in reads}
     counts: dict[str, int] = {}

@@ -34,9 +34,9 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     if not args.job.strip():
         raise UsageError("--job must name the job")
     from app.audit import import_flink_checkpoints
-    from app.storage.tables import tables_from_config
+    from app.storage.handles import AuditTables
 
-    ledger = args.ledger or tables_from_config(cfg).ledger
+    ledger = args.ledger or AuditTables.from_config(cfg, None).ledger.location
     result = import_flink_checkpoints(
         path, job_name=args.job, ledger=ledger, group_id=args.group_id, storage_options=cfg.storage.options
     )

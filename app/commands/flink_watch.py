@@ -96,10 +96,10 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         raise UsageError(f"--wait must be zero or more seconds, not {args.wait}")
     if args.max_polls is not None and args.max_polls <= 0:
         raise UsageError(f"--max-polls must be positive, not {args.max_polls}")
-    from app.storage.tables import tables_from_config
+    from app.storage.handles import AuditTables
     from app.watch.loop import StopSignal
 
-    ledger = args.ledger or tables_from_config(cfg).ledger
+    ledger = args.ledger or AuditTables.from_config(cfg, None).ledger.location
     stop = StopSignal()
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     stop.install()

@@ -44,11 +44,14 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.reconcile.forensics import restarts as forensics
     from app.reconcile.forensics.run import run_forensics, timeline
     from app.runtime.session import spark_session, table_storage
+    from app.storage.handles import AuditTables
 
     if args.at is not None:
         if len(args.jobs) != 1:
             raise UsageError("--at needs exactly one --job")
-        entries = timeline(table_storage(cfg), cfg, job=args.jobs[0], at=args.at, around=args.around)
+        entries = timeline(
+            AuditTables.from_config(cfg, table_storage(cfg)), job=args.jobs[0], at=args.at, around=args.around
+        )
         emit(
             args,
             {"job": args.jobs[0], "at": args.at, "entries": entries},

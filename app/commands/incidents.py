@@ -55,8 +55,10 @@ def incidents_text(incidents: Sequence[StoredIncident]) -> str:
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.incidents.io import read_incidents
     from app.runtime.session import table_storage
+    from app.storage.handles import AuditTables
 
-    incidents = read_incidents(table_storage(cfg), cfg, jobs=args.jobs, since=args.since)
+    tables = AuditTables.from_config(cfg, table_storage(cfg))
+    incidents = read_incidents(tables.incidents, jobs=args.jobs, since=args.since)
     failing = sum(1 for i in incidents if i.is_open and severity_at_least(i.severity, args.fail_on))
     summary = {"incidents": summaries_json(incidents), "failing": failing, "fail_on": args.fail_on}
     emit(args, summary, incidents_text(incidents))

@@ -77,7 +77,7 @@ def sink_summary(result: Mapping[str, Any]) -> str:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.runtime.session import spark_session, table_storage
-    from app.storage.tables import tables_from_config
+    from app.storage.handles import AuditTables
     from app.stream.checkpoint import CheckpointFiles
     from app.stream.ledger_import import check_inputs, import_checkpoint
 
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         raise UsageError("--sink must name the sink's Delta table")
     if args.sink_app_id is not None and (sink is None or not args.sink_app_id.strip()):
         raise UsageError("--sink-app-id needs --sink and must name the txn app id")
-    ledger = args.ledger or tables_from_config(cfg).ledger
+    ledger = args.ledger or AuditTables.from_config(cfg, None).ledger.location
     # A wrong path answers before Spark starts (tens of seconds on a busy machine) where it can.
     check_inputs(table_storage(cfg), directory, sink, args.sink_app_id)
     spark = spark_session(cfg)

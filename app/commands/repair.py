@@ -62,9 +62,10 @@ def plan_text(incident: StoredIncident) -> str:
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.incidents.io import mark_resolved, read_incidents
     from app.runtime.session import spark_session, table_storage
-    from app.storage.tables import tables_from_config
+    from app.storage.handles import AuditTables
 
-    found = [i for i in read_incidents(table_storage(cfg), cfg) if i.incident_id == args.incident]
+    tables = AuditTables.from_config(cfg, table_storage(cfg))
+    found = [i for i in read_incidents(tables.incidents) if i.incident_id == args.incident]
     if not found:
         raise UsageError(f"no incident {args.incident!r}; `offset-audit incidents` lists them")
     incident = found[0]
@@ -76,9 +77,10 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.runtime.session import kafka_bootstrap
 
     spark = spark_session(cfg)
-    sink = tables_from_config(cfg).sink_for(str(incident.job_name))
+    tables = tables.bound(spark)
+    sink = tables.sink_for(str(incident.job_name))
     outcome = repair.execute(spark, cfg, incident, sink, lambda: kafka_bootstrap(cfg))
-    updated = mark_resolved(spark, cfg, incident, outcome)
+    updated = mark_resolved(tables.incidents, incident, outcome)
     if updated:
         lines = [f"incident {incident.incident_id} repaired ({incident.kind}); marked resolved"]
     else:

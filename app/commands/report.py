@@ -32,10 +32,14 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.report import browser
     from app.report.gather import build_report
     from app.runtime.session import table_storage
+    from app.storage.handles import AuditTables
 
     # The dashboard reads small aggregates of the tables on the driver: no Spark where none runs.
     path = build_report(
-        table_storage(cfg), cfg, args.run_id or f"report-{uuid.uuid4().hex[:12]}", output=args.output
+        AuditTables.from_config(cfg, table_storage(cfg)),
+        cfg,
+        args.run_id or f"report-{uuid.uuid4().hex[:12]}",
+        output=args.output,
     )
     shot = browser.screenshot(path, args.screenshot) if args.screenshot else None
     summary = {"report": str(path), "screenshot": None if shot is None else str(shot)}

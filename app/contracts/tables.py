@@ -6,8 +6,8 @@ change in exactly one place (plus the code that needs the new column).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 from pyspark.sql import DataFrame
@@ -184,6 +184,18 @@ COMPLETENESS_SCHEMA: Final = schema(
     """
 )
 
+# Outcomes of `check`, one row per expectation and run. Bookkeeping of this command, not a
+# CONTRACTS.md section 4 table (like reconcile's audit_runs).
+# kwargs: JSON: the expectation's columns and bounds
+# observed: JSON: GE's result (counts, sample of bad values)
+VALIDATION_RESULTS_SCHEMA: Final = schema(
+    """
+    run_id STRING NOT NULL, suite STRING NOT NULL, table STRING NOT NULL, expectation STRING NOT NULL,
+    kwargs STRING, severity STRING NOT NULL, success BOOLEAN NOT NULL, observed STRING,
+    evaluated_at TIMESTAMP NOT NULL
+    """
+)
+
 # What `watch` last alerted for an incident: its fingerprint (severity, status and impact), so an
 # incident is alerted when it opens and again only when that changes, across restarts of watch.
 ALERT_STATE_SCHEMA: Final = schema(
@@ -209,3 +221,45 @@ LEDGER_LAYOUT: Final = TableLayout(partition_by=("event_date",), append_only=Tru
 def layout_of(schema: StructType) -> TableLayout:
     """The layout of the table whose contract is ``schema``: the ledger's, or none beyond the columns."""
     return LEDGER_LAYOUT if schema == LEDGER_SCHEMA else TableLayout()
+
+
+# --- a table's contract as one value: what a table handle binds beside its location ----------------
+
+# The keys the MERGE writers upsert by (a table without one is appended, replaced or deleted by value).
+RESTARTS_KEY: Final = ("job_name", "run_id", "topic", "partition")
+COMPLETENESS_KEY: Final = ("job_name", "topic", "partition", "window_start")
+AUDIT_RUNS_KEY: Final = ("run_id", "command")
+
+
+@dataclass(frozen=True)
+class TableContract:
+    """A table as the contracts know it, before it has a place: its name (one of `tables:` in the
+    config), columns, the key its MERGE upserts by (empty: never merged), and its layout."""
+
+    name: str
+    schema: StructType
+    key: tuple[str, ...] = ()
+    layout: TableLayout = field(default_factory=TableLayout)
+
+
+def _contracts(*contracts: TableContract) -> dict[str, TableContract]:
+    return {c.name: c for c in contracts}
+
+
+# Every table by its name in `tables:`, in the config's order.
+TABLE_CONTRACTS: Final[Mapping[str, TableContract]] = _contracts(
+    TableContract("sink", SINK_SCHEMA),
+    TableContract("ledger", LEDGER_SCHEMA, layout=LEDGER_LAYOUT),
+    TableContract("group_commits", GROUP_COMMITS_SCHEMA),
+    TableContract("group_events", GROUP_EVENTS_SCHEMA),
+    TableContract("decode_errors", DECODE_ERRORS_SCHEMA),
+    TableContract("ingest_positions", INGEST_POSITIONS_SCHEMA, key=("log_partition",)),
+    TableContract("findings", FINDINGS_SCHEMA, key=("finding_id",)),
+    TableContract("partition_summary", PARTITION_SUMMARY_SCHEMA),
+    TableContract("restarts", RESTARTS_SCHEMA, key=RESTARTS_KEY),
+    TableContract("incidents", INCIDENTS_SCHEMA, key=("incident_id",)),
+    TableContract("audit_runs", AUDIT_RUNS_SCHEMA, key=AUDIT_RUNS_KEY),
+    TableContract("validation_results", VALIDATION_RESULTS_SCHEMA),
+    TableContract("alert_state", ALERT_STATE_SCHEMA, key=("incident_id",)),
+    TableContract("completeness", COMPLETENESS_SCHEMA, key=COMPLETENESS_KEY),
+)

@@ -37,7 +37,6 @@ from pyspark.sql import functions as F
 from app.config import AppConfig, load_config
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import TopicPartitionKey
-from app.contracts.tables import SINK_SCHEMA
 from app.contracts.vocabulary import EVENT_RUN_STARTED
 from app.demo import user_job
 from app.demo.local_kafka import LocalKafka
@@ -46,8 +45,7 @@ from app.kafka.clients import kafka_error, plain_conf, retry_kafka
 from app.kafka.commit_outcome import CommitFn, CommitResult
 from app.nightly.run import Nightly, NightlyResult
 from app.runtime import jvm
-from app.storage import facade
-from app.storage.tables import tables_from_config
+from app.storage.handles import AuditTables
 from app.stream.job import StopWhen, StreamJob, StreamResult
 from app.stream.startup import batch_ids, parse_offset_log
 
@@ -183,6 +181,7 @@ class Demo:
         self.overrides = [*overrides, *demo_overrides(self.data_dir, scale)]
         self.cfg = load_config(env, self.overrides, conf_dir)
         self.spark = spark
+        self.tables = AuditTables.from_config(self.cfg, spark)
         self.say = progress or (lambda text: log.info("%s", text))
         self.screenshot = screenshot
         self.broker = LocalKafka(
@@ -283,10 +282,10 @@ class Demo:
 
     def wait_started(self, run_id: str, thread: _JobThread, timeout_s: float = 300) -> None:
         """Until the ledger holds ``run_id``'s RUN_STARTED (its start offsets are fixed by then)."""
-        ledger = tables_from_config(self.cfg).ledger
+        ledger = self.tables.ledger
         deadline = time.monotonic() + timeout_s
         while True:
-            dataset = facade.dataset(self.spark, ledger)
+            dataset = ledger.dataset()
             if dataset is not None:
                 started = dataset.to_table(
                     columns=["run_id"],
@@ -475,17 +474,17 @@ class Demo:
         self.outcome.incidents.append("restart from latest")
 
     def second_writer(self) -> None:
-        sink_path = tables_from_config(self.cfg).sink_for(JOB)
+        sink = self.tables.sink_for(JOB)
         start = self.scale.per_trigger  # well inside data the job wrote
         rows = (
-            facade.load(self.spark, sink_path)
+            sink.load()
             .where(
                 (F.col("kafka_partition") == 1)
                 & F.col("kafka_offset").between(start, start + self.scale.duplicated_rows - 1)
             )
             .withColumn("_run_id", F.lit("second-writer"))
         )
-        facade.append(self.spark, sink_path, SINK_SCHEMA, rows)
+        sink.append(rows)
         self.duplicated = (start, start + self.scale.duplicated_rows)
         self.say(f"  appended offsets [{start}, {start + self.scale.duplicated_rows}) of partition 1 again")
         self.outcome.incidents.append("second writer")
@@ -508,7 +507,7 @@ class Demo:
             where / "checkpoint",
             sink,
             job_name=USER_JOB,
-            ledger=tables_from_config(self.cfg).ledger,
+            ledger=self.tables.ledger.location,
             group_id=USER_GROUP,
         )
         last = max(checkpoint_ends(where / "checkpoint"))
@@ -577,9 +576,8 @@ class Demo:
         return out
 
     def compare(self) -> None:
-        findings_path = tables_from_config(self.cfg).findings
         expected = self.expected()
-        rows = [r.asDict() for r in facade.load(self.spark, findings_path).collect()]
+        rows = [r.asDict() for r in self.tables.findings.load().collect()]
         # Expected information (the crash's unclean stop) must be found too; anything else below
         # warn is not the demo's business.
         shown = [r for r in rows if r["severity"] in WARN_OR_ABOVE or any(e.matches(r) for e in expected)]
@@ -594,8 +592,7 @@ class Demo:
     def compare_completeness(self) -> None:
         """The completeness table holds each injected loss in the windows its records were produced
         in, and no loss anywhere else."""
-        path = tables_from_config(self.cfg).completeness
-        lossy = facade.load(self.spark, path).where(F.col("lost") > 0)
+        lossy = self.tables.completeness.load().where(F.col("lost") > 0)
         # Epoch seconds, not a collected timestamp: those come back naive, in the driver's zone.
         rows = lossy.select("job_name", "partition", F.col("window_start").cast("long").alias("at"), "lost")
         lost: dict[tuple[str, int], dict[datetime, int]] = {}

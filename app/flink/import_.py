@@ -43,7 +43,6 @@ from app.flink.files import list_objects, object_store_path
 from app.flink.metadata import FlinkCheckpointOffsets, read_checkpoint
 from app.flink.rest import STATUS_COMPLETED, CheckpointStat, Restore
 from app.flink.watcher import FlinkLedger, local_path
-from app.storage import facade
 
 log = logging.getLogger(__name__)
 
@@ -146,12 +145,7 @@ def flink_runs(ledger: FlinkLedger) -> RunStarts:
     """The ledger's runs of the job by the Flink job id their RUN_STARTED names: (start, run id),
     in start order."""
     where = (pc.field("job_name") == ledger.job_name) & (pc.field("event_type") == vocab.EVENT_RUN_STARTED)
-    rows = facade.rows(
-        ledger.storage,
-        ledger.location,
-        where,
-        columns=["job_name", "event_type", "run_id", "event_time", "detail"],
-    )
+    rows = ledger.table.rows(where, columns=["job_name", "event_type", "run_id", "event_time", "detail"])
     out: RunStarts = {}
     for row in [] if rows is None else rows.to_pylist():
         flink_job = json.loads(row["detail"] or "{}").get(vocab.DETAIL_FLINK_JOB_ID)

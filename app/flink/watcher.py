@@ -62,7 +62,8 @@ from app.flink.rest import (
     newest_by_name,
     retention_warnings,
 )
-from app.storage import backend, facade
+from app.storage import backend
+from app.storage.handles import open_handle
 from app.stream.ledger import LedgerWriter
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class FlinkLedger:
     def __init__(self, storage: backend.StorageSettings, location: str, job_name: str) -> None:
         self.storage = storage
         self.location = location
+        self.table = open_handle("ledger", location, storage)
         self.job_name = job_name
         self._writers: dict[str, LedgerWriter] = {}
 
@@ -132,7 +134,7 @@ class FlinkLedger:
             where = where & (pc.field("run_id") == run_id)
         if runs is not None:
             where = where & pc.field("run_id").isin(runs)
-        rows = facade.rows(self.storage, self.location, where, columns=[*_FILTERED, "checkpoint_id"])
+        rows = self.table.rows(where, columns=[*_FILTERED, "checkpoint_id"])
         if rows is None:
             return set()
         return {int(i) for i in pc.unique(rows.column("checkpoint_id")).to_pylist() if i is not None}
@@ -144,7 +146,7 @@ class FlinkLedger:
             & (pc.field("event_type") == vocab.EVENT_CHECKPOINT_COMPLETED)
             & pc.field("partition").is_valid()
         )
-        rows = facade.rows(self.storage, self.location, where, columns=[*_FILTERED, "topic", "partition"])
+        rows = self.table.rows(where, columns=[*_FILTERED, "topic", "partition"])
         if rows is None:
             return []
         return sorted({(str(r["topic"]), int(r["partition"])) for r in rows.to_pylist()})
@@ -160,11 +162,8 @@ class FlinkLedger:
             & (pc.field("checkpoint_id") == checkpoint_id)
             & pc.field("partition").is_valid()
         )
-        rows = facade.rows(
-            self.storage,
-            self.location,
-            where,
-            columns=[*_FILTERED, "checkpoint_id", "engine", "topic", "partition", "raw_offset"],
+        rows = self.table.rows(
+            where, columns=[*_FILTERED, "checkpoint_id", "engine", "topic", "partition", "raw_offset"]
         )
         if rows is None or rows.num_rows == 0:
             return None

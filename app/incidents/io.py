@@ -10,35 +10,29 @@ from datetime import datetime
 
 import pyarrow.compute as pc
 
-from app.config import AppConfig
 from app.contracts.findings import StoredFinding
 from app.contracts.instants import instant
 from app.contracts.tables import INCIDENTS_SCHEMA
 from app.contracts.vocabulary import INCIDENT_OPEN, INCIDENT_RESOLVED
 from app.incidents.incident import StoredIncident, incident_order
 from app.incidents.remedy import RepairOutcome
-from app.storage import facade
-from app.storage.backend import StorageSettings
-from app.storage.tables import Tables, tables_from_config
+from app.storage.handles import AuditTables, TableHandle
 
 
-def merge_incidents(storage: StorageSettings, path: str, incidents: Sequence[StoredIncident]) -> None:
+def merge_incidents(incidents_table: TableHandle, incidents: Sequence[StoredIncident]) -> None:
     """Upsert by incident_id: a re-run over the same findings updates, never adds."""
-    rows = [i.to_row() for i in incidents]
-    facade.merge(storage, path, INCIDENTS_SCHEMA, rows, "incident_id")
+    incidents_table.merge([i.to_row() for i in incidents])
 
 
-def resolved_incidents(storage: StorageSettings, tables: Tables) -> dict[str, StoredIncident]:
+def resolved_incidents(tables: AuditTables) -> dict[str, StoredIncident]:
     """The resolved incidents as stored, by id: history a later reconciliation carries over."""
-    table = facade.rows(storage, tables.incidents, pc.field("status") == INCIDENT_RESOLVED)
+    table = tables.incidents.rows(pc.field("status") == INCIDENT_RESOLVED)
     rows = [] if table is None else table.to_pylist()
     incidents = (StoredIncident.from_row({k: instant(v) for k, v in r.items()}) for r in rows)
     return {i.incident_id: i for i in incidents}
 
 
-def open_incident_findings(
-    storage: StorageSettings, tables: Tables, jobs: Sequence[str], found: set[str]
-) -> list[StoredFinding]:
+def open_incident_findings(tables: AuditTables, jobs: Sequence[str], found: set[str]) -> list[StoredFinding]:
     """The stored findings of ``jobs``' open incidents that this run did not find again.
 
     They are grouped with this run's findings, so an open incident keeps what earlier windows found:
@@ -47,9 +41,7 @@ def open_incident_findings(
     resolved one's findings stay behind it."""
     if not jobs:
         return []
-    incidents = facade.rows(
-        storage,
-        tables.incidents,
+    incidents = tables.incidents.rows(
         (pc.field("status") == INCIDENT_OPEN) & pc.field("job_name").isin(list(jobs)),
         columns=["finding_ids", "status", "job_name"],
     )
@@ -57,7 +49,7 @@ def open_incident_findings(
     wanted -= found
     if not wanted:
         return []
-    rows = facade.rows(storage, tables.findings, pc.field("finding_id").isin(sorted(wanted)))
+    rows = tables.findings.rows(pc.field("finding_id").isin(sorted(wanted)))
     return [StoredFinding.from_row(r) for r in (rows.to_pylist() if rows else [])]
 
 
@@ -71,24 +63,22 @@ def after_repair(incident: StoredIncident, outcome: RepairOutcome) -> StoredInci
     return dataclasses.replace(incident, status=INCIDENT_RESOLVED, remedy=remedy)
 
 
-def mark_resolved(
-    storage: StorageSettings, cfg: AppConfig, incident: StoredIncident, outcome: RepairOutcome
-) -> bool:
+def mark_resolved(incidents_table: TableHandle, incident: StoredIncident, outcome: RepairOutcome) -> bool:
     """Record a repair on its incident (``after_repair``): one commit of the incidents table when the
     incident changes, none when it does not. Returns whether it wrote."""
     updated = after_repair(incident, outcome)
     if updated == incident:
         return False
-    merge_incidents(storage, tables_from_config(cfg).incidents, [updated])
+    merge_incidents(incidents_table, [updated])
     return True
 
 
 def read_incidents(
-    storage: StorageSettings, cfg: AppConfig, *, jobs: Sequence[str] = (), since: datetime | None = None
+    incidents_table: TableHandle, *, jobs: Sequence[str] = (), since: datetime | None = None
 ) -> list[StoredIncident]:
     """Stored incidents, most severe first; only ``jobs`` (all when empty), only with evidence at or
-    after ``since``. Read on the driver through delta-rs: ``storage`` needs no session."""
-    rows = facade.read_columns(storage, tables_from_config(cfg).incidents, INCIDENTS_SCHEMA.fieldNames())
+    after ``since``. Read on the driver through delta-rs: the handle needs no session."""
+    rows = incidents_table.read_columns(INCIDENTS_SCHEMA.fieldNames())
     out = []
     for row in rows or []:
         incident = StoredIncident.from_row({k: instant(v) for k, v in row.items()})

@@ -50,7 +50,7 @@ from app.incidents.remedy import (
     StepResult,
 )
 from app.kafka.clients import spark_kafka_options
-from app.storage import facade
+from app.storage.handles import TableHandle
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +112,13 @@ def read_ranges(
 def replay(
     spark: SparkSession,
     cfg: AppConfig,
-    sink_path: str,
+    sink_table: TableHandle,
     bootstrap: str,
     incident_id: str,
     ranges: Sequence[OffsetRange],
 ) -> Replayed:
     """Append the ranges' records the sink lacks, in one idempotent Delta commit."""
-    sink = facade.load(spark, sink_path)
+    sink = sink_table.load()
     present = sink.where(_in_ranges(ranges)).select("kafka_topic", "kafka_partition", "kafka_offset")
     records = read_ranges(spark, cfg, bootstrap, ranges).select(
         F.col("topic").alias("kafka_topic"),
@@ -134,23 +134,21 @@ def replay(
     rows = missing.select(*[F.col(f.name).cast(f.dataType) for f in SINK_SCHEMA.fields]).cache()
     try:
         count = rows.count()
-        before = _version(spark, sink_path)
+        before = sink_table.version()
         if count:
             app_id = f"offset-audit/repair/{incident_id}/replay"
-            facade.append_once(spark, sink_path, SINK_SCHEMA, rows, app_id, 0)
+            sink_table.append_once(rows, app_id, 0)
     finally:
         rows.unpersist()
-    after = _version(spark, sink_path)
+    after = sink_table.version()
     return Replayed(
         records_appended=count if after != before else 0, version_before=before, version_after=after
     )
 
 
-def delete_duplicates(
-    spark: SparkSession, sink_path: str, ranges: Sequence[OffsetRange]
-) -> DuplicatesDeleted:
+def delete_duplicates(sink_table: TableHandle, ranges: Sequence[OffsetRange]) -> DuplicatesDeleted:
     """Keep one copy per offset in ``ranges``, the first writer's, in one Delta commit."""
-    sink = facade.load(spark, sink_path)
+    sink = sink_table.load()
     inside = sink.where(_in_ranges(ranges)).select(
         "*", F.col("_metadata.file_modification_time").alias("_written")
     )
@@ -160,15 +158,13 @@ def delete_duplicates(
     ranked = inside.withColumn("_copy", F.row_number().over(first)).cache()
     try:
         extra = ranked.where(F.col("_copy") > 1).count()
-        before = _version(spark, sink_path)
+        before = sink_table.version()
         if extra:
             kept = ranked.where(F.col("_copy") == 1).select(*sink.columns)
-            facade.replace_where(spark, sink_path, SINK_SCHEMA, kept, _predicate(ranges))
+            sink_table.replace_where(kept, _predicate(ranges))
     finally:
         ranked.unpersist()
-    return DuplicatesDeleted(
-        copies_deleted=extra, version_before=before, version_after=_version(spark, sink_path)
-    )
+    return DuplicatesDeleted(copies_deleted=extra, version_before=before, version_after=sink_table.version())
 
 
 def reset_offsets(
@@ -220,15 +216,11 @@ def reset_offsets(
     return OffsetsReset(group_id=group_id, offsets=tuple(offsets), offsets_changed=len(parts))
 
 
-def _version(spark: SparkSession, path: str) -> int:
-    return facade.version(spark, path)
-
-
 def execute(
     spark: SparkSession,
     cfg: AppConfig,
     incident: StoredIncident,
-    sink_path: str,
+    sink_table: TableHandle,
     bootstrap: Callable[[], str],
 ) -> RepairOutcome:
     """Run the plan of ``incident``. Sink steps need the reference sink (else UsageError); a job
@@ -246,29 +238,29 @@ def execute(
         )
     steps = incident.remedy.steps
     if any(isinstance(s, (ReplayStep, DeleteDuplicatesStep)) for s in steps):
-        stored = facade.scan(spark, sink_path)
+        stored = sink_table.scan()
         if stored is None:
-            raise UsageError(f"no Delta table at {sink_path}, the sink of job {incident.job_name}")
+            raise UsageError(f"no Delta table at {sink_table.location}, the sink of job {incident.job_name}")
         columns = stored.columns
         if not is_reference_sink(columns):
             raise UsageError(
-                f"the sink at {sink_path} is not the reference job's raw-record sink (it lacks "
+                f"the sink at {sink_table.location} is not the reference job's raw-record sink (it lacks "
                 f"{sorted(set(SINK_SCHEMA.fieldNames()) - set(columns))}): only the plan can be produced"
             )
     actions: list[StepResult] = []
     for step in steps:
         done: StepResult
         if isinstance(step, ReplayStep):
-            done = replay(spark, cfg, sink_path, bootstrap(), incident.incident_id, step.ranges)
+            done = replay(spark, cfg, sink_table, bootstrap(), incident.incident_id, step.ranges)
         elif isinstance(step, DeleteDuplicatesStep):
-            done = delete_duplicates(spark, sink_path, step.ranges)
+            done = delete_duplicates(sink_table, step.ranges)
         else:
             done = reset_offsets(cfg, bootstrap(), _group_of(step, incident), step.offsets)
         actions.append(done)
         log.info("repair %s: %s", incident.incident_id, done)
     changed = [a.version_before for a in actions if isinstance(a, SinkCommitted) and a.changed]
     # The version before the first change undoes them all (Delta time travel).
-    undo = [f"RESTORE TABLE delta.`{sink_path}` TO VERSION AS OF {min(changed)}"] if changed else []
+    undo = [f"RESTORE TABLE delta.`{sink_table.location}` TO VERSION AS OF {min(changed)}"] if changed else []
     return RepairOutcome(tuple(actions), tuple(undo))
 
 

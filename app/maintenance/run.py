@@ -29,14 +29,11 @@ from app.config import AppConfig, RetentionConfig
 from app.contracts.instants import instant
 from app.contracts.vocabulary import INCIDENT_OPEN
 from app.maintenance import plan
-from app.storage import facade, maintenance
 from app.storage.backend import StorageSettings
-from app.storage.tables import TABLE_NAMES, tables_from_config
+from app.storage.handles import AuditTables, TableHandle
+from app.storage.tables import TABLE_NAMES
 
 log = logging.getLogger(__name__)
-
-# The tables whose contract makes them append-only (contracts.tables.LEDGER_LAYOUT).
-APPEND_ONLY_TABLES = frozenset({"ledger"})
 
 
 @dataclass
@@ -69,21 +66,17 @@ def maintained_tables(cfg: AppConfig) -> list[str]:
     return [t for t in TABLE_NAMES if t != "sink" or cfg.maintenance.include_sink]
 
 
-def read_audit_runs(storage: StorageSettings, cfg: AppConfig) -> list[dict[str, Any]]:
+def read_audit_runs(audit_runs: TableHandle) -> list[dict[str, Any]]:
     """Every audit run's id, command and finish time (UTC)."""
-    path = tables_from_config(cfg).audit_runs
-    runs = facade.read_columns(storage, path, ["run_id", "command", "finished_at"]) or []
+    runs = audit_runs.read_columns(["run_id", "command", "finished_at"]) or []
     return [{k: instant(v) for k, v in r.items()} for r in runs]
 
 
-def read_protected(
-    storage: StorageSettings, cfg: AppConfig, runs: Sequence[Mapping[str, Any]]
-) -> plan.Protected:
+def read_protected(tables: AuditTables, cfg: AppConfig, runs: Sequence[Mapping[str, Any]]) -> plan.Protected:
     """What the open incidents and the latest audit runs (of ``runs``, `read_audit_runs`) cite
     (`plan.protected`)."""
-    tables = tables_from_config(cfg)
     columns = ["status", "finding_ids", "run_ids", "reconcile_run_id", "first_evidence_at"]
-    incidents = facade.read_columns(storage, tables.incidents, columns) or []
+    incidents = tables.incidents.read_columns(columns) or []
     open_ones = [{k: instant(v) for k, v in r.items()} for r in incidents if r["status"] == INCIDENT_OPEN]
     latest: dict[str, tuple[datetime, str]] = {}
     for r in runs:
@@ -95,18 +88,23 @@ def read_protected(
 
 
 def maintain(
-    storage: StorageSettings, cfg: AppConfig, now: datetime, only: Sequence[str] = ()
+    storage: StorageSettings,
+    cfg: AppConfig,
+    now: datetime,
+    only: Sequence[str] = (),
+    tables: AuditTables | None = None,
 ) -> MaintenanceResult:
-    """Maintain every table of `maintained_tables` (or ``only`` those) as of ``now``."""
+    """Maintain every table of `maintained_tables` (or ``only`` those) as of ``now``: ``tables``
+    those of the caller's run (a nightly's), else the config's reached with ``storage``."""
+    tables = tables or AuditTables.from_config(cfg, storage)
     # Read once, before any retention: audit_runs' own deletes the runs partition_summary's
     # retention dates its rows by.
-    runs = read_audit_runs(storage, cfg)
-    keep = read_protected(storage, cfg, runs)
+    runs = read_audit_runs(tables.audit_runs)
+    keep = read_protected(tables, cfg, runs)
     result = MaintenanceResult(now.isoformat())
-    tables = tables_from_config(cfg)
     for name in only or maintained_tables(cfg):
         started = time.monotonic()
-        outcome = maintain_table(storage, cfg, name, tables.named(name), now, keep, runs)
+        outcome = maintain_table(tables.named(name), cfg, now, keep, runs)
         outcome.seconds = round(time.monotonic() - started, 2)
         result.tables.append(outcome)
         if outcome.missing:
@@ -130,72 +128,67 @@ def _count(files: dict[str, int] | None) -> int:
 
 
 def maintain_table(
-    storage: StorageSettings,
+    table: TableHandle,
     cfg: AppConfig,
-    name: str,
-    path: str,
     now: datetime,
     keep: plan.Protected,
     runs: Sequence[Mapping[str, Any]] = (),
 ) -> TableOutcome:
     """Maintain one table; ``runs`` are the audit runs (`read_audit_runs`) read before any retention."""
-    m = cfg.maintenance
-    files = maintenance.files_by_partition(storage, path)
+    m, name = cfg.maintenance, table.name
+    files = table.files_by_partition()
     if files is None:
         log.info("maintain %s: no table yet", name)
         return TableOutcome(name, missing=True)
     outcome = TableOutcome(name, files_before=_count(files))
-    append_only = name in APPEND_ONLY_TABLES
-    if append_only and maintenance.restore_append_only(storage, path):
+    append_only = table.layout.append_only  # the contract's: the ledger
+    if append_only and table.restore_append_only():
         log.warning("maintain %s: delta.appendOnly was lifted (a killed maintenance): set again", name)
         outcome.append_only_restored = True
     if name != "sink":
-        outcome.rows_deleted = _apply_retention(storage, name, path, files, now, keep, m.retention_days, runs)
+        outcome.rows_deleted = _apply_retention(table, files, now, keep, m.retention_days, runs)
         if outcome.rows_deleted:
-            files = maintenance.files_by_partition(storage, path) or {}
-    column = maintenance.partition_column(storage, path)
+            files = table.files_by_partition() or {}
+    column = table.partition_column()
     targets = [] if name == "sink" else plan.compaction_targets(name, column is not None, files, now, m)
     for partition in targets:
         log.info("maintain %s: compacting %s (%d files)", name, partition or "the table", files[partition])
-        done = maintenance.compact(storage, path, {column: partition} if column else None)
+        done = table.compact({column: partition} if column else None)
         outcome.compacted.append(partition)
         outcome.files_compacted += done.files_removed
     log.info("maintain %s: checkpoint", name)
-    maintenance.checkpoint(storage, path)
+    table.checkpoint()
     log.info("maintain %s: vacuum (retention %dh)", name, m.vacuum_retention_hours)
-    outcome.files_vacuumed = maintenance.vacuum(storage, path, timedelta(hours=m.vacuum_retention_hours))
-    outcome.files_after = _count(maintenance.files_by_partition(storage, path))
+    outcome.files_vacuumed = table.vacuum(timedelta(hours=m.vacuum_retention_hours))
+    outcome.files_after = _count(table.files_by_partition())
     return outcome
 
 
 def _apply_retention(
-    storage: StorageSettings,
-    name: str,
-    path: str,
+    table: TableHandle,
     files: dict[str, int],
     now: datetime,
     keep: plan.Protected,
     days: RetentionConfig,
     runs: Sequence[Mapping[str, Any]],
 ) -> int:
+    name = table.name
     limit = plan.cutoff(name, int(getattr(days, name, 0)), now, keep)
     if limit is None:
         return 0
     if name in plan.RUN_KEYED:
-        return _delete_expired_runs(storage, name, path, plan.RUN_KEYED[name], limit, keep, runs)
+        return _delete_expired_runs(table, plan.RUN_KEYED[name], limit, keep, runs)
     if name == "ledger" and not plan.older_partitions(list(files), limit):
         return 0  # nothing that old: no commit (the property changes would cost the appender a retry)
-    if name != "ledger" and not _has_rows_before(storage, path, plan.TIME_COLUMNS[name], limit):
+    if name != "ledger" and not _has_rows_before(table, plan.TIME_COLUMNS[name], limit):
         return 0
     predicate = plan.retention_predicate(name, limit, keep)
     log.info("maintain %s: deleting rows before %s", name, limit.isoformat())
-    return maintenance.delete_rows(storage, path, predicate, append_only=name in APPEND_ONLY_TABLES)
+    return table.delete_rows(predicate, append_only=table.layout.append_only)
 
 
 def _delete_expired_runs(
-    storage: StorageSettings,
-    name: str,
-    path: str,
+    table: TableHandle,
     column: str,
     limit: datetime,
     keep: plan.Protected,
@@ -203,27 +196,25 @@ def _delete_expired_runs(
 ) -> int:
     """Delete the rows of the runs (``column``) that finished before ``limit`` (`plan.expired_runs`),
     a chunk of run ids per commit; none when no such run has rows. Reads ``column`` alone."""
-    held = facade.read_columns(storage, path, [column]) or []
+    held = table.read_columns([column]) or []
     expired = plan.expired_runs(runs, {str(r[column]) for r in held}, limit, keep)
     if not expired:
         return 0
     log.info(
         "maintain %s: deleting the rows of %d run(s) finished before %s",
-        name,
+        table.name,
         len(expired),
         limit.isoformat(),
     )
-    return sum(facade.delete(storage, path, column, chunk) for chunk in plan.chunks(expired))
+    return sum(table.delete(column, chunk) for chunk in plan.chunks(expired))
 
 
-def _has_rows_before(storage: StorageSettings, path: str, column: str, limit: datetime) -> bool:
+def _has_rows_before(table: TableHandle, column: str, limit: datetime) -> bool:
     """Whether any row's ``column`` is before ``limit``: read from that column alone, so that a table
     with nothing to delete gets no commit."""
     import pyarrow.compute as pc
 
-    old = facade.rows(
-        storage, path, pc.field(column) < limit, prune=pc.field(column) < limit, columns=[column]
-    )
+    old = table.rows(pc.field(column) < limit, prune=pc.field(column) < limit, columns=[column])
     return old is not None and old.num_rows > 0
 
 

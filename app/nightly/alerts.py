@@ -33,8 +33,7 @@ from app.contracts.vocabulary import INCIDENT_KINDS, SEVERITIES
 from app.errors import InfrastructureError
 from app.incidents.incident import IncidentSummary
 from app.report.gather import recent_windows
-from app.storage.backend import StorageSettings
-from app.storage.tables import tables_from_config
+from app.storage.handles import TableHandle
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +96,10 @@ def last_closed_windows(rows: Iterable[Mapping[str, Any]]) -> list[ClosedWindow]
     return out
 
 
-def read_closed_windows(storage: StorageSettings, cfg: AppConfig, now: datetime) -> list[ClosedWindow]:
+def read_closed_windows(completeness: TableHandle, cfg: AppConfig, now: datetime) -> list[ClosedWindow]:
     """The last closed window per job and topic among the recent ones (``report.window_hours``):
     a bounded read, whatever the table's history; none when there is no completeness table."""
-    path = tables_from_config(cfg).completeness
-    table = recent_windows(storage, path, now - timedelta(hours=cfg.report.window_hours))
+    table = recent_windows(completeness, now - timedelta(hours=cfg.report.window_hours))
     return [] if table is None else last_closed_windows(table.to_pylist())
 
 

@@ -38,7 +38,7 @@ from app.reconcile.forensics.run import run_forensics
 from app.reconcile.outputs import AuditRun, confirm_runs
 from app.reconcile.run import run_reconcile
 from app.storage.files import read_text, write_text
-from app.storage.tables import tables_from_config
+from app.storage.handles import AuditTables
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,7 @@ class Nightly:
         self.now = now or datetime.now(UTC)
         self.run_id = run_id or new_run_id(self.now)
         self.screenshot = screenshot
+        self.tables = AuditTables.from_config(cfg, spark)
 
     def run(self) -> NightlyResult:
         state = load_state(self.spark, self.cfg, self.run_id)
@@ -173,8 +174,7 @@ class Nightly:
             log.info("[%d/%d] %s done in %.1fs", number, len(STEPS), name, outcome.seconds)
         if result.failed_step is None:
             # Only a night whose every step finished moves the audit window (CONTRACTS.md section 5).
-            runs = tables_from_config(self.cfg).audit_runs
-            confirm_runs(self.spark, runs, self.run_id)
+            confirm_runs(self.tables.audit_runs, self.run_id)
         collect_steps(result)
         self._alert(result)
         return result
@@ -198,7 +198,7 @@ class Nightly:
                     IncidentSummary.from_json(i) for s in result.steps for i in s.summary.get("incidents", [])
                 ],
                 partitions=self._partitions(),
-                windows=alerts.read_closed_windows(self.spark, self.cfg, finished_at),
+                windows=alerts.read_closed_windows(self.tables.completeness, self.cfg, finished_at),
             )
             done = alerts.deliver(a, facts, asdict(result))
             result.steps.append(
@@ -217,10 +217,7 @@ class Nightly:
             log.error("alerts failed: %s", describe_error(exc))
 
     def _last_success(self) -> datetime | None:
-        from app.storage import facade
-
-        runs = tables_from_config(self.cfg).audit_runs
-        rows = facade.read_columns(self.spark, runs, ["command", "status", "finished_at"]) or []
+        rows = self.tables.audit_runs.read_columns(["command", "status", "finished_at"]) or []
         times = [
             instant(r["finished_at"])
             for r in rows
@@ -229,9 +226,6 @@ class Nightly:
         return max(times, default=None)
 
     def _partitions(self) -> list[dict[str, Any]]:
-        from app.storage import facade
-
-        path = tables_from_config(self.cfg).partition_summary
         cols = [
             "reconcile_run_id",
             "group_id",
@@ -242,7 +236,7 @@ class Nightly:
         ]
         # The night's own rows: the files whose statistics rule its run out are not opened (a
         # watch beside the nightly appends a run's rows every minute).
-        rows = facade.rows_with(self.spark, path, "reconcile_run_id", self.run_id)
+        rows = self.tables.partition_summary.rows_with("reconcile_run_id", self.run_id)
         return [] if rows is None else rows.select(cols).to_pylist()
 
     # --- steps -----------------------------------------------------------------------------------
@@ -254,7 +248,9 @@ class Nightly:
         check_reachable(self.cfg.kafka, bootstrap)
         groups = list(self.cfg.ingest.groups)
         step_run = f"{self.run_id}-ingest"
-        outcome = ingest_offsets(self.spark, self.cfg, bootstrap, groups, step_run, mode=self.cfg.ingest.mode)
+        outcome = ingest_offsets(
+            self.spark, self.cfg, bootstrap, groups, step_run, mode=self.cfg.ingest.mode, tables=self.tables
+        )
         return {
             "mode": outcome.mode,
             "total": outcome.total,
@@ -277,6 +273,7 @@ class Nightly:
             AuditRun(run_id=self.run_id, now=self.now, since=None, until=self.now, status=RUN_PENDING),
             confirmer=confirmer,
             times=KafkaTimes(self.cfg.kafka, self.bootstrap(), self.cfg.reconcile.confirm_timeout_s),
+            tables=self.tables,
         )
         return {
             "completeness_windows": outcome.completeness_windows,
@@ -295,6 +292,7 @@ class Nightly:
             self.spark,
             self.cfg,
             AuditRun(run_id=self.run_id, now=self.now, since=None, until=self.now, status=RUN_PENDING),
+            self.tables,
         )
         classes: dict[str, int] = {}
         for row in outcome.restarts:
@@ -314,6 +312,7 @@ class Nightly:
             self.run_id,
             now=self.now,
             options=CheckOptions(reconcile_run_id=self.run_id, since=since),
+            tables=self.tables,
         )
         failed: dict[str, int] = {}
         for outcome in summary.failed(SEVERITIES[-1]):
@@ -329,10 +328,7 @@ class Nightly:
         check validates the ledger and group commits from there: the rows since the last night
         that succeeded, since a failed night leaves its reconcile run pending and the next
         night's window starts where the last successful one ended."""
-        from app.storage import facade
-
-        runs = tables_from_config(self.cfg).audit_runs
-        rows = facade.read_columns(self.spark, runs, ["run_id", "command", "window_start"]) or []
+        rows = self.tables.audit_runs.read_columns(["run_id", "command", "window_start"]) or []
         starts = [
             instant(r["window_start"])
             for r in rows
@@ -345,7 +341,7 @@ class Nightly:
     def _report(self) -> dict[str, Any]:
         from app.report.gather import build_report
 
-        path = build_report(self.spark, self.cfg, self.run_id, now=self.now)
+        path = build_report(self.tables, self.cfg, self.run_id, now=self.now)
         out: dict[str, Any] = {"html": str(path)}
         if self.screenshot:
             from app.report.browser import screenshot
@@ -356,7 +352,7 @@ class Nightly:
     def _maintain(self) -> dict[str, Any]:
         from app.maintenance.run import maintain
 
-        result = maintain(self.spark, self.cfg, self.now)
+        result = maintain(self.spark, self.cfg, self.now, tables=self.tables)
         return {
             "files_by_table": {
                 t.table: [t.files_before, t.files_after] for t in result.tables if not t.missing

@@ -19,37 +19,32 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import SparkSession
-
-from app.config import AppConfig
-from app.contracts.tables import INGEST_POSITIONS_SCHEMA
 from app.offsets_topic.plan import Clock, IngestPlan
 from app.offsets_topic.ranges import merge_positions, positions_rows
 from app.offsets_topic.tables import DATA_TABLES, INGEST_POSITIONS
-from app.storage import facade
-from app.storage.tables import tables_from_config
+from app.storage.handles import AuditTables, TableHandle
 
 _HISTORY_DEPTH = 25  # recent commits searched for the last run's marker; ingest writes one per run
 
 
-def read_positions(spark: SparkSession, path: str) -> dict[int, int]:
-    rows = facade.read_columns(spark, path, ["log_partition", "next_offset"]) or []
+def read_positions(positions: TableHandle) -> dict[int, int]:
+    rows = positions.read_columns(["log_partition", "next_offset"]) or []
     return {int(r["log_partition"]): int(r["next_offset"]) for r in rows}
 
 
-def commit_user_metadata(spark: SparkSession, path: str) -> list[tuple[int, str | None]]:
+def commit_user_metadata(table: TableHandle) -> list[tuple[int, str | None]]:
     """(version, userMetadata) of a table's recent commits; none when there is no table.
 
     Every run of `ingest-offsets` reads these several times, also when it has nothing to read:
     delta-rs reads them from the log in milliseconds, where Spark runs a job each time.
     """
-    return facade.commit_metadata(spark, path, _HISTORY_DEPTH)
+    return table.commit_metadata(_HISTORY_DEPTH)
 
 
-def run_markers(spark: SparkSession, path: str) -> list[dict[str, Any]]:
+def run_markers(table: TableHandle) -> list[dict[str, Any]]:
     """The run markers ({"ingest_seq", "ingest_run_id", ...}) of a table's recent commits, newest first."""
     out = []
-    for _, metadata in sorted(commit_user_metadata(spark, path), key=lambda c: -c[0]):
+    for _, metadata in sorted(commit_user_metadata(table), key=lambda c: -c[0]):
         try:
             marker = json.loads(metadata or "")
         except ValueError:
@@ -63,16 +58,13 @@ def last_seq(markers: Sequence[dict[str, Any]]) -> int:
     return max((int(m["ingest_seq"]) for m in markers), default=-1)
 
 
-def next_seq(spark: SparkSession, cfg: AppConfig, clock: Clock) -> int:
+def next_seq(store: AuditTables, clock: Clock) -> int:
     """A seq above every one committed: the clock, or one more than the last seq if the clock lags."""
-    seen = max(
-        last_seq(run_markers(spark, tables_from_config(cfg).named(t)))
-        for t in (*DATA_TABLES, INGEST_POSITIONS)
-    )
+    seen = max(last_seq(run_markers(store.named(t))) for t in (*DATA_TABLES, INGEST_POSITIONS))
     return max(clock(), seen + 1)
 
 
-def store_positions(spark: SparkSession, cfg: AppConfig, plan: IngestPlan, clock: Clock) -> dict[int, int]:
+def store_positions(store: AuditTables, plan: IngestPlan, clock: Clock) -> dict[int, int]:
     """The last step of a run: one Delta commit moving every read partition to the end of its range
     (none when nothing was read)."""
     positions = merge_positions(plan.stored, plan.ranges)
@@ -83,10 +75,7 @@ def store_positions(spark: SparkSession, cfg: AppConfig, plan: IngestPlan, clock
     ]
     # A few rows on the driver: delta-rs commits them without a Spark job. The marker is the
     # commit's userMetadata, read back by `run_markers` like the data tables' markers.
-    positions_table = tables_from_config(cfg).named(INGEST_POSITIONS)
-    facade.merge(
-        spark, positions_table, INGEST_POSITIONS_SCHEMA, rows, "log_partition", user_metadata=plan.marker()
-    )
+    store.ingest_positions.merge(rows, user_metadata=plan.marker())
     return positions
 
 

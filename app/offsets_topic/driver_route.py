@@ -30,10 +30,9 @@ from app.offsets_topic.tables import (
     GROUP_EVENTS,
     INGEST_TXN_APP_ID,
     TABLE_KINDS,
-    TABLE_SCHEMAS,
 )
-from app.storage import facade
-from app.storage.tables import tables_from_config
+from app.routes import DRIVER
+from app.storage.handles import AuditTables
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +141,7 @@ def write_decoded_on_driver(
     cfg: AppConfig,
     bootstrap: str,
     plan: IngestPlan,
+    store: AuditTables,
     tables: Collection[str] = DATA_TABLES,
 ) -> tuple[list[PartitionProgress], dict[str, int]]:
     """The driver route of `run.write_decoded`: the plan's ranges read by one consumer and decoded in
@@ -185,13 +185,12 @@ def write_decoded_on_driver(
         first = next(stream, None)  # the read's first commits, or the whole read when it has none
         to_write = {GROUP_COMMITS: [] if first is None else itertools.chain([first], stream), **kept}
         for name in DATA_TABLES:  # group_commits first: the others are complete only once it is read
-            path, schema = tables_from_config(cfg).named(name), TABLE_SCHEMAS[name]
-            batches = to_write[name]
+            table, batches = store.named(name).on(DRIVER), to_write[name]
             try:
                 if name in tables and (first is not None if name == GROUP_COMMITS else batches):
-                    facade.append_once(spark, path, schema, batches, INGEST_TXN_APP_ID, plan.seq, marker)
+                    table.append_once(batches, INGEST_TXN_APP_ID, plan.seq, marker)
                 else:
-                    facade.ensure(spark, path, schema)  # created for its readers, as today
+                    table.ensure()  # created for its readers, as today
             except Exception:
                 if failure:
                     raise failure[0] from None

@@ -36,10 +36,9 @@ from app.offsets_topic.progress import (
 from app.offsets_topic.ranges import plan_ranges, select_partitions
 from app.offsets_topic.snapshot import snapshot_offsets
 from app.offsets_topic.spark_route import write_decoded_on_spark
-from app.offsets_topic.tables import DATA_TABLES, DECODE_ERRORS, GROUP_COMMITS, GROUP_EVENTS, INGEST_POSITIONS
+from app.offsets_topic.tables import DATA_TABLES, DECODE_ERRORS, GROUP_COMMITS, GROUP_EVENTS
 from app.routes import DRIVER, decode_route
-from app.storage import facade
-from app.storage.tables import tables_from_config
+from app.storage.handles import AuditTables
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +50,18 @@ def plan_ingest(
     run_id: str,
     groups: Sequence[str],
     clock: Clock = wall_clock_ms,
+    store: AuditTables | None = None,
 ) -> IngestPlan:
     """This run's plan: a seq above every committed one, the offsets topic's partitions that hold
-    `groups` (all when none), and for each the range from its stored position to the log's end."""
-    seq = next_seq(spark, cfg, clock)
+    `groups` (all when none), and for each the range from its stored position to the log's end.
+    ``store``: the run's tables (else the config's)."""
+    store = store or AuditTables.from_config(cfg, spark)
+    seq = next_seq(store, clock)
     admin = admin_client(cfg.kafka, bootstrap)
     timeout = cfg.kafka.request_timeout_s
     topic = cfg.ingest.offsets_topic
     count = offsets_topic_partition_count(admin, bootstrap, topic, timeout)
-    stored = read_positions(spark, tables_from_config(cfg).named(INGEST_POSITIONS))
+    stored = read_positions(store.ingest_positions)
     if count == 0:
         log.warning("%s does not exist yet (no group has committed): nothing to ingest", topic)
         return IngestPlan(run_id, topic, 0, tuple(groups), stored, (), seq)
@@ -75,20 +77,22 @@ def write_decoded(
     bootstrap: str,
     plan: IngestPlan,
     tables: Collection[str] = DATA_TABLES,
+    store: AuditTables | None = None,
 ) -> tuple[list[PartitionProgress], dict[str, int]]:
     """Read and decode the plan's ranges; append them to `tables` under the plan's seq.
-    Positions are not touched."""
+    Positions are not touched. ``store``: the run's tables (else the config's)."""
+    store = store or AuditTables.from_config(cfg, spark)
     if not plan.to_read:
         return [], {GROUP_COMMITS: 0, GROUP_EVENTS: 0, DECODE_ERRORS: 0}
     master = spark.sparkContext.master or ""
-    # The decoded tables are written by the engine of the decode route: the facade's rule for them.
-    route = facade.engine_for(GROUP_COMMITS, decode_route(cfg.ingest.decode_on, master))
+    # The decoded tables are written by the engine of the decode route: their handles' rule.
+    route = store.group_commits.on(decode_route(cfg.ingest.decode_on, master)).engine
     log.info("ingest %s: reading and decoding on the %s (ingest.decode_on=%s, master %s)",
              plan.run_id, "driver" if route == DRIVER else "executors", cfg.ingest.decode_on,
              master)  # fmt: skip
     if route == DRIVER:
-        return write_decoded_on_driver(spark, cfg, bootstrap, plan, tables)
-    return write_decoded_on_spark(spark, cfg, bootstrap, plan, tables)
+        return write_decoded_on_driver(spark, cfg, bootstrap, plan, store, tables)
+    return write_decoded_on_spark(spark, cfg, bootstrap, plan, store, tables)
 
 
 def log_progress(plan: IngestPlan, parts: Sequence[PartitionProgress], total: PartitionProgress) -> None:
@@ -135,26 +139,26 @@ def range_warnings(plan: IngestPlan) -> list[str]:
     return out
 
 
-def finish_pending_run(spark: SparkSession, cfg: AppConfig, bootstrap: str, clock: Clock) -> list[str]:
+def finish_pending_run(
+    spark: SparkSession, cfg: AppConfig, bootstrap: str, clock: Clock, store: AuditTables
+) -> list[str]:
     """Complete a run that committed data but died before its positions; a warning per finished run.
 
     The pending run is the newest seq in the data tables' markers above the positions' newest seq. Its
     plan comes from its marker: the tables that lack its seq get its rows (the same fixed ranges read
     again), then its positions are stored, so the run ends exactly as it would have.
     """
-    markers = {name: run_markers(spark, tables_from_config(cfg).named(name)) for name in DATA_TABLES}
-    done = last_seq(run_markers(spark, tables_from_config(cfg).named(INGEST_POSITIONS)))
+    markers = {name: run_markers(store.named(name)) for name in DATA_TABLES}
+    done = last_seq(run_markers(store.ingest_positions))
     newest = max((m for ms in markers.values() for m in ms), key=lambda m: int(m["ingest_seq"]), default=None)
     if newest is None or int(newest["ingest_seq"]) <= done:
         return []
-    plan = IngestPlan.from_marker(
-        newest, read_positions(spark, tables_from_config(cfg).named(INGEST_POSITIONS))
-    )
+    plan = IngestPlan.from_marker(newest, read_positions(store.ingest_positions))
     missing = [n for n in DATA_TABLES if plan.seq not in {int(m["ingest_seq"]) for m in markers[n]}]
     parts: list[PartitionProgress] = []
     if missing:
-        parts, _ = write_decoded(spark, cfg, bootstrap, plan, missing)
-    store_positions(spark, cfg, plan, clock)
+        parts, _ = write_decoded(spark, cfg, bootstrap, plan, missing, store)
+    store_positions(store, plan, clock)
     warning = (
         f"run {plan.run_id} stopped after writing data and before storing positions; finished it "
         f"(tables written now: {', '.join(missing) or 'none'}; positions stored)"
@@ -172,15 +176,17 @@ def ingest_offsets(
     clock: Clock = wall_clock_ms,
     *,
     mode: str = "topic",
+    tables: AuditTables | None = None,
 ) -> IngestResult:
     """One run of `ingest-offsets` in ``mode`` (config ``ingest.mode``): 'topic' reads
     `__consumer_offsets` (finish a crashed run, plan, write data idempotently, then positions,
     last); 'snapshot' records the groups' current offsets through the Admin API."""
     rid = run_id or new_run_id()
+    store = tables or AuditTables.from_config(cfg, spark)  # a nightly's or watch's, else the config's
     if mode == "snapshot":
-        return snapshot_offsets(spark, cfg, bootstrap, groups, rid, clock)
-    finished = finish_pending_run(spark, cfg, bootstrap, clock)
-    plan = plan_ingest(spark, cfg, bootstrap, rid, groups, clock)
+        return snapshot_offsets(spark, cfg, bootstrap, groups, rid, clock, store)
+    finished = finish_pending_run(spark, cfg, bootstrap, clock, store)
+    plan = plan_ingest(spark, cfg, bootstrap, rid, groups, clock, store)
     result = IngestResult(rid, "topic", tuple(groups), warnings=[*finished, *range_warnings(plan)])
     for w in result.warnings:
         log.warning("%s", w)
@@ -189,8 +195,8 @@ def ingest_offsets(
         rid, plan.topic, [r.partition for r in plan.ranges], plan.partition_count,
         sum(r.size for r in plan.ranges),
     )  # fmt: skip
-    parts, inserted = write_decoded(spark, cfg, bootstrap, plan)
-    positions = store_positions(spark, cfg, plan, clock)
+    parts, inserted = write_decoded(spark, cfg, bootstrap, plan, store=store)
+    positions = store_positions(store, plan, clock)
     total = total_progress(parts)
     log_progress(plan, parts, total)
     result.warnings.extend(_time_warnings(plan.topic, parts))

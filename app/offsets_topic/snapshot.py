@@ -21,8 +21,8 @@ from app.contracts.tables import GROUP_COMMITS_SCHEMA, conform, require_columns
 from app.kafka.clients import admin_client, is_retriable, raise_partition_errors, retry_kafka
 from app.offsets_topic.plan import Clock, IngestResult
 from app.offsets_topic.tables import GROUP_COMMITS
-from app.storage import facade
-from app.storage.tables import tables_from_config
+from app.routes import SPARK
+from app.storage.handles import AuditTables
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,13 @@ def committed_offsets(
 
 
 def snapshot_offsets(
-    spark: SparkSession, cfg: AppConfig, bootstrap: str, groups: Sequence[str], rid: str, clock: Clock
+    spark: SparkSession,
+    cfg: AppConfig,
+    bootstrap: str,
+    groups: Sequence[str],
+    rid: str,
+    clock: Clock,
+    store: AuditTables,
 ) -> IngestResult:
     """Snapshot mode: the current committed offsets, appended as record_kind 'snapshot'.
 
@@ -116,8 +122,8 @@ def snapshot_offsets(
         "metadata string, log_time_ms long"
     )
     df = spark.createDataFrame([(*o, now_ms) for o in offsets], schema)
-    path = tables_from_config(cfg).named(GROUP_COMMITS)
-    facade.append(spark, path, GROUP_COMMITS_SCHEMA, snapshot_to_group_commits(df, rid))
+    # A few Admin API rows, appended through Spark whatever the decode route: the Spark engine asked for.
+    store.group_commits.on(SPARK).append(snapshot_to_group_commits(df, rid))
     log.info("ingest %s: %d committed offsets of %d groups recorded", rid, len(offsets), len(chosen))
     result = IngestResult(rid, "snapshot", tuple(chosen))
     result.total = {"read": len(offsets), "decoded": len(offsets), "quarantined": 0}

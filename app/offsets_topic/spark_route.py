@@ -45,8 +45,8 @@ from app.offsets_topic.tables import (
     TABLE_KINDS,
     TABLE_SCHEMAS,
 )
-from app.storage import facade
-from app.storage.tables import tables_from_config
+from app.routes import SPARK
+from app.storage.handles import AuditTables
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +129,7 @@ def read_offsets_topic(
 
 
 def _append_decoded(
-    spark: SparkSession,
-    cfg: AppConfig,
+    store: AuditTables,
     plan: IngestPlan,
     decoded: DataFrame,
     counts: Sequence[ProgressRow],
@@ -141,16 +140,16 @@ def _append_decoded(
     inserted = {}
     marker = plan.marker()
     for name in DATA_TABLES:
-        path, schema, wanted = tables_from_config(cfg).named(name), TABLE_SCHEMAS[name], TABLE_KINDS[name]
+        table, wanted = store.named(name).on(SPARK), TABLE_KINDS[name]
         if name not in tables or kinds.isdisjoint(wanted):
             # decode_errors and, for offset-only committers, group_events are usually empty: no
             # commit for them. The table is still created for its readers.
-            facade.ensure(spark, path, schema)
+            table.ensure()
             inserted[name] = 0
             continue
         # Under (INGEST_TXN_APP_ID, seq): Delta skips the append if `seq` is already committed.
         rows = table_frame(decoded, name, plan.run_id)
-        facade.append_once(spark, path, schema, rows, INGEST_TXN_APP_ID, plan.seq, marker)
+        table.append_once(rows, INGEST_TXN_APP_ID, plan.seq, marker)
         inserted[name] = sum(n for _, kind, _, n, _ in counts if kind in wanted)
     return inserted
 
@@ -160,6 +159,7 @@ def write_decoded_on_spark(
     cfg: AppConfig,
     bootstrap: str,
     plan: IngestPlan,
+    store: AuditTables,
     tables: Collection[str] = DATA_TABLES,
 ) -> tuple[list[PartitionProgress], dict[str, int]]:
     """The Spark route of `run.write_decoded`: the plan's ranges read by Spark's Kafka source and
@@ -172,7 +172,7 @@ def write_decoded_on_spark(
     try:
         kafka_df = read_offsets_topic(spark, cfg, bootstrap, plan.to_read)
         with decoded_once(kafka_df, plan.groups) as (decoded, counts):
-            inserted = _append_decoded(spark, cfg, plan, decoded, counts, tables)
+            inserted = _append_decoded(store, plan, decoded, counts, tables)
     except InfrastructureError:
         raise
     except Exception as exc:

@@ -24,7 +24,8 @@ from app.quality.outcomes import CheckSummary
 from app.quality.runner import validate_suites
 from app.reconcile.outputs import latest_reconcile_run
 from app.routes import CHECK_DRIVER_MAX_ROWS
-from app.storage.tables import data_docs_dir, tables_from_config
+from app.storage.handles import AuditTables
+from app.storage.tables import data_docs_dir
 from checks.suites import Thresholds, all_suites
 
 
@@ -48,14 +49,16 @@ def run_checks(
     run_id: str,
     now: datetime | None = None,
     options: CheckOptions | None = None,
+    tables: AuditTables | None = None,
 ) -> CheckSummary:
-    """Read the audit tables, validate every suite, keep the outcomes and build Data Docs."""
+    """Read the audit tables (``tables``: a nightly's or watch's, else the config's), validate
+    every suite, keep the outcomes and build Data Docs."""
     check_run_id(run_id)
     opts = options or CheckOptions()
-    tables = tables_from_config(cfg)
+    tables = tables or AuditTables.from_config(cfg, spark)
     evaluated_at = now or datetime.now(UTC)
-    reconcile_run = opts.reconcile_run_id or latest_reconcile_run(spark, tables.audit_runs)
-    inputs = read_inputs(spark, cfg, opts.since, opts.driver_max_rows, reconcile_run)
+    reconcile_run = opts.reconcile_run_id or latest_reconcile_run(tables.audit_runs)
+    inputs = read_inputs(tables, cfg, opts.since, opts.driver_max_rows, reconcile_run)
     suites, docs = validate_suites(
         all_suites(thresholds(cfg.checks)),
         build_frames(inputs, reconcile_run, cfg.completeness.floor),
@@ -63,8 +66,8 @@ def run_checks(
         now=evaluated_at,
         data_docs_dir=data_docs_dir(cfg) if opts.build_docs else None,
     )
-    results_path = tables.validation_results if opts.write_results else None
+    results_path = tables.validation_results.location if opts.write_results else None
     summary = CheckSummary(run_id, evaluated_at, suites, reconcile_run, docs, results_path)
     if results_path and summary.outcomes:
-        write_results(spark, results_path, summary)
+        write_results(tables.validation_results, summary)
     return summary

@@ -21,34 +21,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from pyspark.sql import SparkSession
-from pyspark.sql.types import BooleanType, StringType, StructField, StructType, TimestampType
-
 from app.config import AppConfig
+from app.contracts.tables import VALIDATION_RESULTS_SCHEMA
 from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, EVENT_CHECKPOINT_SNAPSHOT
 from app.errors import UsageError
 from app.quality.engines import Relation, column_list, on_driver, run
 from app.quality.frames import CHECKPOINT_EVENT_COLUMNS, CheckInputs
 from app.quality.outcomes import CheckSummary
 from app.routes import DRIVER, check_route
-from app.storage import facade
-from app.storage.tables import tables_from_config
-
-# Outcomes of `check`, one row per expectation and run. Bookkeeping of this command, not a
-# CONTRACTS.md section 4 table (like reconcile's audit_runs).
-VALIDATION_RESULTS_SCHEMA: Final = StructType(
-    [
-        StructField("run_id", StringType(), False),
-        StructField("suite", StringType(), False),
-        StructField("table", StringType(), False),
-        StructField("expectation", StringType(), False),
-        StructField("kwargs", StringType(), True),  # JSON: the expectation's columns and bounds
-        StructField("severity", StringType(), False),
-        StructField("success", BooleanType(), False),
-        StructField("observed", StringType(), True),  # JSON: GE's result (counts, sample of bad values)
-        StructField("evaluated_at", TimestampType(), False),
-    ]
-)
+from app.storage.handles import AuditTables, TableHandle
 
 # A night's window starts this much before its reconcile window. A night validates every row
 # written before it reads the ledger, whatever its time, so only a row written after the previous
@@ -146,8 +127,7 @@ def summary_rows_of_run(reconcile_run_id: str | None) -> Read:
 
 
 def read_for_check(
-    spark: SparkSession,
-    path: str,
+    table: TableHandle,
     max_rows: int,
     read: Read | None = None,
     route_by: Read | None = None,
@@ -156,18 +136,18 @@ def read_for_check(
     says they are few, else a Spark DataFrame; None when there is no table yet. ``route_by`` counts
     other rows of the table for that choice: the rows a derived frame is made of can be many more
     than the frame's."""
-    dataset = facade.dataset(spark, path)
+    dataset = table.dataset()
     if dataset is None:
         return None
     wanted = read or Read()
     counted = route_by or wanted
     rows = on_driver(counted.count, {"stored": dataset}, counted.params).column("n")[0].as_py()
-    stored = dataset if check_route(rows, max_rows) == DRIVER else facade.load(spark, path)
+    stored = dataset if check_route(rows, max_rows) == DRIVER else table.load()
     return run(wanted.select, {"stored": stored}, wanted.params)
 
 
 def read_inputs(
-    spark: SparkSession,
+    t: AuditTables,
     cfg: AppConfig,
     since: datetime | None,
     max_rows: int,
@@ -180,25 +160,23 @@ def read_inputs(
     The checkpoint events take the window's route: the completion frame has a row per checkpoint
     of the window, however many events the look-back holds (a few narrow columns, which the
     driver aggregates in DuckDB)."""
-    t = tables_from_config(cfg)
     start = None if since is None else since - WINDOW_OVERLAP
     look_back = None if start is None else start - timedelta(days=cfg.reconcile.baseline_lookback_days)
     window = ledger_window(start)
     return CheckInputs(
-        ledger=read_for_check(spark, t.ledger, max_rows, window),
+        ledger=read_for_check(t.ledger, max_rows, window),
         checkpoints=read_for_check(
-            spark,
             t.ledger,
             max_rows,
             checkpoint_events(look_back),
             route_by=None if start is None else window,
         ),
-        group_commits=read_for_check(spark, t.group_commits, max_rows, commits_window(start)),
-        findings=read_for_check(spark, t.findings, max_rows),
+        group_commits=read_for_check(t.group_commits, max_rows, commits_window(start)),
+        findings=read_for_check(t.findings, max_rows),
         partition_summary=read_for_check(
-            spark, t.partition_summary, max_rows, summary_rows_of_run(reconcile_run_id)
+            t.partition_summary, max_rows, summary_rows_of_run(reconcile_run_id)
         ),
-        completeness=read_for_check(spark, t.completeness, max_rows, completeness_window(start)),
+        completeness=read_for_check(t.completeness, max_rows, completeness_window(start)),
         since=start,
     )
 
@@ -229,11 +207,9 @@ def result_rows(summary: CheckSummary) -> list[tuple[Any, ...]]:
     ]
 
 
-def write_results(spark: SparkSession, path: str, summary: CheckSummary) -> None:
+def write_results(validation_results: TableHandle, summary: CheckSummary) -> None:
     """Replace this run's rows in one commit, so a re-run of the same run id never doubles them;
     delta-rs commits them from the driver (no Spark job for a few dozen rows)."""
     names = VALIDATION_RESULTS_SCHEMA.fieldNames()
     rows = [dict(zip(names, r, strict=True)) for r in result_rows(summary)]
-    facade.replace_where(
-        spark, path, VALIDATION_RESULTS_SCHEMA, rows, f"run_id = '{check_run_id(summary.run_id)}'"
-    )
+    validation_results.replace_where(rows, f"run_id = '{check_run_id(summary.run_id)}'")

@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from app.config import ReconcileConfig
@@ -18,21 +17,20 @@ from app.contracts.instants import instant
 from app.contracts.tables import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA
 from app.reconcile import findings as rc
 from app.reconcile.ledger import audit as la
-from app.storage import facade
-from app.storage.tables import Tables
+from app.storage.handles import AuditTables, TableHandle
 
 log = logging.getLogger(__name__)
 
 
 def read_ledger_rows(
-    spark: SparkSession, path: str, window: rc.AuditWindow, jobs: Sequence[str], lookback_days: int
+    ledger: TableHandle, window: rc.AuditWindow, jobs: Sequence[str], lookback_days: int
 ) -> pa.Table:
     """The window's ledger (with its look-back) as one Arrow table for the driver-side analysis.
 
     delta-rs reads it, on every storage (about half a second for 800K rows, where a first Spark
     read plus conversion took 13 s).
     """
-    dataset = facade.dataset(spark, path)
+    dataset = ledger.dataset()
     if dataset is None:
         return to_arrow_schema(LEDGER_SCHEMA).empty_table()
     keep = pc.scalar(True)
@@ -44,10 +42,10 @@ def read_ledger_rows(
 
 
 def read_group_commit_rows(
-    spark: SparkSession, path: str, window: rc.AuditWindow, groups: Sequence[str], lookback_days: int
+    group_commits: TableHandle, window: rc.AuditWindow, groups: Sequence[str], lookback_days: int
 ) -> pa.Table:
     """The groups' commits (with the look-back) as one Arrow table, read as read_ledger_rows."""
-    dataset = facade.dataset(spark, path)
+    dataset = group_commits.dataset()
     if dataset is None or not groups:
         return to_arrow_schema(GROUP_COMMITS_SCHEMA).empty_table()
     wanted = pc.field("group_id").isin(list(groups))
@@ -69,17 +67,16 @@ def match_rules(r: ReconcileConfig) -> rc.MatchRules:
     return rc.MatchRules(r.commit_match_window_s, r.clock_skew_s, r.run_silence_s)
 
 
-def last_ingest_time(spark: SparkSession, path: str) -> datetime | None:
+def last_ingest_time(ingest_positions: TableHandle) -> datetime | None:
     """When ingest-offsets last stored its positions: group_commits holds every commit made
     before then, which is what lets a stopped job's last checkpoints be judged."""
-    rows = facade.read_columns(spark, path, ["updated_at"]) or []
+    rows = ingest_positions.read_columns(["updated_at"]) or []
     times = [instant(r["updated_at"]) for r in rows if r["updated_at"] is not None]
     return max(times, default=None)
 
 
 def open_ledger_audit(
-    spark: SparkSession,
-    tables: Tables,
+    tables: AuditTables,
     window: rc.AuditWindow,
     rules: rc.MatchRules,
     jobs: Sequence[str],
@@ -89,9 +86,9 @@ def open_ledger_audit(
     """The window's ledger and the group's commits, read once and loaded for the driver-side
     analysis (app.reconcile.ledger.audit): they are small next to the sink, which alone Spark scans."""
     started = time.monotonic()
-    ledger = read_ledger_rows(spark, tables.ledger, window, jobs, lookback_days)
+    ledger = read_ledger_rows(tables.ledger, window, jobs, lookback_days)
     group_list = sorted(set(groups) or la.ledger_groups(ledger))
-    commits = read_group_commit_rows(spark, tables.group_commits, window, group_list, lookback_days)
+    commits = read_group_commit_rows(tables.group_commits, window, group_list, lookback_days)
     log.info(
         "ledger window: %d ledger rows, %d group commits of %d group(s), read in %.1fs",
         ledger.num_rows,
@@ -99,4 +96,4 @@ def open_ledger_audit(
         len(group_list),
         time.monotonic() - started,
     )
-    return la.LedgerAudit(ledger, commits, window, rules, last_ingest_time(spark, tables.ingest_positions))
+    return la.LedgerAudit(ledger, commits, window, rules, last_ingest_time(tables.ingest_positions))

@@ -9,14 +9,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
 from app.contracts.findings import StoredFinding
 from app.contracts.instants import instant
-from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA, RESTARTS_SCHEMA
+from app.contracts.tables import AUDIT_RUNS_SCHEMA
 from app.contracts.vocabulary import (
     COMMAND_RECONCILE,
     RUN_FAILED,
@@ -25,25 +25,19 @@ from app.contracts.vocabulary import (
     RUN_SUCCEEDED,
 )
 from app.reconcile import findings as rc
-from app.storage import facade
-from app.storage.backend import StorageSettings
-from app.storage.tables import Tables, tables_from_config
+from app.storage.handles import AuditTables, TableHandle
 
 log = logging.getLogger(__name__)
 
 
-RESTARTS_KEY: Final = ("job_name", "run_id", "topic", "partition")
-
-
-def merge_findings(spark: SparkSession, path: str, findings: Sequence[StoredFinding]) -> None:
+def merge_findings(findings_table: TableHandle, findings: Sequence[StoredFinding]) -> None:
     """Upsert by finding_id: a re-run updates what it sees again and keeps the first detected_at."""
-    rows = [f.to_row() for f in findings]
-    facade.merge(spark, path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
+    findings_table.merge([f.to_row() for f in findings], keep=("detected_at",))
 
 
-def merge_restarts(spark: SparkSession, path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+def merge_restarts(restarts: TableHandle, rows: Sequence[Mapping[str, Any]]) -> None:
     """Upsert restarts by (job, run, topic, partition): a re-run replaces what it classified before."""
-    facade.merge(spark, path, RESTARTS_SCHEMA, rows, RESTARTS_KEY)
+    restarts.merge(rows)
 
 
 @dataclass(frozen=True)
@@ -63,21 +57,26 @@ class AuditRun:
 class AuditScope:
     """An AuditRun resolved against the config and the previous runs."""
 
-    tables: Tables
+    tables: AuditTables
     jobs: list[str]
     window: rc.AuditWindow
 
 
-def resolve_scope(spark: SparkSession, cfg: AppConfig, run: AuditRun, command: str) -> AuditScope:
-    tables = tables_from_config(cfg, run.sink_override)
+def resolve_scope(
+    spark: SparkSession, cfg: AppConfig, run: AuditRun, command: str, tables: AuditTables | None = None
+) -> AuditScope:
+    """The run against the config: ``tables`` those of the caller's run (a nightly's, watch's), else
+    the config's with the run's ``--sink``."""
+    if tables is None or run.sink_override:
+        tables = AuditTables.from_config(cfg, spark, run.sink_override)
     jobs = sorted(set(run.jobs) or set(cfg.reconcile.jobs))
-    since = run.since if run.since is not None else last_window_end(spark, tables.audit_runs, command, jobs)
+    since = run.since if run.since is not None else last_window_end(tables.audit_runs, command, jobs)
     return AuditScope(tables, jobs, rc.AuditWindow(until=run.until or run.now, since=since))
 
 
-def last_window_end(spark: SparkSession, path: str, command: str, jobs: Sequence[str]) -> datetime | None:
+def last_window_end(audit_runs: TableHandle, command: str, jobs: Sequence[str]) -> datetime | None:
     """Where the previous successful run of ``command`` over the same jobs stopped."""
-    runs = facade.read_columns(spark, path, ["command", "status", "jobs", "window_end"]) or []
+    runs = audit_runs.read_columns(["command", "status", "jobs", "window_end"]) or []
     ends = [
         instant(r["window_end"])
         for r in runs
@@ -86,18 +85,17 @@ def last_window_end(spark: SparkSession, path: str, command: str, jobs: Sequence
     return max(ends, default=None)
 
 
-def latest_reconcile_run(storage: StorageSettings, path: str) -> str | None:
-    """The newest successful reconcile run in audit_runs at ``path``, or None before the first;
-    read on the driver (no Spark job for a few run records). Its findings and partition summaries
-    are the latest state the check validates and the dashboard shows."""
-    runs = facade.read_columns(storage, path, ["run_id", "command", "status", "finished_at"]) or []
+def latest_reconcile_run(audit_runs: TableHandle) -> str | None:
+    """The newest successful reconcile run in ``audit_runs``, or None before the first; read on the
+    driver (no Spark job for a few run records). Its findings and partition summaries are the
+    latest state the check validates and the dashboard shows."""
+    runs = audit_runs.read_columns(["run_id", "command", "status", "finished_at"]) or []
     done = [r for r in runs if r["command"] == COMMAND_RECONCILE and r["status"] == RUN_SUCCEEDED]
     latest = max(done, key=lambda r: (instant(r["finished_at"]), r["run_id"]), default=None)
     return None if latest is None else str(latest["run_id"])
 
 
 def record_run(
-    spark: SparkSession,
     scope: AuditScope,
     run: AuditRun,
     command: str,
@@ -119,43 +117,36 @@ def record_run(
         finished_at,
         status,
     )
-    facade.merge(
-        spark,
-        scope.tables.audit_runs,
-        AUDIT_RUNS_SCHEMA,
-        [dict(zip(AUDIT_RUNS_SCHEMA.fieldNames(), row, strict=True))],
-        ("run_id", "command"),
-    )
+    scope.tables.audit_runs.merge([dict(zip(AUDIT_RUNS_SCHEMA.fieldNames(), row, strict=True))])
 
 
-def confirm_runs(spark: SparkSession, path: str, run_id: str) -> int:
+def confirm_runs(audit_runs: TableHandle, run_id: str) -> int:
     """Mark the ``pending`` runs recorded under ``run_id`` succeeded (a nightly whose every step
     finished); returns how many."""
-    names = AUDIT_RUNS_SCHEMA.fieldNames()
-    rows = facade.read_columns(spark, path, names) or []
+    rows = audit_runs.read_columns(AUDIT_RUNS_SCHEMA.fieldNames()) or []
     pending = [
         {**r, "status": RUN_SUCCEEDED} for r in rows if r["run_id"] == run_id and r["status"] == RUN_PENDING
     ]
-    facade.merge(spark, path, AUDIT_RUNS_SCHEMA, pending, ("run_id", "command"))
+    audit_runs.merge(pending)
     return len(pending)
 
 
-def record_failed_run(spark: SparkSession, scope: AuditScope, run: AuditRun, command: str) -> None:
+def record_failed_run(scope: AuditScope, run: AuditRun, command: str) -> None:
     """Best effort: the run failed, and the storage that failed it may fail this write too."""
     try:
-        record_run(spark, scope, run, command, datetime.now(UTC), RUN_FAILED)
+        record_run(scope, run, command, datetime.now(UTC), RUN_FAILED)
     except Exception:  # broad on purpose: the original failure is what the caller reports
         log.warning("could not record the failed %s run %s", command, run.run_id, exc_info=True)
 
 
-def drop_orphan_summaries(spark: SparkSession, tables: Tables) -> None:
+def drop_orphan_summaries(tables: AuditTables) -> None:
     """Remove partition_summary rows of reconcile runs that never finished (killed midway)."""
-    summary = facade.read_columns(spark, tables.partition_summary, ["reconcile_run_id"])
+    summary = tables.partition_summary.read_columns(["reconcile_run_id"])
     if not summary:
         return
-    runs = facade.read_columns(spark, tables.audit_runs, ["run_id", "command"]) or []
+    runs = tables.audit_runs.read_columns(["run_id", "command"]) or []
     done = {r["run_id"] for r in runs if r["command"] == COMMAND_RECONCILE}
     orphans = {r["reconcile_run_id"] for r in summary} - done
     if orphans:
         log.info("removing the partition summaries of %d unfinished run(s)", len(orphans))
-        facade.delete(spark, tables.partition_summary, "reconcile_run_id", orphans)
+        tables.partition_summary.delete("reconcile_run_id", orphans)

@@ -68,8 +68,7 @@ from app.reconcile.sink.coordinates import (
     sink_columns,
 )
 from app.reconcile.sink.offsets import PartitionSink
-from app.storage import facade
-from app.storage.tables import Tables
+from app.storage.handles import AuditTables
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +127,7 @@ def run_reconcile(
     run: AuditRun,
     confirmer: GapConfirmer | None = None,
     times: SourceTimes | None = None,
+    tables: AuditTables | None = None,
 ) -> ReconcileResult:
     """The whole reconciliation: read, detect, confirm gaps, MERGE findings, write partition_summary.
 
@@ -139,21 +139,21 @@ def run_reconcile(
     """
     started = time.monotonic()
     r = cfg.reconcile
-    scope = resolve_scope(spark, cfg, run, COMMAND_RECONCILE)
+    scope = resolve_scope(spark, cfg, run, COMMAND_RECONCILE, tables)
     tables, job_list, window, now, run_id = scope.tables, scope.jobs, scope.window, run.now, run.run_id
     rules = match_rules(r)
     result = ReconcileResult(run_id=run_id, window=window, jobs=job_list)
     try:
-        audit = open_ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
+        audit = open_ledger_audit(tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
         try:
             _reconcile_inputs(_Pass(spark, cfg, tables, audit, result, now, confirmer, times))
         finally:
             audit.close()
     except Exception as exc:  # broad on purpose: a run that could not see is recorded, then re-raised
         if error_kind(exc) != "usage":  # a usage error (a missing sink) writes nothing at all
-            record_failed_run(spark, scope, run, COMMAND_RECONCILE)
+            record_failed_run(scope, run, COMMAND_RECONCILE)
         raise
-    record_run(spark, scope, run, COMMAND_RECONCILE, now + timedelta(seconds=time.monotonic() - started))
+    record_run(scope, run, COMMAND_RECONCILE, now + timedelta(seconds=time.monotonic() - started))
     result.seconds = time.monotonic() - started
     return result
 
@@ -164,7 +164,7 @@ class _Pass:
 
     spark: SparkSession
     cfg: AppConfig
-    tables: Tables
+    tables: AuditTables
     audit: la.LedgerAudit
     result: ReconcileResult
     now: datetime
@@ -173,7 +173,7 @@ class _Pass:
 
 
 def _reconcile_inputs(p: _Pass) -> None:
-    spark, tables, audit, result, now = p.spark, p.tables, p.audit, p.result, p.now
+    tables, audit, result, now = p.tables, p.audit, p.result, p.now
     started = time.monotonic()
     ledger_local = rc.finalize_findings(audit.all_findings(), result.run_id, now)
     log.info("ledger and commit findings: %d in %.1fs", len(ledger_local), time.monotonic() - started)
@@ -181,17 +181,17 @@ def _reconcile_inputs(p: _Pass) -> None:
     local = rc.one_per_finding_id([*ledger_local, *sink_local])
     jobs = sorted({r.job_name for r in ranges} | {f.job_name for f in local if f.job_name})
     # Open incidents keep their earlier windows' findings; only this run's findings are stored.
-    earlier = open_incident_findings(spark, tables, jobs, {f.finding_id for f in local})
+    earlier = open_incident_findings(tables, jobs, {f.finding_id for f in local})
     found = incidents.group_findings([*local, *earlier])
     built = incidents.to_incidents(found, result.run_id, _completed_offsets(ranges))
-    result.incidents = incidents.carry_resolution(built, resolved_incidents(spark, tables))
+    result.incidents = incidents.carry_resolution(built, resolved_incidents(tables))
     settled = incidents.settled_findings(built, result.incidents)
     result.audited_jobs = jobs
     windows = _completeness(p, local)
     # Everything is known before the first write: a failure above leaves the tables untouched.
-    drop_orphan_summaries(spark, tables)
-    merge_findings(spark, tables.findings, local)
-    merge_incidents(spark, tables.incidents, result.incidents)
+    drop_orphan_summaries(tables)
+    merge_findings(tables.findings, local)
+    merge_incidents(tables.incidents, result.incidents)
     result.top = sorted(local, key=rc.finding_order)[:10]
     by_type: dict[tuple[str, str, int], dict[str, int]] = defaultdict(dict)
     for f in local:
@@ -207,9 +207,9 @@ def _reconcile_inputs(p: _Pass) -> None:
         rng.job_name for rng in ranges if p.cfg.reconcile.sink_mode_for(rng.job_name) != SINK_COORDINATES
     }
     summary = _Summary(ranges, stats, by_type, audit.latest_commits(), frozenset(uncounted))
-    _write_summary(spark, tables, result.run_id, summary)
+    _write_summary(tables, result.run_id, summary)
     if windows is not None:
-        result.completeness_windows = store_completeness(spark, tables, windows)
+        result.completeness_windows = store_completeness(tables, windows)
 
 
 def _completeness(p: _Pass, local: Sequence[StoredFinding]) -> list[dict[str, Any]] | None:
@@ -256,12 +256,13 @@ def _sink_and_restart_findings(
         if mode == SINK_DELTA_BATCHES:
             sink_rows += _delta_batch_findings(p, job)
             continue
-        df = facade.scan(spark, tables.sink_for(job))
+        sink_table = tables.sink_for(job)
+        df = sink_table.scan()
         if df is None:
             # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
             raise ConfigError(
                 tables.sink_key_for(job),
-                f"no Delta table at {tables.sink_for(job)} (the sink of job {job}); nothing was written",
+                f"no Delta table at {sink_table.location} (the sink of job {job}); nothing was written",
             )
         sink = SinkReader(df, cols)
         outcome = examine_sink(spark, sink, by_job.get(job, []), active.get(job))
@@ -310,12 +311,12 @@ def _judged_from_source(cfg: AppConfig, restart: Mapping[str, Any]) -> bool:
 
 def _delta_batch_findings(p: _Pass, job: str) -> list[Finding]:
     """``job``'s completed batches against its Delta sink's commits (app.reconcile.sink.batches)."""
-    r, window, path = p.cfg.reconcile, p.audit.window, p.tables.sink_for(job)
+    r, window, sink = p.cfg.reconcile, p.audit.window, p.tables.sink_for(job)
     since = None if window.since is None else window.since - timedelta(days=r.baseline_lookback_days)
-    log_ = facade.sink_log(p.spark, path, since)
+    log_ = sink.sink_log(since)
     if log_ is None:
         # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
-        where = f"no Delta table at {path} (the sink of job {job}); nothing was written"
+        where = f"no Delta table at {sink.location} (the sink of job {job}); nothing was written"
         raise ConfigError(p.tables.sink_key_for(job), where)
     checkpoints = [c for c in p.audit.checkpoints() if c["job_name"] == job]
     fixed = r.sink_app_id_by_job.get(job)
@@ -378,7 +379,7 @@ class _Summary:
     uncounted: frozenset[str]
 
 
-def _write_summary(spark: SparkSession, tables: Tables, run_id: str, summary: _Summary) -> None:
+def _write_summary(tables: AuditTables, run_id: str, summary: _Summary) -> None:
     ranges, stats, by_type, latest = summary.ranges, summary.stats, summary.by_type, summary.latest
     rows = []
     for rng in ranges:
@@ -417,9 +418,4 @@ def _write_summary(spark: SparkSession, tables: Tables, run_id: str, summary: _S
         )
     # One append is one Delta commit: a run killed before it leaves nothing half-written.
     names = PARTITION_SUMMARY_SCHEMA.fieldNames()
-    facade.append(
-        spark,
-        tables.partition_summary,
-        PARTITION_SUMMARY_SCHEMA,
-        [dict(zip(names, row, strict=True)) for row in rows],
-    )
+    tables.partition_summary.append([dict(zip(names, row, strict=True)) for row in rows])

@@ -30,9 +30,8 @@ from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, SEVERITIES
 from app.incidents.incident import StoredIncident, incident_order
 from app.reconcile.outputs import latest_reconcile_run
 from app.report import render as rp
-from app.storage import facade
-from app.storage.backend import StorageSettings
-from app.storage.tables import data_docs_dir, tables_from_config
+from app.storage.handles import AuditTables, TableHandle
+from app.storage.tables import data_docs_dir
 
 log = logging.getLogger(__name__)
 
@@ -61,34 +60,33 @@ class ReportTables:
 
 
 def _read(
-    storage: StorageSettings,
-    path: str,
+    table_: TableHandle,
     columns: Sequence[str] | None = None,
     where: pc.Expression | None = None,
 ) -> pa.Table | None:
-    dataset = facade.dataset(storage, path)
+    dataset = table_.dataset()
     if dataset is None:
         return None
     table: pa.Table = dataset.to_table(columns=None if columns is None else list(columns), filter=where)
     return table
 
 
-def recent_windows(storage: StorageSettings, path: str, since: datetime) -> pa.Table | None:
+def recent_windows(completeness: TableHandle, since: datetime) -> pa.Table | None:
     """The completeness rows of the windows starting at ``since`` or later (``WINDOW_COLUMNS``),
     None when there is no table yet. The filter is pushed down to the files' statistics, so the
     read is bounded by the recent windows, not by the table's history."""
     start = pa.scalar(since.astimezone(UTC), type=pa.timestamp("us", tz="UTC"))
-    return _read(storage, path, WINDOW_COLUMNS, pc.field("window_start") >= start)
+    return _read(completeness, WINDOW_COLUMNS, pc.field("window_start") >= start)
 
 
-def run_summary(storage: StorageSettings, path: str, reconcile_run: str | None) -> pa.Table | None:
+def run_summary(partition_summary: TableHandle, reconcile_run: str | None) -> pa.Table | None:
     """The partition_summary rows the dashboard shows: ``reconcile_run``'s alone, else (no reconcile
     run succeeded yet) every row, for `latest_summary` to pick each partition's most advanced. A
     watch appends a run's rows every minute: the files whose statistics rule the run out are not
     opened (each run appends one; compacted history holds older, lower run ids of a watch)."""
     if reconcile_run is None:
-        return _read(storage, path)
-    return facade.rows_with(storage, path, "reconcile_run_id", reconcile_run)
+        return _read(partition_summary)
+    return partition_summary.rows_with("reconcile_run_id", reconcile_run)
 
 
 def window_rows(windows: pa.Table) -> list[dict[str, Any]]:
@@ -102,10 +100,9 @@ def window_rows(windows: pa.Table) -> list[dict[str, Any]]:
 
 
 def read_tables(
-    storage: StorageSettings, cfg: AppConfig, now: datetime | None = None, reconcile_run: str | None = None
+    t: AuditTables, cfg: AppConfig, now: datetime | None = None, reconcile_run: str | None = None
 ) -> ReportTables:
     """The rows the report shows; of partition_summary, ``reconcile_run``'s (`run_summary`)."""
-    t = tables_from_config(cfg)
     since = (now or datetime.now(UTC)) - timedelta(hours=cfg.report.window_hours)
     completed = (
         (pc.field("event_type") == EVENT_CHECKPOINT_COMPLETED)
@@ -113,13 +110,13 @@ def read_tables(
         & pc.field("checkpoint_id").is_valid()
     )
     return ReportTables(
-        ledger=_read(storage, t.ledger, _CHECKPOINT_COLUMNS, completed),
-        findings=_read(storage, t.findings),
-        partition_summary=run_summary(storage, t.partition_summary, reconcile_run),
-        restarts=_read(storage, t.restarts),
-        validation_results=_read(storage, t.validation_results),
-        incidents=_read(storage, t.incidents),
-        windows=recent_windows(storage, t.completeness, since),
+        ledger=_read(t.ledger, _CHECKPOINT_COLUMNS, completed),
+        findings=_read(t.findings),
+        partition_summary=run_summary(t.partition_summary, reconcile_run),
+        restarts=_read(t.restarts),
+        validation_results=_read(t.validation_results),
+        incidents=_read(t.incidents),
+        windows=recent_windows(t.completeness, since),
     )
 
 
@@ -278,15 +275,15 @@ def docs_href(docs_index: Path, report_path: Path) -> str | None:
 
 
 def gather(
-    storage: StorageSettings,
+    audit_tables: AuditTables,
     cfg: AppConfig,
     run_id: str,
     output: Path,
     now: datetime | None = None,
     tables: ReportTables | None = None,
 ) -> rp.ReportData:
-    reconcile_run = latest_reconcile_run(storage, tables_from_config(cfg).audit_runs)
-    t = tables or read_tables(storage, cfg, now, reconcile_run)
+    reconcile_run = latest_reconcile_run(audit_tables.audit_runs)
+    t = tables or read_tables(audit_tables, cfg, now, reconcile_run)
     notes = [
         f"table {name} does not exist yet: its section is empty"
         for name, df in (
@@ -337,7 +334,7 @@ def report_path(cfg: AppConfig) -> Path:
 
 
 def build_report(
-    storage: StorageSettings,
+    tables: AuditTables,
     cfg: AppConfig,
     run_id: str,
     output: Path | None = None,
@@ -345,7 +342,7 @@ def build_report(
 ) -> Path:
     """Gather, render and write the dashboard; returns the HTML file's path."""
     path = output or report_path(cfg)
-    data = gather(storage, cfg, run_id, path, now)
+    data = gather(tables, cfg, run_id, path, now)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(rp.render_html(data), encoding="utf-8")
     log.info("report written to %s", path)

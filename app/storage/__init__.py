@@ -1,1 +1,1 @@
-"""The Delta facade and table locations: how every stage reads and writes its tables."""
+"""Table locations, table handles and each table's engine: how every stage reads and writes its tables."""

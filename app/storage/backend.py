@@ -11,8 +11,8 @@ group commits the reconciliation analyses on the driver in Arrow, and the small 
 (findings, incidents, restarts and ingest positions MERGEd, partition summaries and run records
 appended), and the reads of the checks' small tables and of the dashboard. That split holds on
 local files and on object storage alike; this module is the only one that opens a table with
-delta-rs (``delta_rows`` and ``facade`` go through `open_table` and `location`), and no module
-outside this package writes a Delta table but through ``facade``.
+delta-rs (``delta_rows``, ``maintenance`` and ``handles`` go through `open_table` and `location`),
+and no module outside this package writes a Delta table but through a table's handle (``handles``).
 
 delta-rs reaches object storage with the settings Spark uses. For s3a:// it takes the ``fs.s3a.*``
 properties and translates them into its own storage options: from the Hadoop configuration of a

@@ -42,7 +42,6 @@ from app import __version__
 from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
-from app.contracts.tables import SINK_SCHEMA
 from app.errors import InfrastructureError
 from app.kafka.clients import librdkafka_conf, spark_kafka_options
 from app.kafka.commit import (
@@ -55,8 +54,7 @@ from app.kafka.commit import (
     watermarks,
 )
 from app.kafka.commit_outcome import CommitFn
-from app.storage import facade
-from app.storage.tables import tables_from_config
+from app.storage.handles import AuditTables
 from app.stream.batch_gate import BatchGate
 from app.stream.checkpoint import (
     COMMITS,
@@ -218,9 +216,10 @@ class StreamJob:
         self.run_id = run_id or f"run-{utc_now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
         self._events = EventSource(self.scfg.job_name, self.run_id, ENGINE, self.scfg.group_id)
         self.clock = clock
-        tables = tables_from_config(cfg)
-        self.sink_path = tables.sink_for(self.scfg.job_name)
-        self.ledger_path = tables.ledger
+        tables = AuditTables.from_config(cfg, spark)
+        self.sink = tables.sink_for(self.scfg.job_name)
+        self.sink_path = self.sink.location
+        self.ledger_path = tables.ledger.location
         self.checkpoint_dir = self.scfg.checkpoint_dir or cfg.paths.under("checkpoints", self.scfg.job_name)
         self._checkpoint = CheckpointFiles(spark, self.checkpoint_dir)
         self._ledger = LedgerWriter(spark, self.ledger_path, self.scfg.job_name, self.run_id)
@@ -407,7 +406,7 @@ class StreamJob:
     def _write_sink(self, batch_df: DataFrame, batch_id: int) -> None:
         rows = to_sink_rows(batch_df, batch_id, self.run_id)
         app_id = f"offset-audit/{self.scfg.job_name}/{self._query_scope()}/sink"
-        facade.append_once(self.spark, self.sink_path, SINK_SCHEMA, rows, app_id, batch_id)
+        self.sink.append_once(rows, app_id, batch_id)
 
     def _batch_done(self, batch_id: int) -> None:
         self._batches += 1
@@ -433,7 +432,7 @@ class StreamJob:
     # --- run -------------------------------------------------------------------------------------
     def run(self, stop: StopWhen) -> StreamResult:
         self._ledger.ensure()
-        facade.ensure(self.spark, self.sink_path, SINK_SCHEMA)
+        self.sink.ensure()
         kconf = librdkafka_conf(self.cfg.kafka, self.bootstrap)
         meta_consumer = committing_consumer(kconf, self.scfg.group_id)
         commit_consumer, commit_fn = open_commit_client(

@@ -18,10 +18,11 @@ A start's questions (`facts`) read only the event_date partitions of the batches
 still holds (from the day before Spark wrote the oldest one, `checkpoint.ledger_since`), not the
 job's whole history: with 30 days retained that history is tens of millions of rows.
 
-Every write and read goes through delta-rs on the driver (`storage.facade` picks it for the
-ledger): a Spark append of a few rows is a Spark job plus a snapshot reconstruction, about a second
-on a small machine, waiting for a task slot behind the sink's write; delta-rs writes the same Delta
-protocol (the same `txn` action, which Spark's idempotent writes honour too) in milliseconds.
+Every write and read goes through delta-rs on the driver (`storage.facade.engine_for` names it
+for the ledger, whose handle this writer holds): a Spark append of a few rows is a Spark job plus a
+snapshot reconstruction, about a second on a small machine, waiting for a task slot behind the
+sink's write; delta-rs writes the same Delta protocol (the same `txn` action, which Spark's
+idempotent writes honour too) in milliseconds.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import LedgerEvent, TopicPartitionKey
 from app.contracts.tables import LEDGER_SCHEMA
-from app.storage import backend, facade
+from app.storage import backend
+from app.storage.handles import open_handle
 from app.stream.startup import LedgerFacts
 
 log = logging.getLogger(__name__)
@@ -116,6 +118,7 @@ class LedgerWriter:
     ) -> None:
         self.storage = storage
         self.location = location
+        self.table = open_handle("ledger", location, storage)
         self.job_name = job_name
         self.run_id = run_id
         self.scope = scope or run_id
@@ -126,7 +129,7 @@ class LedgerWriter:
 
     def ensure(self) -> None:
         """Create the ledger with its contract (schema, event_date partitions, append-only) if missing."""
-        facade.ensure(self.storage, self.location, LEDGER_SCHEMA)
+        self.table.ensure()
 
     def write(self, events: Sequence[LedgerEvent], batch_id: int) -> bool:
         """One Delta commit for a micro-batch's events; a retry of the same batch id writes nothing
@@ -136,9 +139,7 @@ class LedgerWriter:
         batch = pa.RecordBatch.from_pylist(
             [e.to_row() for e in events], schema=to_arrow_schema(LEDGER_SCHEMA)
         )
-        written = facade.append_once(
-            self.storage, self.location, LEDGER_SCHEMA, [batch], self.app_id, batch_id, create=False
-        )
+        written = self.table.append_once([batch], self.app_id, batch_id, create=False)
         if not written:
             log.info("ledger already holds batch %d of %s: retry writes nothing", batch_id, self.app_id)
         return written
@@ -151,11 +152,11 @@ class LedgerWriter:
             return 0
         runs = sorted({e.run_id for e in events})
         where = (pc.field("job_name") == self.job_name) & pc.field("run_id").isin(runs)
-        stored = facade.rows(self.storage, self.location, where, columns=KEY_COLUMNS)
+        stored = self.table.rows(where, columns=KEY_COLUMNS)
         held = {row_key(r) for r in stored.to_pylist()} if stored is not None else set()
         fresh = [e for e in events if row_key(e.to_row()) not in held]
         if fresh:
-            facade.append(self.storage, self.location, LEDGER_SCHEMA, [e.to_row() for e in fresh])
+            self.table.append([e.to_row() for e in fresh])
         return len(fresh)
 
     # --- what a start asks of the job's earlier runs -------------------------------------------
@@ -166,7 +167,7 @@ class LedgerWriter:
         where = (pc.field("job_name") == self.job_name) & pc.field("event_type").isin(list(event_types))
         # event_date is the partition column: the days before ``since`` are never opened.
         prune = None if since is None else pc.field("event_date") >= since
-        return facade.rows(self.storage, self.location, where, prune, columns=["job_name", *columns])
+        return self.table.rows(where, prune, columns=["job_name", *columns])
 
     def facts(self, since: date | None = None, oldest_batch: int | None = None) -> LedgerFacts:
         """What the ledger says about the job's checkpoints: recorded snapshots and completions,

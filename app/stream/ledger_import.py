@@ -34,10 +34,10 @@ from app import __version__
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import UsageError
-from app.storage import facade
 from app.storage.backend import StorageSettings
 from app.storage.driver_files import DriverDirectory, driver_readable
 from app.storage.files import modification_time_ms, read_text
+from app.storage.handles import open_handle
 from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events, batch_ids, parse_query_id
 from app.stream.ledger import LedgerWriter, QueryRecord
 from app.stream.sink_evidence import SinkCounts, SinkEvidence, no_commits_of, require_commits, sink_counts
@@ -151,7 +151,7 @@ def check_inputs(
     if sink is None:
         return
     app_id = sink_app_id or parse_query_id(metadata)
-    held = facade.sink_holds_txn_of(storage, sink, app_id)
+    held = open_handle("sink", sink, storage).holds_txn_of(app_id)
     if held is None:
         raise no_sink_table(sink)
     if not held and batch_ids(checkpoint.names(COMMITS)):
@@ -265,7 +265,7 @@ def import_checkpoint(
 
 def read_sink(storage: StorageSettings, path: str, app_id: str) -> SinkEvidence:
     """The sink's log, for the commits of ``app_id``; a UsageError when ``path`` is no Delta table."""
-    log_ = facade.sink_log(storage, path)
+    log_ = open_handle("sink", path, storage).sink_log()
     if log_ is None:
         raise no_sink_table(path)
     return SinkEvidence.of(path, app_id, log_)

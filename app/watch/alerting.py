@@ -13,10 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.contracts.tables import ALERT_STATE_SCHEMA
 from app.incidents.incident import IncidentSummary, StoredIncident
-from app.storage import facade
-from app.storage.backend import StorageSettings
+from app.storage.handles import TableHandle
 
 
 def fingerprint(incident: StoredIncident) -> str:
@@ -62,15 +60,15 @@ def due_alerts(incidents: Sequence[StoredIncident], sent: Mapping[str, str]) -> 
     return DueAlerts(tuple(opened), tuple(changed))
 
 
-def read_sent(storage: StorageSettings, path: str) -> dict[str, str]:
-    rows = facade.read_columns(storage, path, ["incident_id", "fingerprint"]) or []
+def read_sent(alert_state: TableHandle) -> dict[str, str]:
+    rows = alert_state.read_columns(["incident_id", "fingerprint"]) or []
     return {str(r["incident_id"]): str(r["fingerprint"]) for r in rows}
 
 
-def record_sent(storage: StorageSettings, path: str, due: DueAlerts, cycle_id: str, at: datetime) -> None:
+def record_sent(alert_state: TableHandle, due: DueAlerts, cycle_id: str, at: datetime) -> None:
     rows = [
         {"incident_id": i.incident_id, "fingerprint": fingerprint(i), "alerted_at": at, "cycle_id": cycle_id}
         for i in (*due.opened, *due.changed)
     ]
     if rows:
-        facade.merge(storage, path, ALERT_STATE_SCHEMA, rows, "incident_id")
+        alert_state.merge(rows)

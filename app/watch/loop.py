@@ -30,8 +30,7 @@ from app.contracts.vocabulary import COMMAND_RECONCILE, RUN_PENDING
 from app.errors import describe_error, error_kind
 from app.incidents.io import read_incidents
 from app.reconcile.outputs import AuditRun, confirm_runs
-from app.storage import facade
-from app.storage.tables import tables_from_config
+from app.storage.handles import AuditTables
 from app.watch import alerting
 
 log = logging.getLogger(__name__)
@@ -120,7 +119,7 @@ class Watch:
         self.interval_s = interval_s
         self.stop = stop
         self.out = out
-        self.tables = tables_from_config(cfg)
+        self.tables = AuditTables.from_config(cfg, spark)
         # The cycle's steps, in order. A step that fails ends the cycle; the next cycle starts again
         # from the first step.
         self.steps: list[Step] = [
@@ -184,6 +183,7 @@ class Watch:
             list(self.cfg.ingest.groups),
             f"{cycle.cycle_id}-ingest",
             mode=self.cfg.ingest.mode,
+            tables=self.tables,
         )
         return {"total": outcome.total, "inserted": outcome.inserted}
 
@@ -204,7 +204,9 @@ class Watch:
         run = AuditRun(run_id=cycle.cycle_id, now=cycle.now, until=cycle.now, status=RUN_PENDING)
         known = self._finding_ids()
         times = KafkaTimes(self.cfg.kafka, self.bootstrap(), r.confirm_timeout_s)
-        outcome = run_reconcile(self.spark, self.cfg, run, confirmer=confirmer, times=times)
+        outcome = run_reconcile(
+            self.spark, self.cfg, run, confirmer=confirmer, times=times, tables=self.tables
+        )
         since = outcome.window.since
         return {
             "since": None if since is None else since.isoformat(timespec="seconds"),
@@ -215,7 +217,7 @@ class Watch:
         }
 
     def _finding_ids(self) -> set[str]:
-        rows = facade.read_columns(self.spark, self.tables.findings, ["finding_id"]) or []
+        rows = self.tables.findings.read_columns(["finding_id"]) or []
         return {str(r["finding_id"]) for r in rows}
 
     def _confirm_window(self, cycle: Cycle) -> dict[str, Any]:
@@ -223,27 +225,29 @@ class Watch:
         Alerts and the dashboard come after on purpose: they read the incidents table, not the
         window, so one that fails is done again by the next cycle without judging anything twice,
         and the dashboard shows this cycle's reconcile run (the latest confirmed one)."""
-        return {"confirmed": confirm_runs(self.spark, self.tables.audit_runs, cycle.cycle_id)}
+        return {"confirmed": confirm_runs(self.tables.audit_runs, cycle.cycle_id)}
 
     def _alerts(self, cycle: Cycle) -> dict[str, Any]:
-        path = self.tables.alert_state
-        due = alerting.due_alerts(read_incidents(self.spark, self.cfg), alerting.read_sent(self.spark, path))
+        sent = self.tables.alert_state
+        due = alerting.due_alerts(read_incidents(self.tables.incidents), alerting.read_sent(sent))
         url = self.cfg.alerts.webhook_url
         if url and not due.empty:
             from app.nightly.alerts import post_json
 
             post_json(url, due.payload(cycle.cycle_id), self.cfg.alerts.timeout_s)
         if not due.empty:
-            alerting.record_sent(self.spark, path, due, cycle.cycle_id, datetime.now(UTC))
+            alerting.record_sent(sent, due, cycle.cycle_id, datetime.now(UTC))
         textfile = self.cfg.alerts.textfile
         if textfile:
             # The window gauges move every cycle; the nightly's other metrics stay as it wrote them.
             from app.nightly.alerts import read_closed_windows, refresh_window_metrics
 
-            refresh_window_metrics(textfile, read_closed_windows(self.spark, self.cfg, cycle.now))
+            refresh_window_metrics(
+                textfile, read_closed_windows(self.tables.completeness, self.cfg, cycle.now)
+            )
         return {"opened": len(due.opened), "changed": len(due.changed), "posted": bool(url and not due.empty)}
 
     def _report(self, cycle: Cycle) -> dict[str, Any]:
         from app.report.gather import build_report
 
-        return {"html": str(build_report(self.spark, self.cfg, cycle.cycle_id, now=cycle.now))}
+        return {"html": str(build_report(self.tables, self.cfg, cycle.cycle_id, now=cycle.now))}

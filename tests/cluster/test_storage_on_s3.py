@@ -96,6 +96,7 @@ def scenario(root: str, missing_bucket_root: str, out: str) -> None:
     from app.runtime import jvm
     from app.runtime.spark import build_spark_session
     from app.storage import delta_rows
+    from app.storage.handles import open_handle
     from app.stream.ledger import LedgerWriter
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
@@ -152,7 +153,7 @@ def scenario(root: str, missing_bucket_root: str, out: str) -> None:
     columns = ["run_id", "checkpoint_id", "event_date", "offset"]
     window = rc.AuditWindow(until=T2 + timedelta(days=1), since=None)
     result["ledger_delta_rs"] = plain(
-        read_ledger_rows(spark, ledger, window, [], 0).select(columns).to_pylist()
+        read_ledger_rows(open_handle("ledger", ledger, spark), window, [], 0).select(columns).to_pylist()
     )
     result["ledger_spark"] = plain(spark_rows(ledger, columns))
 
@@ -188,7 +189,8 @@ def maintain_scenario(spark: Any, root: str) -> dict[str, Any]:
     CLI's ``maintain`` over them, and what delta-rs, Spark and the S3 API read back."""
     from app.config import load_config
     from app.contracts.tables import FINDINGS_SCHEMA, INCIDENTS_SCHEMA
-    from app.storage import backend, facade, maintenance
+    from app.storage import backend, delta_rows, maintenance
+    from app.storage.handles import open_handle
     from app.storage.tables import tables_from_config
     from app.stream.ledger import LedgerWriter
 
@@ -205,13 +207,13 @@ def maintain_scenario(spark: Any, root: str) -> dict[str, Any]:
             batch_id = n * BATCHES_PER_DAY + b
             writer.write(day_events(day, batch_id + 1), batch_id)
     # The audit's findings: one MERGE per night's finding, and an incident still open.
-    facade.merge(storage, tables.findings, FINDINGS_SCHEMA, [
+    delta_rows.merge_rows(storage, tables.findings, FINDINGS_SCHEMA, [
         finding_row("f-cited", "rec-1", EVIDENCE), finding_row("f-uncited", "rec-0", EVIDENCE),
     ], "finding_id")  # fmt: skip
     for n in range(SMALL_MERGES):
         row = finding_row(f"f-{n}", "rec-2", NOW - timedelta(days=1))
-        facade.merge(storage, tables.findings, FINDINGS_SCHEMA, [row], "finding_id")
-    facade.merge(storage, tables.incidents, INCIDENTS_SCHEMA, [
+        delta_rows.merge_rows(storage, tables.findings, FINDINGS_SCHEMA, [row], "finding_id")
+    delta_rows.merge_rows(storage, tables.incidents, INCIDENTS_SCHEMA, [
         incident_row("i-open", "open", EVIDENCE, EVIDENCE, ["f-cited"]),
         incident_row("i-resolved", "resolved", EVIDENCE, EVIDENCE, ["f-uncited"]),
     ], "incident_id")  # fmt: skip
@@ -231,11 +233,11 @@ def maintain_scenario(spark: Any, root: str) -> dict[str, Any]:
         return plain([r.asDict() for r in reader.load(path).select(*columns).collect()])
 
     def delta_rs_rows(path: str, columns: list[str]) -> list[dict[str, Any]]:
-        return plain(facade.read_columns(storage, path, columns) or [])
+        return plain(delta_rows.read_columns(storage, path, columns) or [])
 
     # Spark reads only after maintain (each read of a table on s3a is seconds of the test's time).
     read = {tables.ledger: LEDGER_COLUMNS, tables.findings: FINDING_COLUMNS}
-    versions = {path: facade.version(storage, path) for path in read}
+    versions = {path: open_handle("ledger", path, storage).version() for path in read}  # its log's version
     before = {path: delta_rs_rows(path, columns) for path, columns in read.items()}
     out: dict[str, Any] = {
         "ledger_files_before": maintenance.files_by_partition(storage, tables.ledger),

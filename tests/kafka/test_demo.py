@@ -24,6 +24,7 @@ from app.kafka.gaps import kafka_gap_confirmer
 from app.nightly.run import Nightly
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
+from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 from app.stream.job import StreamJob
 from tests.http_server import recording_server
@@ -126,7 +127,7 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
         assert (vocab.BATCH_NOT_IN_SINK, p, start, end) in by_type
 
     # One incident per injected event, with its impact in records.
-    incidents = {i.kind: i for i in read_incidents(spark, demo.cfg)}
+    incidents = {i.kind: i for i in read_incidents(AuditTables.from_config(demo.cfg, spark).incidents)}
     assert {k: i.severity for k, i in incidents.items()} == {
         "unclean_stop": "info",
         "commit_outage": "warn",
@@ -195,10 +196,10 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
     # then finds neither, and both incidents are resolved.
     bootstrap = demo.broker.start().bootstrap_servers
     try:
-        sink = tables_from_config(demo.cfg).sink
+        tables = AuditTables.from_config(demo.cfg, spark)
         for kind in ("restart", "second_writer"):
-            repaired = repair.execute(spark, demo.cfg, incidents[kind], sink, lambda: bootstrap)
-            mark_resolved(spark, demo.cfg, incidents[kind], repaired)
+            repaired = repair.execute(spark, demo.cfg, incidents[kind], tables.sink, lambda: bootstrap)
+            mark_resolved(tables.incidents, incidents[kind], repaired)
         confirm = kafka_gap_confirmer(demo.cfg.kafka, bootstrap, max_records=100, timeout_s=60)
         whole_history = datetime(2000, 1, 1, tzinfo=UTC)
         now = datetime.now(UTC)
@@ -211,7 +212,7 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
     finally:
         demo.broker.stop()
     assert {t for t, _ in after.counts} & {"GAP", "DUPLICATE"} == set()
-    statuses = {i.kind: i.status for i in read_incidents(spark, demo.cfg)}
+    statuses = {i.kind: i.status for i in read_incidents(AuditTables.from_config(demo.cfg, spark).incidents)}
     assert (statuses["restart"], statuses["second_writer"]) == ("resolved", "resolved")
 
 

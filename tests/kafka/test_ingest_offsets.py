@@ -39,6 +39,7 @@ from app.reconcile.findings import AuditWindow
 from app.reconcile.inputs import read_group_commit_rows
 from app.runtime import jvm
 from app.storage import delta_rows
+from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic
 from tests.unit.kafka_bytes import offset_commit_key, offset_commit_value
@@ -535,7 +536,10 @@ def test_reconcile_reads_group_commits_where_ingest_writes_them_when_the_table_i
     ingest_offsets(spark, cfg, scenario.bootstrap, cfg.ingest.groups, run_id="moved")
     assert not (tmp_path / "tables" / GROUP_COMMITS).exists()
     read = read_group_commit_rows(
-        spark, tables_from_config(cfg).group_commits, AuditWindow(until=datetime.now(UTC)), scenario.groups, 7
+        AuditTables.from_config(cfg, spark).group_commits,
+        AuditWindow(until=datetime.now(UTC)),
+        scenario.groups,
+        7,
     )
     written = DeltaTable.forPath(spark, str(elsewhere)).toDF().count()
     assert read.num_rows == written > 0

@@ -23,6 +23,7 @@ from app.config import AppConfig, KafkaConfig
 from app.incidents.io import read_incidents
 from app.kafka.clients import plain_conf, spark_kafka_options
 from app.kafka.gaps import kafka_gap_confirmer
+from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 from app.stream.startup import to_sink_rows
 from tests.kafka.streaming import create_topic, group_offsets
@@ -233,7 +234,11 @@ def test_a_repaired_restart_stays_as_it_was_written_and_fails_no_later_run(
     common = ["--set", f"paths.data_dir={tmp_path}", "--set", f"kafka.bootstrap_servers={bootstrap}"]
     code, done = cli_json(capsys, "repair", "--incident", restart.incident_id, "--execute", *common)
     assert (code, done["actions"][0]["records_appended"]) == (0, 10)
-    (repaired,) = [i for i in read_incidents(spark, cfg) if i.incident_id == restart.incident_id]
+    (repaired,) = [
+        i
+        for i in read_incidents(AuditTables.from_config(cfg, spark).incidents)
+        if i.incident_id == restart.incident_id
+    ]
     assert repaired.status == "resolved"
     assert repaired.remedy.executed is not None
 
@@ -243,7 +248,11 @@ def test_a_repaired_restart_stays_as_it_was_written_and_fails_no_later_run(
     findings = {(f["finding_type"], f["severity"]): f for f in again["findings"]}
     assert ("GAP", "critical") not in findings  # the replay holds
     assert ("RESTART_SKIP", "critical") in findings  # the ledger keeps the restart for good
-    (after,) = [i for i in read_incidents(spark, cfg) if i.incident_id == restart.incident_id]
+    (after,) = [
+        i
+        for i in read_incidents(AuditTables.from_config(cfg, spark).incidents)
+        if i.incident_id == restart.incident_id
+    ]
     assert (after.impact.records_lost, after.severity) == (10, "critical")
     assert after.to_row() == repaired.to_row()  # impact, severity, cause, remedy, execution, undo
     assert (again["failing_findings"], code) == (0, 0)

@@ -37,6 +37,7 @@ from app.kafka.times import KafkaTimes
 from app.reconcile.forensics.run import run_forensics
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
+from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (
@@ -136,7 +137,11 @@ def test_spark_delta_sink_clean_then_a_restore_names_the_lost_batch(
     }
     assert lost_batches(found) == expected
     assert at_least_warn(found) == [(vocab.BATCH_NOT_IN_SINK, vocab.CRITICAL)] * len(expected)
-    [incident] = [i for i in read_incidents(spark, cfg) if i.kind == vocab.INCIDENT_LOST_BATCH]
+    [incident] = [
+        i
+        for i in read_incidents(AuditTables.from_config(cfg, spark).incidents)
+        if i.kind == vocab.INCIDENT_LOST_BATCH
+    ]
     assert incident.severity == vocab.CRITICAL
     assert incident.impact.records_lost == sum(end - start for start, end, _ in expected.values())
     [replay] = [s for s in incident.remedy.steps if isinstance(s, ReplayStep)]
@@ -146,7 +151,9 @@ def test_spark_delta_sink_clean_then_a_restore_names_the_lost_batch(
     assert json.loads(replay.spark_options()[0]["startingOffsets"]) == {topic: {"0": expected[(1, 0)][0]}}
     # The plan is for the user's job to carry out: repair writes coordinates sinks only (exit 2).
     with pytest.raises(UsageError, match=f"coordinates sinks only.*reconcile.sink_mode_by_job.{JOB}"):
-        repair.execute(spark, cfg, incident, str(sink), lambda: bootstrap)
+        repair.execute(
+            spark, cfg, incident, AuditTables.from_config(cfg, spark).sink.at(str(sink)), lambda: bootstrap
+        )
 
 
 def test_foreach_batch_merge_clean_then_a_restore_names_the_lost_batch(

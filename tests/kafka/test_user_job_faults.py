@@ -33,6 +33,7 @@ from app.attach import attach
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import TopicPartitionKey
 from app.incidents.io import read_incidents
+from app.storage.handles import AuditTables
 from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (
     COPY_COLUMNS,
@@ -253,6 +254,10 @@ def test_merge_job_killed_and_restarted_then_restarted_from_latest(
     assert {(f.checkpoint_id, (f.topic, f.partition)): (f.offset_start, f.offset_end) for f in named} == lost
     assert {(f.severity, f.status) for f in named} == {(vocab.CRITICAL, vocab.CONFIRMED)}
     assert vocab.BATCH_WRITTEN_TWICE not in {f.finding_type for f in after}
-    incidents = [i for i in read_incidents(spark, cfg) if i.kind == vocab.INCIDENT_LOST_BATCH]
+    incidents = [
+        i
+        for i in read_incidents(AuditTables.from_config(cfg, spark).incidents)
+        if i.kind == vocab.INCIDENT_LOST_BATCH
+    ]
     assert sum(i.impact.records_lost or 0 for i in incidents) == PER_TRIGGER
     assert {i.severity for i in incidents} == {vocab.CRITICAL}

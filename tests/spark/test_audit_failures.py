@@ -17,6 +17,7 @@ from app.errors import ConfigError, KafkaUnavailableError
 from app.kafka.gaps import kafka_gap_confirmer
 from app.reconcile.outputs import AuditRun, confirm_runs, last_window_end
 from app.reconcile.run import run_reconcile
+from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 from tests.spark.test_reconcile import config_for, read, reconcile, save
@@ -87,7 +88,7 @@ def test_a_failed_gap_confirmation_writes_no_finding_and_does_not_move_the_windo
     assert not Path(tables_from_config(cfg).partition_summary).exists()
     runs = read(spark, cfg, "audit_runs").collect()
     assert [(r.run_id, r.status) for r in runs] == [("rec-down", "failed")]
-    assert last_window_end(spark, tables_from_config(cfg).audit_runs, "reconcile", []) is None
+    assert last_window_end(AuditTables.from_config(cfg, spark).audit_runs, "reconcile", []) is None
 
     # The next run (Kafka back) looks at the same window again and confirms the gap.
     def confirmed(gaps: Any) -> list[dict[str, Any]]:
@@ -106,15 +107,15 @@ def test_a_nightly_step_moves_the_window_only_once_its_night_has_finished(
 ) -> None:
     cfg = config_for(app_config, tmp_path)
     a_job_with_a_gap(spark, cfg)
-    runs = tables_from_config(cfg).audit_runs
+    runs = AuditTables.from_config(cfg, spark).audit_runs
     run_reconcile(
         spark,
         cfg,
         AuditRun(run_id="night-1", now=at(20_000), since=None, until=at(10_000), status=RUN_PENDING),
     )
-    assert last_window_end(spark, runs, "reconcile", []) is None
-    assert confirm_runs(spark, runs, "night-1") == 1
-    assert last_window_end(spark, runs, "reconcile", []) == at(10_000)
+    assert last_window_end(runs, "reconcile", []) is None
+    assert confirm_runs(runs, "night-1") == 1
+    assert last_window_end(runs, "reconcile", []) == at(10_000)
     assert [r.status for r in read(spark, cfg, "audit_runs").collect()] == ["succeeded"]
 
 
@@ -190,4 +191,4 @@ def test_a_night_that_fails_after_reconcile_exits_3_and_never_moves_the_window(
     # Reconcile finished, but its night did not: its run stays pending and the window stays put.
     runs = read(spark, cfg, "audit_runs").collect()
     assert [(r.run_id, r.command, r.status) for r in runs] == [("night-1", "reconcile", RUN_PENDING)]
-    assert last_window_end(spark, tables_from_config(cfg).audit_runs, "reconcile", []) is None
+    assert last_window_end(AuditTables.from_config(cfg, spark).audit_runs, "reconcile", []) is None

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from app.config import AppConfig
 from app.contracts.tables import INGEST_POSITIONS_SCHEMA
 from app.report import gather as report_io
+from app.storage.handles import AuditTables
 from tests.ledger_data import COVERED_SKIPS_STOP, covered_skips_story
 from tests.spark.tables import GROUP, at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 from tests.spark.test_reconcile import config_for, read, reconcile, save
@@ -50,7 +51,7 @@ def test_the_skip_rate_counts_the_checkpoints_the_findings_call_skipped(
     skipped = read(spark, cfg, "findings").filter("finding_type = 'SKIPPED_COMMIT'").collect()
     assert [(f.checkpoint_id, f.severity) for f in skipped] == [(2, "info")]
 
-    tables = report_io.read_tables(spark, cfg)
+    tables = report_io.read_tables(AuditTables.from_config(cfg, spark), cfg)
     assert tables.ledger is not None
     counts = report_io.checkpoint_commit_counts(tables.ledger, tables.findings)
     assert counts == {GROUP: (3, len(skipped))}
@@ -83,7 +84,7 @@ def test_covered_skips_reach_the_skip_rate_when_commits_are_ingested_right_after
         ("SKIPPED_COMMIT", 2, "info", "benign"),
         ("SKIPPED_COMMIT", 4, "info", "benign"),
     ]
-    tables = report_io.read_tables(spark, cfg)
+    tables = report_io.read_tables(AuditTables.from_config(cfg, spark), cfg)
     assert tables.ledger is not None
     assert report_io.checkpoint_commit_counts(tables.ledger, tables.findings) == {GROUP: (5, 2)}
 
@@ -121,7 +122,7 @@ def test_the_impact_chart_totals_are_the_incidents_totals_with_the_duplicates_da
     assert (writer.first_evidence_at, writer.last_evidence_at) == (completed, completed)
     assert "run run-1 and second-writer (no run of job-a)" in writer.cause
 
-    tables = report_io.read_tables(spark, cfg)
+    tables = report_io.read_tables(AuditTables.from_config(cfg, spark), cfg)
     assert tables.incidents is not None
     chart = report_io.incident_impact(tables.incidents)
     assert chart == [{"day": "2026-03-01", "lost": 5, "duplicated": 10}]

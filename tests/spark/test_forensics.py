@@ -18,6 +18,7 @@ from app.reconcile.forensics.run import run_forensics, timeline
 from app.reconcile.ledger import audit as la
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
+from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
 
@@ -89,7 +90,9 @@ def test_restarts_are_classified_counted_and_linked_to_the_sink(
         ("RESTART_REPLAY", "warn", 1, 90, 100),
         ("RESTART_SKIP", "critical", 2, 100, 130),
     }
-    entries = timeline(spark, cfg, job="job-a", at=at(100), around=timedelta(minutes=5))
+    entries = timeline(
+        AuditTables.from_config(cfg, spark), job="job-a", at=at(100), around=timedelta(minutes=5)
+    )
     text = fx.format_timeline("job-a", at(100), entries)
     # The timeline names the incidents: the restart, and the group commit of 90 on partition 1
     # that no request of the job explains; each with its repair command.

@@ -24,7 +24,7 @@ from app.contracts.tables import (
     PARTITION_SUMMARY_SCHEMA,
 )
 from app.maintenance.run import maintain
-from app.storage import facade
+from app.storage import delta_rows
 from app.storage.tables import tables_from_config
 from app.stream.ledger import LedgerWriter
 from tests.ledger_data import JOB, T0, checkpoint, day_events, finding_row, incident_row
@@ -166,11 +166,11 @@ def test_retention_keeps_what_an_open_incident_cites_until_it_is_resolved(
     evidence = datetime(2026, 1, 12, 10, tzinfo=UTC)
     write_days(tables.ledger, [date(2026, 1, 1), date(2026, 1, 5), date(2026, 2, 1), date(2026, 3, 10)])
     old = evidence
-    facade.merge(None, tables.findings, FINDINGS_SCHEMA, [
+    delta_rows.merge_rows(None, tables.findings, FINDINGS_SCHEMA, [
         finding_row("f-cited", "rec-1", old), finding_row("f-uncited", "rec-0", old),
         finding_row("f-new", "rec-2", NOW - timedelta(days=1)),
     ], "finding_id")  # fmt: skip
-    facade.merge(None, tables.incidents, INCIDENTS_SCHEMA, [
+    delta_rows.merge_rows(None, tables.incidents, INCIDENTS_SCHEMA, [
         incident_row("i-open", "open", evidence, evidence, ["f-cited"]),
         incident_row("i-resolved", "resolved", old, old, ["f-uncited"]),
     ], "incident_id")  # fmt: skip
@@ -185,7 +185,7 @@ def test_retention_keeps_what_an_open_incident_cites_until_it_is_resolved(
     assert ids(tables.incidents, "incident_id") == ["i-open"]
 
     # Once resolved, the incident and what it cited age out like the rest.
-    facade.merge(None, tables.incidents, INCIDENTS_SCHEMA, [
+    delta_rows.merge_rows(None, tables.incidents, INCIDENTS_SCHEMA, [
         incident_row("i-open", "resolved", evidence, evidence, ["f-cited"]),
     ], "incident_id")  # fmt: skip
     maintain(None, cfg, NOW)
@@ -201,7 +201,7 @@ def test_time_travel_to_a_version_within_the_vacuum_retention_still_works_after_
     tables = tables_from_config(cfg)
     write_days(tables.ledger, [date(2026, 3, 16), date(2026, 3, 17)])
     for n in range(FILES_PER_DAY):  # one file per merge: a table worth compacting
-        facade.merge(
+        delta_rows.merge_rows(
             None, tables.findings, FINDINGS_SCHEMA, [finding_row(f"f-{n}", "rec-1", NOW)], "finding_id"
         )
     versions = {path: DeltaTable(path).version() for path in (tables.ledger, tables.findings)}
@@ -254,7 +254,7 @@ class LiveWatch(LiveWriter):
         run = f"watch-{n}"
         ids = [f"f-live-{n}", self.earlier[n % len(self.earlier)]]
         rows = [finding_row(i, run, NOW, record_count=n) for i in ids]
-        facade.merge(None, self.path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
+        delta_rows.merge_rows(None, self.path, FINDINGS_SCHEMA, rows, "finding_id", keep=("detected_at",))
         self.merged.update(dict.fromkeys(ids, run))
 
 
@@ -267,13 +267,13 @@ def test_the_audit_tables_are_compacted_and_aged_out_while_a_watch_merges_and_no
     earlier = [f"f-{n}" for n in range(FILES_PER_DAY)]
     for n in range(FILES_PER_DAY):  # one file per MERGE: each table is worth compacting
         for when, suffix in ((recent, ""), (old, "-old")):  # the old rows in files of their own
-            facade.merge(None, tables.findings, FINDINGS_SCHEMA, [
+            delta_rows.merge_rows(None, tables.findings, FINDINGS_SCHEMA, [
                 finding_row(f"f{suffix}-{n}", "rec-1", when),
             ], "finding_id")  # fmt: skip
-            facade.merge(None, tables.incidents, INCIDENTS_SCHEMA, [
+            delta_rows.merge_rows(None, tables.incidents, INCIDENTS_SCHEMA, [
                 incident_row(f"i{suffix}-{n}", "resolved", when, when, [f"f{suffix}-{n}"]),
             ], "incident_id")  # fmt: skip
-            facade.merge(None, tables.completeness, COMPLETENESS_SCHEMA, [
+            delta_rows.merge_rows(None, tables.completeness, COMPLETENESS_SCHEMA, [
                 completeness_row(when + timedelta(minutes=10 * n)),
             ], COMPLETENESS_KEY)  # fmt: skip
     audit = ["findings", "incidents", "completeness"]
@@ -324,7 +324,7 @@ def reconcile_runs(runs: dict[str, datetime]) -> list[dict[str, Any]]:
 
 
 def summary_runs(path: str) -> set[str]:
-    return {r["reconcile_run_id"] for r in facade.read_columns(None, path, ["reconcile_run_id"]) or []}
+    return {r["reconcile_run_id"] for r in delta_rows.read_columns(None, path, ["reconcile_run_id"]) or []}
 
 
 def deletions(path: str) -> int:
@@ -338,16 +338,20 @@ def test_partition_summary_keeps_the_rows_of_recent_latest_and_unfinished_runs_o
     assert cfg.maintenance.retention_days.partition_summary == 30  # cutoff 2026-02-18
     # A watch's runs of a day long ago, more than one deletion's worth; the latest run is old too.
     old = {f"rec-{n:04d}": datetime(2026, 1, 10, tzinfo=UTC) + timedelta(minutes=n) for n in range(1100)}
-    facade.append(None, tables.audit_runs, AUDIT_RUNS_SCHEMA, reconcile_runs(old))
-    facade.append(
+    delta_rows.append_rows(None, tables.audit_runs, AUDIT_RUNS_SCHEMA, reconcile_runs(old))
+    delta_rows.append_rows(
         None,
         tables.audit_runs,
         AUDIT_RUNS_SCHEMA,
         reconcile_runs({"rec-last": datetime(2026, 1, 20, tzinfo=UTC)}),
     )
-    facade.append(None, tables.partition_summary, PARTITION_SUMMARY_SCHEMA, summary_rows([*old, "rec-last"]))
+    delta_rows.append_rows(
+        None, tables.partition_summary, PARTITION_SUMMARY_SCHEMA, summary_rows([*old, "rec-last"])
+    )
     # A run still writing: its summary is in, its audit_runs row not yet.
-    facade.append(None, tables.partition_summary, PARTITION_SUMMARY_SCHEMA, summary_rows(["rec-running"]))
+    delta_rows.append_rows(
+        None, tables.partition_summary, PARTITION_SUMMARY_SCHEMA, summary_rows(["rec-running"])
+    )
 
     result = maintain(None, cfg, NOW, only=["audit_runs", "partition_summary"])
 
@@ -357,7 +361,7 @@ def test_partition_summary_keeps_the_rows_of_recent_latest_and_unfinished_runs_o
     assert deletions(tables.partition_summary) == 3  # 500 + 500 + 100 runs, a commit each
 
     # The running run finishes (recent): rec-last is no longer the latest and ages out.
-    facade.append(
+    delta_rows.append_rows(
         None, tables.audit_runs, AUDIT_RUNS_SCHEMA, reconcile_runs({"rec-running": NOW - timedelta(hours=1)})
     )
     result = maintain(None, cfg, NOW, only=["partition_summary"])

@@ -32,6 +32,7 @@ from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.report import gather as report_io
 from app.report import render as report
+from app.storage.handles import AuditTables, open_handle
 from app.storage.tables import tables_from_config
 from checks.suites import LEDGER_IDENTITY
 from tests.ledger_data import ledger_table
@@ -222,8 +223,8 @@ def test_a_nights_check_validates_the_ledger_and_commits_of_its_window(
     assert commits.observed["element_count"] == 1  # the commit at 4002 s
     # The window is one predicate, read by either engine: the same rows.
     window = check_io.ledger_window(since - check_io.WINDOW_OVERLAP)
-    read_on_driver = check_io.read_for_check(spark, tables_from_config(cfg).ledger, 1000, window)
-    read_on_spark = check_io.read_for_check(spark, tables_from_config(cfg).ledger, 0, window)
+    read_on_driver = check_io.read_for_check(AuditTables.from_config(cfg, spark).ledger, 1000, window)
+    read_on_spark = check_io.read_for_check(AuditTables.from_config(cfg, spark).ledger, 0, window)
     assert isinstance(read_on_driver, pa.Table)
     assert isinstance(read_on_spark, DataFrame)
     ledger_key = ("run_id", "checkpoint_id", "event_type", "partition")
@@ -260,7 +261,7 @@ def test_the_commit_check_compares_the_offsets_reconcile_computed(
     run_reconcile(spark, cfg, AuditRun(run_id="rec-1", now=at(1000), since=None, until=at(1000)))
 
     summary = spark.read.format("delta").load(tables_from_config(cfg).partition_summary)
-    stored = check_io.read_for_check(spark, tables_from_config(cfg).partition_summary, max_rows=1000)
+    stored = check_io.read_for_check(AuditTables.from_config(cfg, spark).partition_summary, max_rows=1000)
     on_spark = frames.commits_vs_checkpoints(summary, "rec-1")
     on_driver = frames.commits_vs_checkpoints(stored, "rec-1")
 
@@ -323,7 +324,9 @@ def test_clean_tables_pass_every_suite_and_the_report_shows_them(spark: SparkSes
     assert result.data_docs is not None
     assert Path(result.data_docs.removeprefix("file://")).is_file()
 
-    check_io.write_results(spark, results_path(cfg), result)  # the same run id again: replaced
+    check_io.write_results(
+        AuditTables.from_config(cfg, spark).validation_results, result
+    )  # the same run id again: replaced
 
     assert spark.read.format("delta").load(results_path(cfg)).count() == len(result.outcomes)
 
@@ -336,8 +339,9 @@ def test_clean_tables_pass_every_suite_and_the_report_shows_them(spark: SparkSes
     )  # fmt: skip
     save(frame(spark, [restart], RESTARTS_SCHEMA), cfg, "restarts")
 
-    html = report_io.build_report(spark, cfg, "report-1", now=at(400))
-    data = report_io.gather(spark, cfg, "report-1", html, now=at(400))
+    tables = AuditTables.from_config(cfg, spark)
+    html = report_io.build_report(tables, cfg, "report-1", now=at(400))
+    data = report_io.gather(tables, cfg, "report-1", html, now=at(400))
 
     assert html == Path(cfg.paths.under("report", "index.html"))
     assert html.read_text().count('class="chart"') == len(report.CHART_IDS)
@@ -512,7 +516,8 @@ def test_only_tables_within_the_driver_limit_are_read_on_the_driver(
     path = str(tmp_path / "small")
     spark.createDataFrame([(None, None), (2, True)], "n long, b boolean").write.format("delta").save(path)
 
-    read = check_io.read_for_check(spark, path, max_rows=2)
+    small = open_handle("findings", path, spark)  # any table: the read names no column
+    read = check_io.read_for_check(small, max_rows=2)
 
     assert isinstance(read, pa.Table)
     local = frames.as_pandas(read)
@@ -520,9 +525,9 @@ def test_only_tables_within_the_driver_limit_are_read_on_the_driver(
     assert local["n"].iloc[1] == 2
     assert str(local["n"].dtype) == "Int64"  # not float64: a null keeps integers integral
     assert local["b"].isna().tolist() == [True, False]
-    assert isinstance(check_io.read_for_check(spark, path, max_rows=1), DataFrame)
-    assert isinstance(check_io.read_for_check(spark, path, max_rows=0), DataFrame)
-    assert check_io.read_for_check(spark, str(tmp_path / "none"), max_rows=2) is None
+    assert isinstance(check_io.read_for_check(small, max_rows=1), DataFrame)
+    assert isinstance(check_io.read_for_check(small, max_rows=0), DataFrame)
+    assert check_io.read_for_check(small.at(str(tmp_path / "none")), max_rows=2) is None
 
 
 def test_a_check_reads_only_the_partition_summaries_of_the_run_it_judges_on_either_engine(
@@ -530,11 +535,11 @@ def test_a_check_reads_only_the_partition_summaries_of_the_run_it_judges_on_eith
 ) -> None:
     rows = [summary(reconcile_run_id=r, partition=p) for r in ("rec-1", "rec-2", "it's") for p in (0, 1)]
     save(frame(spark, rows, PARTITION_SUMMARY_SCHEMA), cfg, "partition_summary")
-    path = tables_from_config(cfg).partition_summary
+    summaries = AuditTables.from_config(cfg, spark).partition_summary
 
     for max_rows in (1000, 0):  # the driver's DuckDB, then Spark SQL: the same text
         for run, expected in (("rec-2", {"rec-2"}), ("it's", {"it's"}), (None, {"rec-1", "rec-2", "it's"})):
-            read = check_io.read_for_check(spark, path, max_rows, check_io.summary_rows_of_run(run))
+            read = check_io.read_for_check(summaries, max_rows, check_io.summary_rows_of_run(run))
             assert read is not None
             got = ordered_rows(read, "reconcile_run_id", "partition")
             assert {r for r, _ in got} == expected, (max_rows, run)

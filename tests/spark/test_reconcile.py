@@ -56,6 +56,7 @@ from app.reconcile.sink.offsets import (
     xxhash64_longs,
 )
 from app.routes import EXAMINE_DRIVER_MAX_ROWS
+from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 from tests.spark.tables import (
     GROUP,
@@ -572,7 +573,7 @@ def test_incremental_window_starts_from_the_previous_checkpoint(
     assert rows_of(gaps, "offset_start", "offset_end") == {(60, 70)}
     assert nightly.partitions == 1
     # Without --since the next run continues where the last successful one stopped.
-    assert last_window_end(spark, tables_from_config(cfg).audit_runs, "reconcile", []) == at(2000)
+    assert last_window_end(AuditTables.from_config(cfg, spark).audit_runs, "reconcile", []) == at(2000)
 
 
 def test_the_driver_input_readers_return_the_rows_spark_reads_for_the_window(
@@ -601,7 +602,7 @@ def test_the_driver_input_readers_return_the_rows_spark_reads_for_the_window(
         cfg,
         "group_commits",
     )
-    tables = tables_from_config(cfg)
+    tables = AuditTables.from_config(cfg, spark)
     window = rc.AuditWindow(until=at(100_000), since=at(90_000))
 
     def sorted_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -610,20 +611,21 @@ def test_the_driver_input_readers_return_the_rows_spark_reads_for_the_window(
     def spark_rows(path: str, keep: Any) -> list[dict[str, Any]]:
         return sorted_rows(spark.read.format("delta").load(path).filter(keep).toArrow().to_pylist())
 
-    ledger = sorted_rows(read_ledger_rows(spark, tables.ledger, window, [JOB], 0).to_pylist())
+    ledger = sorted_rows(read_ledger_rows(tables.ledger, window, [JOB], 0).to_pylist())
     # Only the look-back's days (event_date) and the job asked for.
     assert ledger == spark_rows(
-        tables.ledger, (F.col("event_date") >= F.lit(at(90_000).date())) & (F.col("job_name") == JOB)
+        tables.ledger.location, (F.col("event_date") >= F.lit(at(90_000).date())) & (F.col("job_name") == JOB)
     )
     assert {(r["job_name"], r["checkpoint_id"]) for r in ledger} == {(JOB, 2)}
-    commits = sorted_rows(read_group_commit_rows(spark, tables.group_commits, window, [GROUP], 0).to_pylist())
+    commits = sorted_rows(read_group_commit_rows(tables.group_commits, window, [GROUP], 0).to_pylist())
     # A commit without a time (an Admin API snapshot) is kept; one before the look-back is not.
     when = F.coalesce("commit_time", "log_time")
     assert commits == spark_rows(
-        tables.group_commits, (F.col("group_id") == GROUP) & (when.isNull() | (when >= F.lit(at(90_000))))
+        tables.group_commits.location,
+        (F.col("group_id") == GROUP) & (when.isNull() | (when >= F.lit(at(90_000)))),
     )
     assert sorted(r["committed_offset"] for r in commits) == [5, 20]
-    assert read_ledger_rows(spark, str(tmp_path / "nothing"), window, [], 0).num_rows == 0
+    assert read_ledger_rows(tables.ledger.at(str(tmp_path / "nothing")), window, [], 0).num_rows == 0
 
 
 def test_an_open_incident_keeps_the_loss_earlier_windows_found(

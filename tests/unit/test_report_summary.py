@@ -13,7 +13,8 @@ from deltalake import DeltaTable
 from app.config import load_config
 from app.contracts.tables import AUDIT_RUNS_SCHEMA, PARTITION_SUMMARY_SCHEMA
 from app.report import gather
-from app.storage import delta_rows, facade
+from app.storage import delta_rows
+from app.storage.handles import AuditTables, open_handle
 from app.storage.tables import tables_from_config
 
 pytestmark = pytest.mark.unit
@@ -54,11 +55,12 @@ def test_the_report_reads_the_shown_runs_summary_without_opening_other_runs_file
     for file in others:
         (Path(path) / file).unlink()
 
-    data = gather.gather(None, cfg, "report-1", tmp_path / "index.html", now=NOW)
+    audit_tables = AuditTables.from_config(cfg, None)
+    data = gather.gather(audit_tables, cfg, "report-1", tmp_path / "index.html", now=NOW)
 
     assert data.reconcile_run_id == runs[1]
     assert [(g["group_id"], g["lag_offsets"]) for g in data.groups] == [("g", 20)]  # run 2's
-    shown = gather.read_tables(None, cfg, NOW, runs[1]).partition_summary
+    shown = gather.read_tables(audit_tables, cfg, NOW, runs[1]).partition_summary
     assert shown is not None
     assert sorted(shown.column("reconcile_run_id").to_pylist()) == [runs[1]] * 2
     assert "table partition_summary does not exist yet: its section is empty" not in data.notes
@@ -69,8 +71,9 @@ def test_a_run_id_with_a_quote_is_read_as_it_stands(tmp_path: Path) -> None:
     for run in ("rec-it's", "rec-b"):
         delta_rows.append_rows(None, path, PARTITION_SUMMARY_SCHEMA, summary_rows(run, 1))
 
-    rows = facade.rows_with(None, path, "reconcile_run_id", "rec-it's")
+    summaries = open_handle("partition_summary", path, None)
+    rows = summaries.rows_with("reconcile_run_id", "rec-it's")
 
     assert rows is not None
     assert rows.column("reconcile_run_id").to_pylist() == ["rec-it's"] * 2
-    assert facade.rows_with(None, str(tmp_path / "none"), "reconcile_run_id", "rec-b") is None
+    assert summaries.at(str(tmp_path / "none")).rows_with("reconcile_run_id", "rec-b") is None

@@ -13,6 +13,7 @@ from app.config import load_config
 from app.contracts.tables import COMPLETENESS_SCHEMA
 from app.report import gather
 from app.storage import delta_rows
+from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 
 pytestmark = pytest.mark.unit
@@ -43,7 +44,9 @@ def test_the_report_reads_only_the_windows_of_the_last_window_hours(tmp_path: Pa
     delta_rows.append_rows(None, path, COMPLETENESS_SCHEMA, old)
     delta_rows.append_rows(None, path, COMPLETENESS_SCHEMA, recent)
 
-    data = gather.gather(None, cfg, "report-1", tmp_path / "index.html", now=NOW)
+    data = gather.gather(
+        AuditTables.from_config(cfg, None), cfg, "report-1", tmp_path / "index.html", now=NOW
+    )
 
     assert [(w["window_start"], w["lost"], w["completeness"], w["final"]) for w in data.windows] == [
         ("2026-03-02 05:00", 10, 0.9, True),
@@ -58,7 +61,9 @@ def test_the_report_reads_only_the_windows_of_the_last_window_hours(tmp_path: Pa
 def test_without_a_completeness_table_the_sections_are_empty_and_a_note_says_why(tmp_path: Path) -> None:
     cfg = load_config("local", overrides=[f"paths.data_dir={tmp_path}"], environ={})
 
-    data = gather.gather(None, cfg, "report-1", tmp_path / "index.html", now=NOW)
+    data = gather.gather(
+        AuditTables.from_config(cfg, None), cfg, "report-1", tmp_path / "index.html", now=NOW
+    )
 
     assert (data.windows, data.latency) == ([], [])
     assert "table completeness does not exist yet: its section is empty" in data.notes

@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from app.contracts.tables import GROUP_COMMITS_SCHEMA
 from app.reconcile import findings as rc
 from app.reconcile.inputs import read_group_commit_rows
-from app.storage import facade
+from app.storage.handles import open_handle
 
 pytestmark = pytest.mark.unit
 
@@ -30,18 +30,19 @@ def commit_row(offset: int, commit_time: datetime | None, log_time: datetime | N
 
 def test_the_commits_of_the_window_are_read_without_opening_older_files(tmp_path: Path) -> None:
     path = str(tmp_path / "group_commits")
+    commits = open_handle("group_commits", path, None)
     for day in range(10):  # one ingest run a night: one file a day
         at = DAY1 + timedelta(days=day)
-        facade.append(None, path, GROUP_COMMITS_SCHEMA, [commit_row(day, at, at)])
+        commits.append([commit_row(day, at, at)])
     # A record without a commit time is judged by its log time; one with neither is always read.
-    facade.append(None, path, GROUP_COMMITS_SCHEMA, [commit_row(100, None, DAY1 + timedelta(days=9))])
-    facade.append(None, path, GROUP_COMMITS_SCHEMA, [commit_row(101, None, None)])
+    commits.append([commit_row(100, None, DAY1 + timedelta(days=9))])
+    commits.append([commit_row(101, None, None)])
     # The first day's file is gone from the disk: a read that opens it fails.
     files = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
     (first_file,) = [f["path"] for f in files if f["min.commit_time"] == DAY1]
     (Path(path) / first_file).unlink()
 
     window = rc.AuditWindow(until=DAY1 + timedelta(days=10), since=DAY1 + timedelta(days=8))
-    rows = read_group_commit_rows(None, path, window, ["grp"], lookback_days=1)  # type: ignore[arg-type]
+    rows = read_group_commit_rows(commits, window, ["grp"], lookback_days=1)
 
     assert sorted(rows.column("committed_offset").to_pylist()) == [7, 8, 9, 100, 101]

@@ -33,7 +33,6 @@ from pyspark.sql import functions as F
 from app.config import AppConfig
 from app.contracts.findings import StoredFinding
 from app.contracts.instants import instant
-from app.contracts.tables import COMPLETENESS_SCHEMA
 from app.contracts.vocabulary import (
     BATCH_NOT_IN_SINK,
     RESTART_SKIP,
@@ -49,12 +48,10 @@ from app.reconcile.completeness.stats import StatsPlan, window_stats, window_sta
 from app.reconcile.ledger import audit as la
 from app.reconcile.sink.coordinates import SinkColumns, sink_columns
 from app.routes import DRIVER, examine_route, examine_tasks
-from app.storage import facade
-from app.storage.tables import Tables
+from app.storage.handles import AuditTables
 
 log = logging.getLogger(__name__)
 
-KEY: Final = ("job_name", "topic", "partition", "window_start")
 # Below this many partitions the sink filter names each one; above, a box per topic (as SinkReader).
 EXACT_FILTER_MAX_PARTITIONS: Final = 16
 
@@ -67,7 +64,7 @@ class CompletenessPass:
 
     spark: SparkSession
     cfg: AppConfig
-    tables: Tables
+    tables: AuditTables
     audit: la.LedgerAudit
     run_id: str
     now: datetime
@@ -122,10 +119,10 @@ def completeness_rows(p: CompletenessPass) -> list[dict[str, Any]]:
     return rows
 
 
-def store_completeness(spark: SparkSession, tables: Tables, rows: Sequence[Mapping[str, Any]]) -> int:
+def store_completeness(tables: AuditTables, rows: Sequence[Mapping[str, Any]]) -> int:
     """MERGEs the rows by (job, topic, partition, window_start) in one Delta commit; returns how
     many. Only windows not yet final are ever computed, so a final row is never rewritten."""
-    facade.merge(spark, tables.completeness, COMPLETENESS_SCHEMA, rows, KEY)
+    tables.completeness.merge(rows)
     return len(rows)
 
 
@@ -144,7 +141,7 @@ def _checkpoints(audit: la.LedgerAudit) -> dict[tuple[str, PartitionKey], list[t
 def _stored(p: CompletenessPass, jobs: Sequence[str]) -> dict[tuple[str, PartitionKey], dict[datetime, bool]]:
     """(job, partition) -> {window start: final} of the rows already in the table."""
     cols = ["job_name", "topic", "partition", "window_start", "final"]
-    table = facade.rows(p.spark, p.tables.completeness, pc.field("job_name").isin(list(jobs)), columns=cols)
+    table = p.tables.completeness.rows(pc.field("job_name").isin(list(jobs)), columns=cols)
     out: dict[tuple[str, PartitionKey], dict[datetime, bool]] = defaultdict(dict)
     for r in [] if table is None else table.to_pylist():
         out[(r["job_name"], (r["topic"], r["partition"]))][instant(r["window_start"])] = bool(r["final"])
@@ -215,10 +212,11 @@ def _windows(
 
 
 def _sink(p: CompletenessPass, job: str) -> DataFrame:
-    df = facade.scan(p.spark, p.tables.sink_for(job))
+    sink = p.tables.sink_for(job)
+    df = sink.scan()
     if df is None:
         # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
-        where = f"no Delta table at {p.tables.sink_for(job)} (the sink of job {job}); nothing was written"
+        where = f"no Delta table at {sink.location} (the sink of job {job}); nothing was written"
         raise ConfigError(p.tables.sink_key_for(job), where)
     return df
 
@@ -383,7 +381,7 @@ def _ranges_found(p: CompletenessPass, job: str, finding_type: str) -> list[dict
         "offset_end",
     ]
     where = (pc.field("job_name") == job) & (pc.field("finding_type") == finding_type)
-    table = facade.rows(p.spark, p.tables.findings, where, columns=cols)
+    table = p.tables.findings.rows(where, columns=cols)
     found = {r["finding_id"]: r for r in ([] if table is None else table.to_pylist())}
     for f in p.findings:
         if f.job_name == job and f.finding_type == finding_type:

@@ -22,9 +22,7 @@ from app.reconcile.forensics.observed import observed_in_restart_ranges
 from app.reconcile.inputs import match_rules, open_ledger_audit
 from app.reconcile.outputs import AuditRun, merge_restarts, record_run, resolve_scope
 from app.reconcile.sink.coordinates import SinkReader, sink_columns
-from app.storage import facade
-from app.storage.backend import StorageSettings
-from app.storage.tables import tables_from_config
+from app.storage.handles import AuditTables, TableHandle
 
 
 @dataclass
@@ -36,17 +34,19 @@ class ForensicsResult:
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-def run_forensics(spark: SparkSession, cfg: AppConfig, run: AuditRun) -> ForensicsResult:
+def run_forensics(
+    spark: SparkSession, cfg: AppConfig, run: AuditRun, tables: AuditTables | None = None
+) -> ForensicsResult:
     """Classify every run start in the window and MERGE them into ``restarts``.
 
     The RESTART_* findings of these restarts belong to ``reconcile`` alone (one owner per finding
     type), which judges the same restarts with the same functions."""
     r = cfg.reconcile
-    scope = resolve_scope(spark, cfg, run, COMMAND_FORENSICS)
+    scope = resolve_scope(spark, cfg, run, COMMAND_FORENSICS, tables)
     tables, job_list, window, now, run_id = scope.tables, scope.jobs, scope.window, run.now, run.run_id
     rules = match_rules(r)
     result = ForensicsResult(run_id=run_id, window=window, jobs=job_list)
-    audit = open_ledger_audit(spark, tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
+    audit = open_ledger_audit(tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
     try:
         restart_rows = audit.restarts()
     finally:
@@ -56,33 +56,29 @@ def run_forensics(spark: SparkSession, cfg: AppConfig, run: AuditRun) -> Forensi
     for job in sorted({row["job_name"] for row in restart_rows}):
         if r.sink_mode_for(job) != SINK_COORDINATES:
             continue  # rows tell their offsets in a coordinates sink only
-        df = facade.scan(spark, tables.sink_for(job))
+        df = tables.sink_for(job).scan()
         if df is not None:
             job_restarts = [r for r in restart_rows if r["job_name"] == job]
             observed.update(observed_in_restart_ranges(spark, SinkReader(df, cols), job_restarts))
     table = fx.restarts_table(restart_rows, observed, run_id)
-    merge_restarts(spark, tables.restarts, table)
+    merge_restarts(tables.restarts, table)
     result.restarts = sorted(table, key=lambda row: (row["started_at"], row["topic"], row["partition"]))
     for row in result.restarts:
         key = (row["classification"], "")
         result.counts[key] = result.counts.get(key, 0) + 1
-    record_run(spark, scope, run, COMMAND_FORENSICS, now)
+    record_run(scope, run, COMMAND_FORENSICS, now)
     return result
 
 
-def timeline(
-    storage: StorageSettings, cfg: AppConfig, *, job: str, at: datetime, around: timedelta
-) -> list[dict[str, Any]]:
+def timeline(tables: AuditTables, *, job: str, at: datetime, around: timedelta) -> list[dict[str, Any]]:
     """Ledger events, group commits, restarts and findings of ``job`` within ``around`` of ``at``.
 
     A few thousand rows at most, read on the driver through delta-rs (the ledger's day partitions
     prune its files): no Spark, so a person's `forensics --at` answers in about a second."""
-    tables = tables_from_config(cfg)
     lo, hi = at - around, at + around
     first, last = _at(lo), _at(hi)
     in_window = (pc.field("event_time") >= first) & (pc.field("event_time") <= last)
     ledger_rows = _rows(
-        storage,
         tables.ledger,
         (pc.field("job_name") == job) & in_window,
         order=lambda r: r["event_time"],
@@ -93,7 +89,6 @@ def timeline(
     runs = sorted({r["run_id"] for r in ledger_rows})
     committed, logged = pc.field("commit_time"), pc.field("log_time")
     commit_rows = _rows(
-        storage,
         tables.group_commits,
         pc.field("group_id").isin(groups)
         & (
@@ -104,12 +99,10 @@ def timeline(
         limit=5000 if groups else 0,
     )
     restart_rows = _rows(
-        storage,
         tables.restarts,
         (pc.field("job_name") == job) & (pc.field("started_at") >= first) & (pc.field("started_at") <= last),
     )
     finding_rows = _rows(
-        storage,
         tables.findings,
         (pc.field("job_name") == job) & (pc.field("run_id").isin(runs) | pc.field("run_id").is_null()),
         order=lambda r: (_SEVERITY_RANK.get(r["severity"], len(SEVERITIES)), r["finding_id"]),
@@ -117,7 +110,7 @@ def timeline(
     )
     incidents = [
         i
-        for i in read_incidents(storage, cfg, jobs=[job])
+        for i in read_incidents(tables.incidents, jobs=[job])
         if set(i.run_ids) & set(runs) or (i.last_evidence_at is not None and lo <= i.last_evidence_at <= hi)
     ]
     findings = [StoredFinding.from_row(r) for r in finding_rows]
@@ -132,8 +125,7 @@ def _at(instant: datetime) -> pa.Scalar:
 
 
 def _rows(
-    storage: StorageSettings,
-    path: str,
+    table_: TableHandle,
     where: pc.Expression,
     order: Callable[[dict[str, Any]], Any] | None = None,
     limit: int | None = None,
@@ -141,7 +133,7 @@ def _rows(
 ) -> list[dict[str, Any]]:
     """The rows of a table matching ``where``, sorted by ``order``, the first ``limit`` of them
     (none when the table does not exist or ``limit`` is 0)."""
-    table = None if limit == 0 else facade.rows(storage, path, where, prune)
+    table = None if limit == 0 else table_.rows(where, prune)
     if table is None:
         return []
     rows: list[dict[str, Any]] = table.to_pylist()

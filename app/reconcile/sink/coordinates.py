@@ -23,7 +23,7 @@ per-file min/max statistics skip every file outside them:
 The ledger window and the group's commits are small: they are read once into Arrow (by delta-rs,
 on every storage) and analysed on the driver (``app.reconcile.ledger.audit``): findings, the ranges above,
 restarts. Spark runs only the sink reads. The rows a run stores (findings, partition summary, the
-run record) are likewise written from the driver (``app.storage.facade``).
+run record) are likewise written from the driver (their handles, ``app.storage.handles``).
 
 Rows past the last completed checkpoint are counted by a tail-only read, on a thread of its own
 while the reads above run.
