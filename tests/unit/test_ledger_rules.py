@@ -647,3 +647,10 @@ def test_duplicates_are_dated_by_the_ledgers_completion_of_their_writers_checkpo
     # The finding itself is unchanged: same id, same writers.
     assert [f.finding_id for f in found] == [f.finding_id for f in (replayed, second, anonymous)]
     assert audit(ledger).copy_dates([]) == []
+
+
+def test_a_first_run_is_not_a_restart() -> None:
+    ledger = ledger_table(ev("RUN_STARTED", 0), ev("OFFSETS_RESTORED", 0, offsets={0: 0}))
+    window = rc.AuditWindow(until=at(100))
+    audit = la.LedgerAudit(ledger, commits_table(gc(1, 0, 0)), window, rc.MatchRules())
+    assert audit.restarts() == []
