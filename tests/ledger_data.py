@@ -1,20 +1,37 @@
 """Tiny builders for ledger, group_commits and sink rows, so each test states its data next to its
 assertions; as Arrow tables for the driver-side audit (no JVM). Ledger rows go through LedgerEvent,
-so offsets are normalized exactly as the streaming job's committer writes them."""
+so offsets are normalized exactly as the streaming job's committer writes them.
+
+`write_table` stores such rows as a fixture Delta table with delta-rs, the way the app writes its
+own audit tables (`storage.delta_rows`: the contract's schema, nullability and layout), in
+milliseconds and without a Spark job; Spark still reads them as its own."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from app.contracts.offsets import EventSource, LedgerEvent
-from app.contracts.tables import FINDINGS_SCHEMA, GROUP_COMMITS_SCHEMA, INCIDENTS_SCHEMA, LEDGER_SCHEMA
+from app.contracts.tables import (
+    COMPLETENESS_SCHEMA,
+    FINDINGS_SCHEMA,
+    GROUP_COMMITS_SCHEMA,
+    INCIDENTS_SCHEMA,
+    INGEST_POSITIONS_SCHEMA,
+    LEDGER_SCHEMA,
+    PARTITION_SUMMARY_SCHEMA,
+    RESTARTS_SCHEMA,
+    SINK_SCHEMA,
+)
 from app.contracts.vocabulary import ENGINE_FLINK_LEGACY, EVENT_COMMIT_SUCCEEDED
 from app.kafka.commit_outcome import CommitResult
+from app.storage import delta_rows
 from app.stream.committer import OffsetCommitter
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -161,10 +178,47 @@ def ledger_table(*groups: Iterable[LedgerEvent]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=to_arrow_schema(LEDGER_SCHEMA))
 
 
+def with_topic(ledger: pa.Table, topic: str) -> pa.Table:
+    """The ledger's per-partition events moved to ``topic`` (events of the whole run keep none)."""
+    i = ledger.schema.get_field_index("topic")
+    topics = pc.if_else(pc.is_null(ledger["partition"]), pa.scalar(None, pa.string()), pa.scalar(topic))
+    return ledger.set_column(i, ledger.schema.field(i), topics)
+
+
+def contract_table(schema: StructType, rows: Iterable[Mapping[str, Any] | Sequence[Any]]) -> pa.Table:
+    """``rows`` (dicts, or tuples in the contract's column order) as Arrow in the contract's schema."""
+    names = schema.fieldNames()
+    dicts = [r if isinstance(r, Mapping) else dict(zip(names, r, strict=True)) for r in rows]
+    return pa.Table.from_pylist(dicts, schema=to_arrow_schema(schema))
+
+
 def commits_table(*rows: tuple[Any, ...]) -> pa.Table:
-    names = GROUP_COMMITS_SCHEMA.fieldNames()
-    dicts = [dict(zip(names, r, strict=True)) for r in rows]
-    return pa.Table.from_pylist(dicts, schema=to_arrow_schema(GROUP_COMMITS_SCHEMA))
+    return contract_table(GROUP_COMMITS_SCHEMA, rows)
+
+
+def sink_table(*row_groups: list[tuple[Any, ...]]) -> pa.Table:
+    return contract_table(SINK_SCHEMA, [r for g in row_groups for r in g])
+
+
+# The contract of each table a test writes by name (`storage.tables.Tables.named`).
+CONTRACTS: Final[Mapping[str, StructType]] = {
+    "ledger": LEDGER_SCHEMA,
+    "group_commits": GROUP_COMMITS_SCHEMA,
+    "sink": SINK_SCHEMA,
+    "ingest_positions": INGEST_POSITIONS_SCHEMA,
+    "findings": FINDINGS_SCHEMA,
+    "partition_summary": PARTITION_SUMMARY_SCHEMA,
+    "restarts": RESTARTS_SCHEMA,
+    "completeness": COMPLETENESS_SCHEMA,
+}
+
+
+def write_table(path: str, schema: StructType, rows: pa.Table | Sequence[Mapping[str, Any]]) -> None:
+    """Append ``rows`` to the Delta table at ``path`` with delta-rs, creating it as the app creates its
+    tables (`delta_rows.append_rows`): the contract's schema and nullability, and its layout (the
+    ledger partitioned by event_date and append-only)."""
+    dicts = rows.to_pylist() if isinstance(rows, pa.Table) else rows
+    delta_rows.append_rows(None, path, schema, dicts)
 
 
 def finding_row(finding_id: str, run: str, detected_at: datetime, **kw: Any) -> dict[str, Any]:

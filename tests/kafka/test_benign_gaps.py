@@ -10,12 +10,20 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from app.config import AppConfig, KafkaConfig
 from app.kafka.gaps import kafka_gap_confirmer
 from tests.kafka.streaming import TRANSACTIONS, produce_transactions
-from tests.spark.tables import checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
+from tests.ledger_data import (
+    checkpoint,
+    commits_table,
+    ev,
+    gc,
+    ledger_table,
+    sink_rows,
+    sink_table,
+    with_topic,
+)
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -32,19 +40,21 @@ def test_markers_and_aborted_records_are_one_benign_gap_per_partition(
 
     cfg = config_for(app_config, tmp_path)
     save(
-        ledger_df(
-            spark,
-            ev("RUN_STARTED", 0),
-            ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
-            checkpoint(1, 10, {0: end}),
-            ev("RUN_STOPPED", 30),
-        ).withColumn("topic", F.when(F.col("partition").isNotNull(), F.lit(topic))),
+        with_topic(
+            ledger_table(
+                ev("RUN_STARTED", 0),
+                ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
+                checkpoint(1, 10, {0: end}),
+                ev("RUN_STOPPED", 30),
+            ),
+            topic,
+        ),
         cfg,
         "ledger",
     )
-    save(commits_df(spark, gc(12, 0, end, topic=topic)), cfg, "group_commits")
+    save(commits_table(gc(12, 0, end, topic=topic)), cfg, "group_commits")
     # A read_committed job wrote exactly the committed data records.
-    save(sink_df(spark, sink_rows(0, committed, topic=topic)), cfg, "sink")
+    save(sink_table(sink_rows(0, committed, topic=topic)), cfg, "sink")
 
     confirm = kafka_gap_confirmer(
         KafkaConfig(bootstrap_servers=bootstrap), bootstrap, max_records=100, timeout_s=60

@@ -33,6 +33,7 @@ from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
 from tests.kafka.streaming import produce_transactions
+from tests.ledger_data import contract_table
 from tests.spark.test_reconcile import config_for, read, save
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -80,9 +81,9 @@ def write_inputs(
     events: list[dict[str, Any]],
     sink: Sequence[tuple[int, datetime | None]],
 ) -> None:
-    save(spark.createDataFrame(events, LEDGER_SCHEMA), cfg, "ledger")
+    save(contract_table(LEDGER_SCHEMA, events), cfg, "ledger")
     rows = [(topic, 0, o, t, 1, RUN, None, None) for o, t in sink]
-    save(spark.createDataFrame(rows, SINK_SCHEMA), cfg, "sink")
+    save(contract_table(SINK_SCHEMA, rows), cfg, "sink")
 
 
 def reconcile(spark: SparkSession, cfg: AppConfig, bootstrap: str, run_id: str, now: datetime) -> int | None:
@@ -206,7 +207,7 @@ def test_a_delta_batches_sink_counts_the_records_of_its_lost_batch_and_never_row
     )
     base = story.base
     cks = [(b, 5 * b, base + b * WINDOW + timedelta(seconds=1)) for b in range(1, 5)]
-    save(spark.createDataFrame(ledger(story.topic, base, cks), LEDGER_SCHEMA), cfg, "ledger")
+    save(contract_table(LEDGER_SCHEMA, ledger(story.topic, base, cks)), cfg, "ledger")
     sink = tables_from_config(cfg).sink
     for batch in (1, 3, 4):
         writer = spark.range(5).write.format("delta").mode("append").option("txnAppId", "orders-app")

@@ -27,7 +27,7 @@ from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 from app.stream.startup import to_sink_rows
 from tests.kafka.streaming import create_topic, group_offsets
-from tests.spark.tables import GROUP, at, checkpoint, commits_df, ev, gc, ledger_df
+from tests.ledger_data import GROUP, at, checkpoint, commits_table, ev, gc, ledger_table, with_topic
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -56,20 +56,21 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     assert producer.flush(30) == 0
 
     cfg = config_for(app_config, tmp_path)
-    on_topic = F.when(F.col("partition").isNotNull(), F.lit(topic))
     save(
-        ledger_df(
-            spark,
-            ev("RUN_STARTED", 0),
-            ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
-            checkpoint(1, 10, {0: RECORDS}),
-            ev("RUN_STOPPED", 30),
-        ).withColumn("topic", on_topic),
+        with_topic(
+            ledger_table(
+                ev("RUN_STARTED", 0),
+                ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
+                checkpoint(1, 10, {0: RECORDS}),
+                ev("RUN_STOPPED", 30),
+            ),
+            topic,
+        ),
         cfg,
         "ledger",
     )
     # The job's own commit, then a reset tool moving the group back to 5 after the job stopped.
-    save(commits_df(spark, gc(12, 0, RECORDS, topic=topic), gc(40, 0, 5, topic=topic)), cfg, "group_commits")
+    save(commits_table(gc(12, 0, RECORDS, topic=topic), gc(40, 0, 5, topic=topic)), cfg, "group_commits")
     source = (
         spark.read.format("kafka")
         .options(**spark_kafka_options(KafkaConfig(bootstrap_servers=bootstrap), bootstrap))
@@ -197,25 +198,24 @@ def test_a_repaired_restart_stays_as_it_was_written_and_fails_no_later_run(
     assert producer.flush(30) == 0
 
     cfg = config_for(app_config, tmp_path)
-    on_topic = F.when(F.col("partition").isNotNull(), F.lit(topic))
     save(
-        ledger_df(
-            spark,
-            ev("RUN_STARTED", 0),
-            ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
-            checkpoint(1, 10, {0: 20}),
-            ev("RUN_STOPPED", 30),
-            ev("RUN_STARTED", 100, run="run-2"),
-            ev("OFFSETS_RESTORED", 100, run="run-2", offsets={0: 30}, detail={"source": "latest"}),
-            checkpoint(2, 110, {0: RECORDS}, run="run-2"),
-            ev("RUN_STOPPED", 120, run="run-2"),
-        ).withColumn("topic", on_topic),
+        with_topic(
+            ledger_table(
+                ev("RUN_STARTED", 0),
+                ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
+                checkpoint(1, 10, {0: 20}),
+                ev("RUN_STOPPED", 30),
+                ev("RUN_STARTED", 100, run="run-2"),
+                ev("OFFSETS_RESTORED", 100, run="run-2", offsets={0: 30}, detail={"source": "latest"}),
+                checkpoint(2, 110, {0: RECORDS}, run="run-2"),
+                ev("RUN_STOPPED", 120, run="run-2"),
+            ),
+            topic,
+        ),
         cfg,
         "ledger",
     )
-    save(
-        commits_df(spark, gc(12, 0, 20, topic=topic), gc(112, 0, RECORDS, topic=topic)), cfg, "group_commits"
-    )
+    save(commits_table(gc(12, 0, 20, topic=topic), gc(112, 0, RECORDS, topic=topic)), cfg, "group_commits")
     source = (
         spark.read.format("kafka")
         .options(**spark_kafka_options(KafkaConfig(bootstrap_servers=bootstrap), bootstrap))

@@ -19,16 +19,15 @@ from app.reconcile.outputs import AuditRun, confirm_runs, last_window_end
 from app.reconcile.run import run_reconcile
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
-from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
+from tests.ledger_data import at, checkpoint, commits_table, ev, gc, ledger_table, sink_rows, sink_table
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
 pytestmark = pytest.mark.spark
 
 
-def a_job_with_a_gap(spark: SparkSession, cfg: AppConfig, *, sink: bool = True) -> None:
+def a_job_with_a_gap(cfg: AppConfig, *, sink: bool = True) -> None:
     save(
-        ledger_df(
-            spark,
+        ledger_table(
             ev("RUN_STARTED", 0),
             ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
             checkpoint(1, 10, {0: 50}),
@@ -37,9 +36,9 @@ def a_job_with_a_gap(spark: SparkSession, cfg: AppConfig, *, sink: bool = True) 
         cfg,
         "ledger",
     )
-    save(commits_df(spark, gc(12, 0, 50)), cfg, "group_commits")
+    save(commits_table(gc(12, 0, 50)), cfg, "group_commits")
     if sink:
-        save(sink_df(spark, sink_rows(0, range(45))), cfg, "sink")
+        save(sink_table(sink_rows(0, range(45))), cfg, "sink")
 
 
 def tables_written(cfg: AppConfig) -> set[str]:
@@ -54,7 +53,7 @@ def test_a_missing_sink_table_exits_2_naming_path_and_key_and_writes_nothing(
     spark: SparkSession, app_config: AppConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = config_for(app_config, tmp_path)
-    a_job_with_a_gap(spark, cfg, sink=False)
+    a_job_with_a_gap(cfg, sink=False)
     missing = tmp_path / "no-such-sink"
     with pytest.raises(ConfigError) as raised:
         reconcile(spark, cfg, "rec-missing")
@@ -75,7 +74,7 @@ def test_a_failed_gap_confirmation_writes_no_finding_and_does_not_move_the_windo
     spark: SparkSession, app_config: AppConfig, tmp_path: Path
 ) -> None:
     cfg = config_for(app_config, tmp_path)
-    a_job_with_a_gap(spark, cfg)
+    a_job_with_a_gap(cfg)
     unreachable = kafka_gap_confirmer(
         KafkaConfig(bootstrap_servers="127.0.0.1:1", request_timeout_s=2),
         "127.0.0.1:1",
@@ -106,7 +105,7 @@ def test_a_nightly_step_moves_the_window_only_once_its_night_has_finished(
     spark: SparkSession, app_config: AppConfig, tmp_path: Path
 ) -> None:
     cfg = config_for(app_config, tmp_path)
-    a_job_with_a_gap(spark, cfg)
+    a_job_with_a_gap(cfg)
     runs = AuditTables.from_config(cfg, spark).audit_runs
     run_reconcile(
         spark,
@@ -123,7 +122,7 @@ def test_a_storage_failure_exits_3_not_1(
     spark: SparkSession, app_config: AppConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = config_for(app_config, tmp_path)
-    a_job_with_a_gap(spark, cfg)
+    a_job_with_a_gap(cfg)
     # A ledger whose transaction log is garbage: the storage layer's own exception, not ours.
     log = Path(tables_from_config(cfg).ledger) / "_delta_log"
     for f in log.glob("*.json"):
@@ -146,8 +145,7 @@ def test_a_night_that_fails_after_reconcile_exits_3_and_never_moves_the_window(
 ) -> None:
     cfg = config_for(app_config, tmp_path)
     save(
-        ledger_df(
-            spark,
+        ledger_table(
             ev("RUN_STARTED", 0, run="run-1"),
             ev("OFFSETS_RESTORED", 0, run="run-1", offsets={0: 0}, detail={"source": "earliest"}),
             checkpoint(1, 10, {0: 50}, run="run-1"),
@@ -159,7 +157,7 @@ def test_a_night_that_fails_after_reconcile_exits_3_and_never_moves_the_window(
         cfg,
         "ledger",
     )
-    save(sink_df(spark, sink_rows(0, range(50))), cfg, "sink")
+    save(sink_table(sink_rows(0, range(50))), cfg, "sink")
     # The restarts table's transaction log is garbage: forensics, the step after reconcile, fails
     # with the storage layer's own exception.
     restarts_log = Path(tables_from_config(cfg).restarts) / "_delta_log"

@@ -14,8 +14,20 @@ from app.config import AppConfig
 from app.contracts.tables import INGEST_POSITIONS_SCHEMA
 from app.report import gather as report_io
 from app.storage.handles import AuditTables
-from tests.ledger_data import COVERED_SKIPS_STOP, covered_skips_story
-from tests.spark.tables import GROUP, at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
+from tests.ledger_data import (
+    COVERED_SKIPS_STOP,
+    GROUP,
+    at,
+    checkpoint,
+    commits_table,
+    contract_table,
+    covered_skips_story,
+    ev,
+    gc,
+    ledger_table,
+    sink_rows,
+    sink_table,
+)
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
 pytestmark = pytest.mark.spark
@@ -26,8 +38,7 @@ def test_the_skip_rate_counts_the_checkpoints_the_findings_call_skipped(
 ) -> None:
     cfg = config_for(app_config, tmp_path)
     failure = {"attempt": 2, "error": "NOT_COORDINATOR", "retriable": True}
-    ledger = ledger_df(
-        spark,
+    ledger = ledger_table(
         ev("RUN_STARTED", 0),
         ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
         checkpoint(1, 10, {0: 10}),
@@ -38,11 +49,10 @@ def test_the_skip_rate_counts_the_checkpoints_the_findings_call_skipped(
         ev("RUN_STOPPED", 40),
     )
     save(ledger, cfg, "ledger")
-    save(commits_df(spark, gc(12, 0, 10), gc(32, 0, 30)), cfg, "group_commits")
-    save(sink_df(spark, sink_rows(0, range(30))), cfg, "sink")
+    save(commits_table(gc(12, 0, 10), gc(32, 0, 30)), cfg, "group_commits")
+    save(sink_table(sink_rows(0, range(30))), cfg, "sink")
     # ingest-offsets ran after the job stopped: every commit it made is in group_commits.
-    positions = spark.createDataFrame([(0, 3, "ingest-1", at(100))], INGEST_POSITIONS_SCHEMA)
-    save(positions, cfg, "ingest_positions")
+    save(contract_table(INGEST_POSITIONS_SCHEMA, [(0, 3, "ingest-1", at(100))]), cfg, "ingest_positions")
 
     def none(gaps: Any) -> list[dict[str, Any]]:
         return []
@@ -66,12 +76,12 @@ def test_covered_skips_reach_the_skip_rate_when_commits_are_ingested_right_after
     stopped, inside the clock-skew allowance. Both skips are reported (benign) and counted."""
     cfg = config_for(app_config, tmp_path)
     events, commit_rows = covered_skips_story(engine)
-    save(ledger_df(spark, events), cfg, "ledger")
-    save(commits_df(spark, *commit_rows), cfg, "group_commits")
-    save(sink_df(spark, sink_rows(0, range(50))), cfg, "sink")
+    save(ledger_table(events), cfg, "ledger")
+    save(commits_table(*commit_rows), cfg, "group_commits")
+    save(sink_table(sink_rows(0, range(50))), cfg, "sink")
     ingested = at(COVERED_SKIPS_STOP + 1)
     save(
-        spark.createDataFrame([(0, 3, "ingest-1", ingested)], INGEST_POSITIONS_SCHEMA),
+        contract_table(INGEST_POSITIONS_SCHEMA, [(0, 3, "ingest-1", ingested)]),
         cfg,
         "ingest_positions",
     )
@@ -97,17 +107,16 @@ def test_the_impact_chart_totals_are_the_incidents_totals_with_the_duplicates_da
     is dated by the ledger's completion of the checkpoint that wrote the job's copies, names the
     job's run and no run for the second writer, and the chart counts every incident."""
     cfg = config_for(app_config, tmp_path)
-    ledger = ledger_df(
-        spark,
+    ledger = ledger_table(
         ev("RUN_STARTED", 0),
         ev("OFFSETS_RESTORED", 0, offsets={0: 0, 1: 0}, detail={"source": "earliest"}),
         checkpoint(1, 10, {0: 50, 1: 50}),
         ev("RUN_STOPPED", 30),
     )
     save(ledger, cfg, "ledger")
-    save(commits_df(spark, gc(12, 0, 50), gc(12, 1, 50)), cfg, "group_commits")
+    save(commits_table(gc(12, 0, 50), gc(12, 1, 50)), cfg, "group_commits")
     copies = sink_rows(0, range(10, 20), run="second-writer", cp=1)
-    save(sink_df(spark, sink_rows(0, range(50)), copies, sink_rows(1, range(45))), cfg, "sink")
+    save(sink_table(sink_rows(0, range(50)), copies, sink_rows(1, range(45))), cfg, "sink")
 
     def confirmed(gaps: Any) -> list[dict[str, Any]]:
         return [{"status": "confirmed", "data_records": g.end - g.start} for g in gaps]

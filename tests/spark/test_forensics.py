@@ -12,15 +12,15 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig, PathsConfig, ReconcileConfig
-from app.reconcile import findings as rc
+from app.contracts.tables import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA, SINK_SCHEMA
 from app.reconcile.forensics import restarts as fx
 from app.reconcile.forensics.run import run_forensics, timeline
-from app.reconcile.ledger import audit as la
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
-from tests.spark.tables import at, checkpoint, commits_df, ev, gc, ledger_df, sink_df, sink_rows
+from tests.ledger_data import commits_table, ledger_table, sink_table, write_table
+from tests.spark.tables import at, checkpoint, ev, gc, sink_rows
 
 pytestmark = pytest.mark.spark
 
@@ -33,8 +33,7 @@ def test_restarts_are_classified_counted_and_linked_to_the_sink(
         paths=PathsConfig(data_dir=str(tmp_path), cache_dir=app_config.paths.cache_dir),
         reconcile=ReconcileConfig(),
     )
-    ledger = ledger_df(
-        spark,
+    ledger = ledger_table(
         ev("RUN_STARTED", 0, run="run-1"),
         ev("OFFSETS_RESTORED", 0, run="run-1", offsets={0: 0, 1: 0, 2: 0}, detail={"source": "earliest"}),
         checkpoint(1, 10, {0: 100, 1: 100, 2: 100}, run="run-1"),
@@ -44,17 +43,20 @@ def test_restarts_are_classified_counted_and_linked_to_the_sink(
         ev("OFFSETS_RESTORED", 100, run="run-2", offsets={1: 90}, detail={"source": "group"}),
         ev("OFFSETS_RESTORED", 100, run="run-2", offsets={2: 130}, detail={"source": "latest"}),
     )
-    ledger.write.format("delta").partitionBy("event_date").save(tables_from_config(cfg).ledger)
-    commits_df(spark, gc(12, 0, 100), gc(12, 1, 90), gc(12, 2, 100)).write.format("delta").save(
-        tables_from_config(cfg).group_commits
+    tables = tables_from_config(cfg)
+    write_table(tables.ledger, LEDGER_SCHEMA, ledger)
+    write_table(
+        tables.group_commits,
+        GROUP_COMMITS_SCHEMA,
+        commits_table(gc(12, 0, 100), gc(12, 1, 90), gc(12, 2, 100)),
     )
-    sink_df(
-        spark,
+    sink = sink_table(
         sink_rows(0, range(100)),
         sink_rows(1, range(100)),
         sink_rows(1, range(90, 100), run="run-2", cp=1),  # the replay wrote 90..99 again
         sink_rows(2, range(100)),
-    ).write.format("delta").save(tables_from_config(cfg).sink)
+    )
+    write_table(tables.sink, SINK_SCHEMA, sink)
 
     result = run_forensics(spark, cfg, AuditRun(run_id="fx-1", now=at(1000), since=None, until=at(1000)))
     got = {
@@ -106,12 +108,3 @@ def test_restarts_are_classified_counted_and_linked_to_the_sink(
     assert "GROUP_COMMIT" in text
     assert "orders/2=130" in text
     assert json.dumps(entries, default=str)  # --json can print it
-
-
-def test_a_first_run_is_not_a_restart(spark: SparkSession) -> None:
-    ledger = ledger_df(spark, ev("RUN_STARTED", 0), ev("OFFSETS_RESTORED", 0, offsets={0: 0}))
-    window = rc.AuditWindow(until=at(100))
-    audit = la.LedgerAudit(
-        ledger.toArrow(), commits_df(spark, gc(1, 0, 0)).toArrow(), window, rc.MatchRules()
-    )
-    assert audit.restarts() == []

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from app import cli
 from app.config import AppConfig
-from tests.spark.tables import at, sink_df, sink_rows
+from tests.ledger_data import at, sink_rows, sink_table
 from tests.spark.test_audit_failures import a_job_with_a_gap
 from tests.spark.test_reconcile import config_for, read, reconcile, save
 
@@ -28,7 +28,7 @@ def test_reconcile_stores_incidents_once_and_the_cli_lists_them(
     spark: SparkSession, app_config: AppConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = config_for(app_config, tmp_path)
-    a_job_with_a_gap(spark, cfg)
+    a_job_with_a_gap(cfg)
     first = reconcile(spark, cfg, "rec-1", confirmer=confirmed)
     again = reconcile(spark, cfg, "rec-2", confirmer=confirmed, since=at(-3600))  # the same window
     assert [i.incident_id for i in first.incidents] == [i.incident_id for i in again.incidents]
@@ -75,10 +75,10 @@ def test_output_the_ledger_does_not_account_for_is_a_ledger_gap_incident_in_reco
     spark: SparkSession, app_config: AppConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = config_for(app_config, tmp_path)
-    a_job_with_a_gap(spark, cfg, sink=False)
+    a_job_with_a_gap(cfg, sink=False)
     # The job wrote 0..59 but its ledger vouches for 0..49 only: 50..59 came from a batch it never
     # recorded as completed (the job ran without auditing, or crashed between sink and ledger).
-    save(sink_df(spark, sink_rows(0, range(60))), cfg, "sink")
+    save(sink_table(sink_rows(0, range(60))), cfg, "sink")
 
     code = cli.main(["reconcile", "--json", "--no-confirm", "--set", f"paths.data_dir={tmp_path}"])
     summary = json.loads(capsys.readouterr().out)

@@ -13,7 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from app.config import AppConfig, PathsConfig
@@ -23,6 +25,7 @@ from app.contracts.tables import (
     LEDGER_SCHEMA,
     PARTITION_SUMMARY_SCHEMA,
     RESTARTS_SCHEMA,
+    layout_of,
 )
 from app.quality import checks as q
 from app.quality import frames
@@ -35,19 +38,17 @@ from app.report import render as report
 from app.storage.handles import AuditTables, open_handle
 from app.storage.tables import tables_from_config
 from checks.suites import LEDGER_IDENTITY
-from tests.ledger_data import ledger_table
+from tests.ledger_data import CONTRACTS, commits_table, ledger_table, sink_table
 from tests.spark.tables import (
     GROUP,
     JOB,
     TOPIC,
     at,
     checkpoint,
-    commits_df,
     ev,
     gc,
     ledger_df,
     rows_of,
-    sink_df,
     sink_rows,
 )
 
@@ -93,12 +94,21 @@ def window(partition: int, start: float, **over: Any) -> dict[str, Any]:
     return row
 
 
-def frame(spark: SparkSession, rows: list[dict[str, Any]], schema: StructType) -> DataFrame:
-    return spark.createDataFrame([tuple(r[f] for f in schema.fieldNames()) for r in rows], nullable(schema))
+def frame(rows: list[dict[str, Any]], schema: StructType) -> pa.Table:
+    """Rows as Arrow in the contract's columns, every one nullable (see `nullable`)."""
+    return pa.Table.from_pylist(rows, schema=to_arrow_schema(nullable(schema)))
 
 
-def save(df: DataFrame, cfg: AppConfig, name: str) -> None:
-    df.write.format("delta").mode("overwrite").save(tables_from_config(cfg).named(name))
+def save(rows: pa.Table, cfg: AppConfig, name: str) -> None:
+    """A fixture table, written with delta-rs in the contract's columns and partitioning, every column
+    nullable so that a seeded table can hold the nulls its suite must catch."""
+    contract = CONTRACTS[name]
+    write_deltalake(
+        tables_from_config(cfg).named(name),
+        rows.cast(to_arrow_schema(nullable(contract))),
+        mode="overwrite",
+        partition_by=list(layout_of(contract).partition_by) or None,
+    )
 
 
 def ordered_rows(out: pa.Table | DataFrame, *cols: str) -> list[tuple[Any, ...]]:
@@ -193,8 +203,7 @@ def test_a_nights_check_validates_the_ledger_and_commits_of_its_window(
 ) -> None:
     old_checkpoint = checkpoint(1, 0, {0: 10})
     save(
-        ledger_df(
-            spark,
+        ledger_table(
             old_checkpoint,
             old_checkpoint[:1],  # its snapshot written twice: validated (and reported) by an earlier night
             checkpoint(2, 4000, {0: 20}),
@@ -203,7 +212,7 @@ def test_a_nights_check_validates_the_ledger_and_commits_of_its_window(
         cfg,
         "ledger",
     )
-    save(commits_df(spark, gc(3, 0, 10), gc(4002, 0, 20)), cfg, "group_commits")
+    save(commits_table(gc(3, 0, 10), gc(4002, 0, 20)), cfg, "group_commits")
     since = at(4000)  # the overlap reaches back two minutes: to 3880 s, past the old rows at 0-2 s
     options = q.CheckOptions(build_docs=False, write_results=False, since=since)
 
@@ -238,8 +247,7 @@ def test_the_commit_check_compares_the_offsets_reconcile_computed(
     spark: SparkSession, cfg: AppConfig
 ) -> None:
     save(
-        ledger_df(
-            spark,
+        ledger_table(
             ev("RUN_STARTED", 0),
             ev("OFFSETS_RESTORED", 0, offsets={0: 0, 1: 0}, detail={"source": "earliest"}),
             checkpoint(1, 1, {0: 10, 1: 5}),
@@ -249,15 +257,14 @@ def test_the_commit_check_compares_the_offsets_reconcile_computed(
         cfg,
         "ledger",
     )
-    commits = commits_df(
-        spark,
+    commits = commits_table(
         gc(3, 0, 10),
         gc(13, 0, 20),  # latest for partition 0: at the checkpoint
         gc(13, 1, 9),  # beyond partition 1's completed 8
         gc(14, 0, 999, group="someone-elses-group"),  # not a group of an audited job
     )
     save(commits, cfg, "group_commits")
-    save(sink_df(spark, sink_rows(0, range(20)), sink_rows(1, range(8))), cfg, "sink")
+    save(sink_table(sink_rows(0, range(20)), sink_rows(1, range(8))), cfg, "sink")
     run_reconcile(spark, cfg, AuditRun(run_id="rec-1", now=at(1000), since=None, until=at(1000)))
 
     summary = spark.read.format("delta").load(tables_from_config(cfg).partition_summary)
@@ -289,10 +296,9 @@ def test_the_commit_check_compares_the_offsets_reconcile_computed(
 # --- whole suites over Delta tables --------------------------------------------------------------
 
 
-def clean_tables(spark: SparkSession, cfg: AppConfig) -> None:
+def clean_tables(cfg: AppConfig) -> None:
     save(
-        ledger_df(
-            spark,
+        ledger_table(
             ev("RUN_STARTED", 0),
             checkpoint(1, 1, {0: 10, 1: 5}),
             checkpoint(2, 10, {0: 20, 1: 8}),
@@ -301,16 +307,16 @@ def clean_tables(spark: SparkSession, cfg: AppConfig) -> None:
         cfg,
         "ledger",
     )
-    save(commits_df(spark, gc(3, 0, 10), gc(3, 1, 5), gc(12, 0, 20), gc(12, 1, 8)), cfg, "group_commits")
+    save(commits_table(gc(3, 0, 10), gc(3, 1, 5), gc(12, 0, 20), gc(12, 1, 8)), cfg, "group_commits")
     benign_gap = finding("f2", finding_type="GAP", severity="critical", status="benign")
-    save(frame(spark, [finding("f1"), benign_gap], FINDINGS_SCHEMA), cfg, "findings")
-    save(frame(spark, [summary(), summary(partition=1, commit_lag_offsets=3)], PARTITION_SUMMARY_SCHEMA),
+    save(frame([finding("f1"), benign_gap], FINDINGS_SCHEMA), cfg, "findings")
+    save(frame([summary(), summary(partition=1, commit_lag_offsets=3)], PARTITION_SUMMARY_SCHEMA),
          cfg, "partition_summary")  # fmt: skip
-    save(frame(spark, [window(0, 0), window(1, 0)], COMPLETENESS_SCHEMA), cfg, "completeness")
+    save(frame([window(0, 0), window(1, 0)], COMPLETENESS_SCHEMA), cfg, "completeness")
 
 
 def test_clean_tables_pass_every_suite_and_the_report_shows_them(spark: SparkSession, cfg: AppConfig) -> None:
-    clean_tables(spark, cfg)
+    clean_tables(cfg)
 
     result = q.run_checks(spark, cfg, "check-clean", now=at(200))
 
@@ -337,7 +343,7 @@ def test_clean_tables_pass_every_suite_and_the_report_shows_them(spark: SparkSes
         group_committed_offset=15, classification="replay", records_replayed=5, records_skipped=0,
         duplicates_observed=5, forensics_run_id="fx-1",
     )  # fmt: skip
-    save(frame(spark, [restart], RESTARTS_SCHEMA), cfg, "restarts")
+    save(frame([restart], RESTARTS_SCHEMA), cfg, "restarts")
 
     tables = AuditTables.from_config(cfg, spark)
     html = report_io.build_report(tables, cfg, "report-1", now=at(400))
@@ -369,26 +375,24 @@ def test_clean_tables_pass_every_suite_and_the_report_shows_them(spark: SparkSes
     assert data.data_docs_href == "../data_docs/index.html"
 
 
-def seeded_tables(spark: SparkSession, cfg: AppConfig) -> None:
+def seeded_tables(cfg: AppConfig) -> None:
     """One violation of every expectation that can fail on these tables."""
     bogus = ev("RUN_STOPPED", 40)[0].to_row() | {"event_type": "RUN_PAUSED"}
     negative = ev("OFFSETS_RESTORED", 1, offsets={1: 0})[0].to_row() | {"offset": -4}
     nameless = ev("RUN_STARTED", 50, run="run-2")[0].to_row() | {"job_name": None}
-    ledger = ledger_df(
-        spark,
-        ev("RUN_STARTED", 0),
-        ev("CHECKPOINT_SNAPSHOT", 1, cp=1, offsets={0: 10}),  # snapshot that never completed
-        checkpoint(2, 10, {0: 20}),
-        checkpoint(2, 10, {0: 20})[:1],  # the same snapshot event written twice
-        ev("CHECKPOINT_SNAPSHOT", 20, cp=3, offsets={0: 25}),
-    ).unionByName(spark.createDataFrame([bogus, negative, nameless], nullable(LEDGER_SCHEMA)))
-    save(ledger, cfg, "ledger")
-    commits = commits_df(spark, gc(12, 0, 20), gc(30, 0, 26))  # 26 is beyond the completed 20
-    duplicate_log_position = commits.limit(1).selectExpr("*")  # same (log_partition, log_offset) again
-    save(commits.unionByName(duplicate_log_position), cfg, "group_commits")
+    events = [
+        *ev("RUN_STARTED", 0),
+        *ev("CHECKPOINT_SNAPSHOT", 1, cp=1, offsets={0: 10}),  # snapshot that never completed
+        *checkpoint(2, 10, {0: 20}),
+        *checkpoint(2, 10, {0: 20})[:1],  # the same snapshot event written twice
+        *ev("CHECKPOINT_SNAPSHOT", 20, cp=3, offsets={0: 25}),
+    ]
+    save(frame([*(e.to_row() for e in events), bogus, negative, nameless], LEDGER_SCHEMA), cfg, "ledger")
+    commits = commits_table(gc(12, 0, 20), gc(30, 0, 26))  # 26 is beyond the completed 20
+    duplicate_log_position = commits.slice(0, 1)  # same (log_partition, log_offset) again
+    save(pa.concat_tables([commits, duplicate_log_position]), cfg, "group_commits")
     save(
         frame(
-            spark,
             [
                 finding("f1", severity="fatal"),
                 finding("f1"),
@@ -402,13 +406,13 @@ def seeded_tables(spark: SparkSession, cfg: AppConfig) -> None:
     )
     # A commit of 25 beyond the checkpoint's 20: the commit check reads it from the summary.
     bad = summary(commit_lag_offsets=50_000, sink_count=19, last_committed_offset=25)
-    save(frame(spark, [bad], PARTITION_SUMMARY_SCHEMA), cfg, "partition_summary")
+    save(frame([bad], PARTITION_SUMMARY_SCHEMA), cfg, "partition_summary")
     lossy = window(1, 600, landed=65, lost=35, completeness=0.65)
-    save(frame(spark, [window(0, 0), lossy], COMPLETENESS_SCHEMA), cfg, "completeness")
+    save(frame([window(0, 0), lossy], COMPLETENESS_SCHEMA), cfg, "completeness")
 
 
 def test_seeded_violations_fail_the_expectation_that_guards_them(spark: SparkSession, cfg: AppConfig) -> None:
-    seeded_tables(spark, cfg)
+    seeded_tables(cfg)
 
     result = q.run_checks(spark, cfg, "check-bad", now=at(200), options=q.CheckOptions(build_docs=False))
 
@@ -449,7 +453,7 @@ def test_a_final_window_under_the_completeness_floor_fails_naming_it_a_provision
     spark: SparkSession, cfg: AppConfig
 ) -> None:
     def floor_check(rows: list[dict[str, Any]], floor: float = 1.0, route: int = 10_000) -> Any:
-        save(frame(spark, rows, COMPLETENESS_SCHEMA), cfg, "completeness")
+        save(frame(rows, COMPLETENESS_SCHEMA), cfg, "completeness")
         checked = dataclasses.replace(cfg, completeness=dataclasses.replace(cfg.completeness, floor=floor))
         options = q.CheckOptions(build_docs=False, write_results=False, driver_max_rows=route)
         result = q.run_checks(spark, checked, "check-floor", now=at(4000), options=options)
@@ -474,7 +478,7 @@ def test_a_final_window_under_the_completeness_floor_fails_naming_it_a_provision
 
 
 def test_missing_tables_skip_their_suites_instead_of_failing(spark: SparkSession, cfg: AppConfig) -> None:
-    save(commits_df(spark, gc(3, 0, 10)), cfg, "group_commits")
+    save(commits_table(gc(3, 0, 10)), cfg, "group_commits")
 
     result = q.run_checks(spark, cfg, "check-empty", options=q.CheckOptions(build_docs=False))
 
@@ -492,7 +496,7 @@ def test_missing_tables_skip_their_suites_instead_of_failing(spark: SparkSession
 
 
 def test_driver_and_spark_validation_give_the_same_outcomes(spark: SparkSession, cfg: AppConfig) -> None:
-    seeded_tables(spark, cfg)
+    seeded_tables(cfg)
     small = q.CheckOptions(build_docs=False, write_results=False)  # every frame fits on the driver
     large = dataclasses.replace(small, driver_max_rows=0)  # every frame too large: GE on Spark
 
@@ -514,7 +518,7 @@ def test_only_tables_within_the_driver_limit_are_read_on_the_driver(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     path = str(tmp_path / "small")
-    spark.createDataFrame([(None, None), (2, True)], "n long, b boolean").write.format("delta").save(path)
+    write_deltalake(path, pa.table({"n": pa.array([None, 2], pa.int64()), "b": pa.array([None, True])}))
 
     small = open_handle("findings", path, spark)  # any table: the read names no column
     read = check_io.read_for_check(small, max_rows=2)
@@ -534,7 +538,7 @@ def test_a_check_reads_only_the_partition_summaries_of_the_run_it_judges_on_eith
     spark: SparkSession, cfg: AppConfig
 ) -> None:
     rows = [summary(reconcile_run_id=r, partition=p) for r in ("rec-1", "rec-2", "it's") for p in (0, 1)]
-    save(frame(spark, rows, PARTITION_SUMMARY_SCHEMA), cfg, "partition_summary")
+    save(frame(rows, PARTITION_SUMMARY_SCHEMA), cfg, "partition_summary")
     summaries = AuditTables.from_config(cfg, spark).partition_summary
 
     for max_rows in (1000, 0):  # the driver's DuckDB, then Spark SQL: the same text

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from app.config import AppConfig, PathsConfig, ReconcileConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.findings import IDENTITY_COLUMNS
+from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
 from app.kafka.gaps import SuspectedGap
 from app.reconcile import findings as rc
 from app.reconcile.findings import PartitionRange
@@ -56,8 +57,10 @@ from app.reconcile.sink.offsets import (
     xxhash64_longs,
 )
 from app.routes import EXAMINE_DRIVER_MAX_ROWS
+from app.storage import delta_rows
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
+from tests.ledger_data import CONTRACTS, commits_table, ledger_table, sink_table, write_table
 from tests.spark.tables import (
     GROUP,
     JOB,
@@ -404,26 +407,6 @@ def test_many_partitions_are_read_through_a_bounding_box_and_an_exact_join(spark
     assert out.stats[(JOB, TOPIC, 3)].rows == 10  # only [30, 40) of partition 3 was read
 
 
-def test_gap_statuses_follow_the_confirmation_verdict() -> None:
-    rng = PartitionRange(JOB, GROUP, TOPIC, 0, lo=0, hi=100, lo_source="restored", hi_checkpoint_id=3)
-    cases = {
-        None: ("open", "critical"),
-        "confirmed": ("confirmed", "critical"),
-        "benign": ("benign", "info"),
-        "unverifiable": ("unverifiable", "error"),
-    }
-    for verdict, expected in cases.items():
-        row = rc.gap_finding(rng, 10, 20, None if verdict is None else {"status": verdict})
-        assert (row.status, row.severity) == expected
-        assert (row.offset_start, row.offset_end, row.record_count, row.checkpoint_id) == (
-            10,
-            20,
-            10,
-            3,
-        )
-    assert rc.gap_finding(rng, 10, 20, None).evidence["confirmation"] == "not run"
-
-
 def test_finding_ids_hash_identity_not_run_or_time(spark: SparkSession) -> None:
     ledger = ledger_df(
         spark, ev("COMMIT_FAILED", 1, cp=1, offsets={0: 10}, detail={"error": "X", "attempt": 1})
@@ -454,11 +437,10 @@ def config_for(app_config: AppConfig, tmp_path: Path, **reconcile: Any) -> AppCo
     )
 
 
-def save(df: DataFrame, cfg: AppConfig, name: str, mode: str = "overwrite") -> None:
-    writer = df.write.format("delta").mode(mode)
-    if name == "ledger":
-        writer = writer.partitionBy("event_date")
-    writer.save(tables_from_config(cfg).named(name))
+def save(rows: pa.Table, cfg: AppConfig, name: str) -> None:
+    """A fixture table, written with delta-rs in its contract's layout (`ledger_data.write_table`):
+    reconcile reads it as it reads the tables the app writes, without a Spark job to write it."""
+    write_table(tables_from_config(cfg).named(name), CONTRACTS[name], rows)
 
 
 def read(spark: SparkSession, cfg: AppConfig, name: str) -> DataFrame:
@@ -490,7 +472,7 @@ def test_empty_window_and_missing_tables_give_a_clean_run(
     assert read(spark, cfg, "findings").count() == 0
 
     # Ledger rows exist but none inside the window: still nothing to judge.
-    save(ledger_df(spark, checkpoint(1, 0, {0: 10})), cfg, "ledger")
+    save(ledger_table(checkpoint(1, 0, {0: 10})), cfg, "ledger")
     late = reconcile(spark, cfg, "rec-late", since=at(5000), until=at(6000))
     assert (late.partitions, late.counts) == (0, {})
 
@@ -500,8 +482,7 @@ def test_full_run_merges_findings_idempotently_and_survives_a_killed_run(
 ) -> None:
     cfg = config_for(app_config, tmp_path)
     save(
-        ledger_df(
-            spark,
+        ledger_table(
             ev("RUN_STARTED", 0),
             ev("OFFSETS_RESTORED", 0, offsets={0: 0, 1: 0}, detail={"source": "earliest"}),
             checkpoint(1, 10, {0: 50, 1: 50}),
@@ -510,8 +491,8 @@ def test_full_run_merges_findings_idempotently_and_survives_a_killed_run(
         cfg,
         "ledger",
     )
-    save(commits_df(spark, gc(12, 0, 50), gc(12, 1, 50), gc(4000, 0, 40)), cfg, "group_commits")
-    save(sink_df(spark, sink_rows(0, range(50)), sink_rows(1, range(0, 45))), cfg, "sink")
+    save(commits_table(gc(12, 0, 50), gc(12, 1, 50), gc(4000, 0, 40)), cfg, "group_commits")
+    save(sink_table(sink_rows(0, range(50)), sink_rows(1, range(0, 45))), cfg, "sink")
 
     def benign(gaps: Sequence[SuspectedGap]) -> list[dict[str, Any]]:
         return [{"status": "benign", "data_records": 0} for _ in gaps]
@@ -525,8 +506,10 @@ def test_full_run_merges_findings_idempotently_and_survives_a_killed_run(
     before = read(spark, cfg, "findings").select("finding_id", "status", "detected_at").collect()
 
     # A run killed after writing its partition_summary but before recording success ...
-    orphan = read(spark, cfg, "partition_summary").withColumn("reconcile_run_id", F.lit("rec-killed"))
-    orphan.write.format("delta").mode("append").save(tables_from_config(cfg).partition_summary)
+    summary_path = tables_from_config(cfg).partition_summary
+    stored = delta_rows.read_columns(None, summary_path, PARTITION_SUMMARY_SCHEMA.fieldNames()) or []
+    orphan = [{**r, "reconcile_run_id": "rec-killed"} for r in stored]
+    write_table(summary_path, PARTITION_SUMMARY_SCHEMA, orphan)
     # ... and the same inputs reconciled again, this time without confirmation.
     second = reconcile(spark, cfg, "rec-2", since=at(-3600))
     after = read(spark, cfg, "findings")
@@ -551,8 +534,7 @@ def test_incremental_window_starts_from_the_previous_checkpoint(
 ) -> None:
     cfg = config_for(app_config, tmp_path)
     save(
-        ledger_df(
-            spark,
+        ledger_table(
             ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
             checkpoint(1, 10, {0: 50}),
             checkpoint(2, 1000, {0: 100}),
@@ -560,10 +542,10 @@ def test_incremental_window_starts_from_the_previous_checkpoint(
         cfg,
         "ledger",
     )
-    save(commits_df(spark, gc(12, 0, 50), gc(1002, 0, 100)), cfg, "group_commits")
+    save(commits_table(gc(12, 0, 50), gc(1002, 0, 100)), cfg, "group_commits")
     # 10..19 missing from the first checkpoint's range, 60..69 from the second's
     save(
-        sink_df(spark, sink_rows(0, [o for o in range(100) if not (10 <= o < 20 or 60 <= o < 70)])),
+        sink_table(sink_rows(0, [o for o in range(100) if not (10 <= o < 20 or 60 <= o < 70)])),
         cfg,
         "sink",
     )
@@ -582,8 +564,7 @@ def test_the_driver_input_readers_return_the_rows_spark_reads_for_the_window(
     # Two days of ledger for two jobs, and commits of two groups, some before the look-back.
     cfg = config_for(app_config, tmp_path)
     save(
-        ledger_df(
-            spark,
+        ledger_table(
             checkpoint(1, 0, {0: 10}),
             checkpoint(2, 90_000, {0: 20}),
             checkpoint(3, 90_010, {0: 30}, job="job-b", group="grp-b"),
@@ -592,8 +573,7 @@ def test_the_driver_input_readers_return_the_rows_spark_reads_for_the_window(
         "ledger",
     )
     save(
-        commits_df(
-            spark,
+        commits_table(
             gc(1, 0, 10),
             gc(90_001, 0, 20),
             gc(90_011, 0, 30, group="grp-b"),
@@ -635,8 +615,7 @@ def test_an_open_incident_keeps_the_loss_earlier_windows_found(
     # both, not only the latest window's (a later window must never overwrite an earlier loss).
     cfg = config_for(app_config, tmp_path)
     save(
-        ledger_df(
-            spark,
+        ledger_table(
             ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
             checkpoint(1, 10, {0: 50}),
             checkpoint(2, 1000, {0: 100}),
@@ -644,9 +623,9 @@ def test_an_open_incident_keeps_the_loss_earlier_windows_found(
         cfg,
         "ledger",
     )
-    save(commits_df(spark, gc(12, 0, 50), gc(1002, 0, 100)), cfg, "group_commits")
+    save(commits_table(gc(12, 0, 50), gc(1002, 0, 100)), cfg, "group_commits")
     save(
-        sink_df(spark, sink_rows(0, [o for o in range(100) if not (10 <= o < 20 or 60 <= o < 70)])),
+        sink_table(sink_rows(0, [o for o in range(100) if not (10 <= o < 20 or 60 <= o < 70)])),
         cfg,
         "sink",
     )

@@ -691,3 +691,10 @@ def test_a_restart_is_judged_against_where_the_previous_run_started_when_it_neve
         ("run-3", 1): (vocab.RESTART_SKIPPED, 150, "run-2"),
     }
     assert restarts[("run-3", 1)]["records_skipped"] == 50
+
+
+def test_a_first_run_is_not_a_restart() -> None:
+    ledger = ledger_table(ev("RUN_STARTED", 0), ev("OFFSETS_RESTORED", 0, offsets={0: 0}))
+    window = rc.AuditWindow(until=at(100))
+    audit = la.LedgerAudit(ledger, commits_table(gc(1, 0, 0)), window, rc.MatchRules())
+    assert audit.restarts() == []

@@ -9,7 +9,7 @@ import pytest
 
 from app.contracts.findings import StoredFinding
 from app.contracts.vocabulary import GAP, OPEN, severity_at_least
-from app.reconcile.findings import Finding, PartitionRange, one_per_finding_id
+from app.reconcile.findings import Finding, PartitionRange, gap_finding, one_per_finding_id
 from app.reconcile.sink import offsets as sink_offsets
 from app.reconcile.sink.offsets import (
     BUCKET_SIZE,
@@ -26,6 +26,7 @@ from app.reconcile.sink.offsets import (
     proven_complete,
     range_fingerprint,
 )
+from tests.ledger_data import GROUP, JOB, TOPIC
 
 pytestmark = pytest.mark.unit
 
@@ -167,3 +168,23 @@ def test_one_per_finding_id_keeps_the_most_severe_then_the_largest() -> None:
         stored("a", "error", 3),
     ]
     assert one_per_finding_id(findings) == [findings[3], findings[1]]
+
+
+def test_gap_statuses_follow_the_confirmation_verdict() -> None:
+    rng = PartitionRange(JOB, GROUP, TOPIC, 0, lo=0, hi=100, lo_source="restored", hi_checkpoint_id=3)
+    cases = {
+        None: ("open", "critical"),
+        "confirmed": ("confirmed", "critical"),
+        "benign": ("benign", "info"),
+        "unverifiable": ("unverifiable", "error"),
+    }
+    for verdict, expected in cases.items():
+        row = gap_finding(rng, 10, 20, None if verdict is None else {"status": verdict})
+        assert (row.status, row.severity) == expected
+        assert (row.offset_start, row.offset_end, row.record_count, row.checkpoint_id) == (
+            10,
+            20,
+            10,
+            3,
+        )
+    assert gap_finding(rng, 10, 20, None).evidence["confirmation"] == "not run"
