@@ -24,7 +24,7 @@ from tests.ledger_data import (
     sink_table,
     with_topic,
 )
-from tests.spark.test_reconcile import config_for, read, reconcile, save
+from tests.support.reconcile import config_for, read, reconcile, save
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

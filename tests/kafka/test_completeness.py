@@ -34,7 +34,7 @@ from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
 from tests.kafka.streaming import produce_transactions
 from tests.ledger_data import contract_table
-from tests.spark.test_reconcile import config_for, read, save
+from tests.support.reconcile import config_for, read, save
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -30,8 +30,8 @@ from app.stream.job import StreamJob
 from tests.http_server import recording_server
 from tests.kafka.processes import cli
 from tests.kafka.streaming import create_topic, produce, until_all_read
-from tests.kafka.test_unreachable_broker import RAW_LIBRDKAFKA
-from tests.unit.test_alerts import samples
+from tests.support.metrics import samples
+from tests.support.stderr import RAW_LIBRDKAFKA
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

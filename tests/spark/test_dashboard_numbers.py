@@ -28,7 +28,7 @@ from tests.ledger_data import (
     sink_rows,
     sink_table,
 )
-from tests.spark.test_reconcile import config_for, read, reconcile, save
+from tests.support.reconcile import config_for, read, reconcile, save
 
 pytestmark = pytest.mark.spark
 
