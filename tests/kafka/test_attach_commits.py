@@ -30,7 +30,6 @@ from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
 from app.stream.ledger import LedgerWriter
-from tests.kafka.streaming import create_topic, group_offsets, job_config, read
 from tests.kafka.user_jobs import (
     PARTITIONS,
     PER_TRIGGER,
@@ -40,6 +39,7 @@ from tests.kafka.user_jobs import (
     run_to_end,
 )
 from tests.support.kafka_admin import alter_group
+from tests.support.streaming import create_topic, group_offsets, job_config, read
 
 pytestmark = pytest.mark.kafka
 

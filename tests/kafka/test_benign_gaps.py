@@ -13,8 +13,7 @@ from pyspark.sql import SparkSession
 
 from app.config import AppConfig, KafkaConfig
 from app.kafka.gaps import kafka_gap_confirmer
-from tests.kafka.streaming import TRANSACTIONS, produce_transactions
-from tests.ledger_data import (
+from tests.support.ledger_data import (
     checkpoint,
     commits_table,
     ev,
@@ -25,6 +24,7 @@ from tests.ledger_data import (
     with_topic,
 )
 from tests.support.reconcile import config_for, read, reconcile, save
+from tests.support.streaming import TRANSACTIONS, produce_transactions
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

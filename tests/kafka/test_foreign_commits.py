@@ -28,7 +28,8 @@ from app.offsets_topic.run import ingest_offsets
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.stream.job import StreamJob
-from tests.kafka.streaming import (
+from tests.support.kafka_admin import alter_group
+from tests.support.streaming import (
     KAFKA_TIMEOUT_S,
     create_topic,
     group_offsets,
@@ -37,7 +38,6 @@ from tests.kafka.streaming import (
     read,
     until_all_read,
 )
-from tests.support.kafka_admin import alter_group
 
 pytestmark = pytest.mark.kafka
 

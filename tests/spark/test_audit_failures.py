@@ -19,7 +19,7 @@ from app.reconcile.outputs import AuditRun, confirm_runs, last_window_end
 from app.reconcile.run import run_reconcile
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
-from tests.ledger_data import at, checkpoint, ev, ledger_table, sink_rows, sink_table
+from tests.support.ledger_data import at, checkpoint, ev, ledger_table, sink_rows, sink_table
 from tests.support.reconcile import a_job_with_a_gap, config_for, read, reconcile, save
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from app import cli
 from app.config import AppConfig
-from tests.ledger_data import at, sink_rows, sink_table
+from tests.support.ledger_data import at, sink_rows, sink_table
 from tests.support.reconcile import a_job_with_a_gap, config_for, read, reconcile, save
 
 pytestmark = pytest.mark.spark

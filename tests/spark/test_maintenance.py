@@ -27,7 +27,7 @@ from app.maintenance.run import maintain
 from app.storage import delta_rows
 from app.storage.tables import tables_from_config
 from app.stream.ledger import LedgerWriter
-from tests.ledger_data import JOB, T0, checkpoint, finding_row, incident_row
+from tests.support.ledger_data import JOB, T0, checkpoint, finding_row, incident_row
 from tests.support.maintenance import FILES_PER_DAY, NOW, files_per_day, write_days
 
 pytestmark = pytest.mark.spark

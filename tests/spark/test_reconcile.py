@@ -59,8 +59,9 @@ from app.routes import EXAMINE_DRIVER_MAX_ROWS
 from app.storage import delta_rows
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
-from tests.ledger_data import commits_table, ledger_table, sink_table, write_table
-from tests.spark.tables import (
+from tests.support.ledger_data import commits_table, ledger_table, sink_table, write_table
+from tests.support.reconcile import config_for, read, reconcile, save
+from tests.support.spark_tables import (
     GROUP,
     JOB,
     TOPIC,
@@ -74,7 +75,6 @@ from tests.spark.tables import (
     sink_df,
     sink_rows,
 )
-from tests.support.reconcile import config_for, read, reconcile, save
 
 pytestmark = pytest.mark.spark
 

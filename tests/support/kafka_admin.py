@@ -6,7 +6,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from app.kafka.clients import retry_kafka
-from tests.kafka.streaming import KAFKA_TIMEOUT_S
+from tests.support.streaming import KAFKA_TIMEOUT_S
 
 
 def alter_group(admin: AdminClient, group: str, topic: str, partition: int, offset: int) -> None:

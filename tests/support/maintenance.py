@@ -8,7 +8,7 @@ from datetime import UTC, date, datetime
 from deltalake import DeltaTable
 
 from app.stream.ledger import LedgerWriter
-from tests.ledger_data import JOB, day_events
+from tests.support.ledger_data import JOB, day_events
 
 NOW = datetime(2026, 3, 20, 12, 0, tzinfo=UTC)
 FILES_PER_DAY = 8  # micro-batches (one file each) of every written day

@@ -14,8 +14,8 @@ from app.config import AppConfig, PathsConfig, ReconcileConfig
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import ReconcileResult, run_reconcile
 from app.storage.tables import tables_from_config
-from tests.ledger_data import CONTRACTS, commits_table, ledger_table, sink_table, write_table
-from tests.spark.tables import at, checkpoint, ev, gc, sink_rows
+from tests.support.ledger_data import CONTRACTS, commits_table, ledger_table, sink_table, write_table
+from tests.support.spark_tables import at, checkpoint, ev, gc, sink_rows
 
 
 def config_for(app_config: AppConfig, tmp_path: Path, **reconcile: Any) -> AppConfig:

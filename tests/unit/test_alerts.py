@@ -15,7 +15,7 @@ from app.config import AlertsConfig
 from app.errors import InfrastructureError
 from app.incidents.incident import Impact, IncidentSummary
 from app.nightly import alerts
-from tests.http_server import Request, recording_server
+from tests.support.http_server import Request, recording_server
 from tests.support.metrics import samples
 
 pytestmark = pytest.mark.unit

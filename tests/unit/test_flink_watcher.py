@@ -27,7 +27,6 @@ from app.flink.watcher import FlinkLedger
 from app.reconcile import findings as rc
 from app.reconcile.ledger import audit as la
 from app.reconcile.ledger import commit_rules
-from tests.ledger_data import commits_table
 from tests.support.flink_watcher import (
     JOB_A,
     JOB_B,
@@ -41,6 +40,7 @@ from tests.support.flink_watcher import (
     rows,
     watcher,
 )
+from tests.support.ledger_data import commits_table
 
 pytestmark = pytest.mark.unit
 
