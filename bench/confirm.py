@@ -35,7 +35,7 @@ from app.kafka.clients import is_retriable, librdkafka_conf
 from app.kafka.commit import watermarks
 from app.kafka.gaps import GapConfirmer, SuspectedGap, kafka_gap_confirmer
 from app.runtime import jvm
-from tests.kafka.streaming import create_topic
+from tests.support.streaming import create_topic
 
 TOPIC = "bench-gaps"
 MAX_RECORDS, TIMEOUT_S = 10_000, 30.0

@@ -42,8 +42,8 @@ from app.reconcile.ledger import commit_rules
 from app.runtime import jvm
 from app.runtime.child_processes import parent_death_preexec
 from tests.flink.harness import FlinkJob, JobSpec, compile_stack, wait_for
-from tests.kafka.streaming import create_topic, produce
-from tests.ledger_data import commits_table
+from tests.support.ledger_data import commits_table
+from tests.support.streaming import create_topic, produce
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB_NAME = "offset-audit-flink-test"  # what the test job runner names its job

@@ -51,7 +51,7 @@ from app.kafka.clients import spark_kafka_options
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session
 from app.stream.job import StopWhen, StreamJob
-from tests.kafka.streaming import create_topic
+from tests.support.streaming import create_topic
 
 TOPIC = "bench-orders"
 

@@ -37,7 +37,7 @@ from tests.cluster.submit import (
     spark_submit,
     submit_user_job,
 )
-from tests.kafka.streaming import create_topic, group_offsets
+from tests.support.streaming import create_topic, group_offsets
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(2400)]
 

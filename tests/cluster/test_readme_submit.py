@@ -29,7 +29,7 @@ from app import __version__
 from app.contracts import vocabulary as vocab
 from tests.cluster import readme
 from tests.cluster.submit import SUBMIT_TIMEOUT_S, py_files_of
-from tests.kafka.streaming import create_topic, produce
+from tests.support.streaming import create_topic, produce
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(2400)]
 

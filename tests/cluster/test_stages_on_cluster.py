@@ -45,7 +45,7 @@ from tests.cluster.submit import (
     tasks_reading_kafka,
     tasks_scanning,
 )
-from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic, produce
+from tests.support.streaming import KAFKA_TIMEOUT_S, create_topic, produce
 
 # A cluster start and seven spark-submits on a busy two-core machine, all in the first test that asks.
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(3000)]

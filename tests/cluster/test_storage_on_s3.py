@@ -29,7 +29,7 @@ import pytest
 from app.runtime.child_processes import parent_death_preexec
 from app.runtime.jvm import REPO_ROOT
 from tests.cluster.servers import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, S3Server
-from tests.ledger_data import JOB, day_events, finding_row, incident_row
+from tests.support.ledger_data import JOB, day_events, finding_row, incident_row
 
 pytestmark = pytest.mark.cluster
 

@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from app.flink.metadata import FlinkCheckpointOffsets, read_checkpoint
 from app.kafka.clients import plain_conf
 from tests.flink.harness import FlinkJob, JobSpec, oracle
-from tests.kafka.streaming import create_topic
+from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.flink
 

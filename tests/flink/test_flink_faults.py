@@ -34,7 +34,7 @@ from tests.flink.watching import (
     stop_sidecar,
     wait_recorded,
 )
-from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic, produce
+from tests.support.streaming import KAFKA_TIMEOUT_S, create_topic, produce
 
 pytestmark = [pytest.mark.flink, pytest.mark.kafka, pytest.mark.spark]
 

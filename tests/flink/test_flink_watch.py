@@ -34,7 +34,7 @@ from tests.flink.watching import (
     stop_sidecar,
     wait_recorded,
 )
-from tests.kafka.streaming import create_topic, group_offsets, produce
+from tests.support.streaming import create_topic, group_offsets, produce
 
 pytestmark = [pytest.mark.flink, pytest.mark.kafka, pytest.mark.spark]
 

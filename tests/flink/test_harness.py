@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from app.contracts.vocabulary import ENGINE_FLINK_KAFKASOURCE, ENGINE_FLINK_LEGACY
 from app.kafka.clients import plain_conf
 from tests.flink.harness import FlinkJob, FlinkStack, JobSpec, oracle, wait_for
-from tests.kafka.streaming import create_topic
+from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.flink
 

@@ -26,7 +26,6 @@ from app.attach import attach
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import LedgerEvent
 from app.stream.ledger import LedgerWriter
-from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (
     PARTITIONS,
     PER_TRIGGER,
@@ -41,6 +40,7 @@ from tests.kafka.user_jobs import (
     run_events,
     run_to_end,
 )
+from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
 

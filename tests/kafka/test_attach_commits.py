@@ -30,8 +30,6 @@ from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
 from app.stream.ledger import LedgerWriter
-from tests.kafka.streaming import create_topic, group_offsets, job_config, read
-from tests.kafka.test_foreign_commits import alter_group
 from tests.kafka.user_jobs import (
     PARTITIONS,
     PER_TRIGGER,
@@ -40,6 +38,8 @@ from tests.kafka.user_jobs import (
     produce_payments,
     run_to_end,
 )
+from tests.support.kafka_admin import alter_group
+from tests.support.streaming import create_topic, group_offsets, job_config, read
 
 pytestmark = pytest.mark.kafka
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from app.kafka.clients import LIBRDKAFKA_LOGGER
-from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import JOB, PARTITIONS, PER_TRIGGER, QUERY_TIMEOUT_S, produce_payments
+from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
 

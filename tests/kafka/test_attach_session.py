@@ -17,7 +17,6 @@ from app.attach import attach_session
 from app.contracts import vocabulary as vocab
 from app.reconcile.forensics.run import run_forensics
 from app.reconcile.outputs import AuditRun
-from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (
     JOB,
     PARTITIONS,
@@ -37,6 +36,7 @@ from tests.kafka.user_jobs import (
     run_then_kill,
     start_job,
 )
+from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
 

@@ -13,8 +13,7 @@ from pyspark.sql import SparkSession
 
 from app.config import AppConfig, KafkaConfig
 from app.kafka.gaps import kafka_gap_confirmer
-from tests.kafka.streaming import TRANSACTIONS, produce_transactions
-from tests.ledger_data import (
+from tests.support.ledger_data import (
     checkpoint,
     commits_table,
     ev,
@@ -24,7 +23,8 @@ from tests.ledger_data import (
     sink_table,
     with_topic,
 )
-from tests.spark.test_reconcile import config_for, read, reconcile, save
+from tests.support.reconcile import config_for, read, reconcile, save
+from tests.support.streaming import TRANSACTIONS, produce_transactions
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -16,7 +16,7 @@ from app.config import KafkaConfig
 from app.demo.local_kafka import LocalKafka, free_port
 from app.errors import KafkaUnavailableError
 from app.kafka.clients import check_reachable, plain_conf, retry_kafka, spark_kafka_options
-from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic, group_offsets
+from tests.support.streaming import KAFKA_TIMEOUT_S, create_topic, group_offsets
 
 pytestmark = pytest.mark.kafka
 

@@ -14,7 +14,7 @@ from app.kafka.clients import librdkafka_logger
 from app.kafka.commit import close_within, open_commit_client
 from app.runtime import jvm
 from app.stream.committer import OffsetCommitter
-from tests.kafka.streaming import create_topic, group_offsets
+from tests.support.streaming import create_topic, group_offsets
 
 pytestmark = pytest.mark.kafka
 

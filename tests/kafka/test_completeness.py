@@ -32,9 +32,9 @@ from app.reconcile.completeness.windows import window_of
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
-from tests.kafka.streaming import produce_transactions
-from tests.ledger_data import contract_table
-from tests.spark.test_reconcile import config_for, read, save
+from tests.support.ledger_data import contract_table
+from tests.support.reconcile import config_for, read, save
+from tests.support.streaming import produce_transactions
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

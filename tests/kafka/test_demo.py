@@ -27,11 +27,11 @@ from app.reconcile.run import run_reconcile
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 from app.stream.job import StreamJob
-from tests.http_server import recording_server
 from tests.kafka.processes import cli
-from tests.kafka.streaming import create_topic, produce, until_all_read
-from tests.kafka.test_unreachable_broker import RAW_LIBRDKAFKA
-from tests.unit.test_alerts import samples
+from tests.support.http_server import recording_server
+from tests.support.metrics import samples
+from tests.support.stderr import RAW_LIBRDKAFKA
+from tests.support.streaming import create_topic, produce, until_all_read
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -36,7 +36,7 @@ from pyspark.sql import SparkSession
 from app import cli
 from app.commands import outcome
 from app.runtime.jvm import REPO_ROOT
-from tests.audit_tables import AuditTables, write_audit_tables
+from tests.support.audit_tables import AuditTables, write_audit_tables
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -28,7 +28,8 @@ from app.offsets_topic.run import ingest_offsets
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.stream.job import StreamJob
-from tests.kafka.streaming import (
+from tests.support.kafka_admin import alter_group
+from tests.support.streaming import (
     KAFKA_TIMEOUT_S,
     create_topic,
     group_offsets,
@@ -57,16 +58,6 @@ def log_bounds(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
     finally:
         consumer.close()
     return {p: bounds[(topic, p)] for p in range(PARTITIONS)}
-
-
-def alter_group(admin: AdminClient, group: str, topic: str, partition: int, offset: int) -> None:
-    """What `kafka-consumer-groups --reset-offsets --execute` does: the Admin API's offset commit."""
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition, offset)])
-    retry_kafka(
-        lambda left: admin.alter_consumer_group_offsets([request], request_timeout=left)[group].result(left),
-        f"resetting {group}",
-        KAFKA_TIMEOUT_S,
-    )
 
 
 def commit_as_another_client(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:

@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient
 from app.config import KafkaConfig
 from app.kafka.clients import plain_conf
 from app.kafka.gaps import SuspectedGap, kafka_gap_confirmer
-from tests.kafka.streaming import create_topic
+from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
 

@@ -41,7 +41,7 @@ from app.runtime import jvm
 from app.storage import delta_rows
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
-from tests.kafka.streaming import KAFKA_TIMEOUT_S, create_topic
+from tests.support.streaming import KAFKA_TIMEOUT_S, create_topic
 from tests.unit.kafka_bytes import offset_commit_key, offset_commit_value
 
 pytestmark = pytest.mark.kafka

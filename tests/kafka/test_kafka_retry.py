@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from app.errors import KafkaUnavailableError
 from app.kafka.clients import plain_conf, raise_partition_errors, retry_kafka
-from tests.kafka.streaming import create_topic
+from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
 

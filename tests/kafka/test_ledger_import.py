@@ -25,7 +25,6 @@ from pyspark.sql.streaming.query import StreamingQuery
 from app import cli
 from app.attach import attach
 from app.contracts.offsets import TopicPartitionKey
-from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (
     PARTITIONS,
     QUERY_TIMEOUT_S,
@@ -38,6 +37,7 @@ from tests.kafka.user_jobs import (
     run_events,
     run_to_end,
 )
+from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
 

@@ -19,8 +19,8 @@ from deltalake import DeltaTable
 
 from app.runtime.jvm import REPO_ROOT
 from app.storage.tables import TABLE_NAMES
-from tests.audit_tables import write_audit_tables
-from tests.spark.test_maintenance import FILES_PER_DAY, NOW, files_per_day, write_days
+from tests.support.audit_tables import write_audit_tables
+from tests.support.maintenance import FILES_PER_DAY, NOW, files_per_day, write_days
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1500)]
 

@@ -26,9 +26,9 @@ from app.kafka.gaps import kafka_gap_confirmer
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 from app.stream.startup import to_sink_rows
-from tests.kafka.streaming import create_topic, group_offsets
-from tests.ledger_data import GROUP, at, checkpoint, commits_table, ev, gc, ledger_table, with_topic
-from tests.spark.test_reconcile import config_for, read, reconcile, save
+from tests.support.ledger_data import GROUP, at, checkpoint, commits_table, ev, gc, ledger_table, with_topic
+from tests.support.reconcile import config_for, read, reconcile, save
+from tests.support.streaming import create_topic, group_offsets
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

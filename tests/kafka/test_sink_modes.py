@@ -39,7 +39,6 @@ from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
-from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (
     JOB,
     MERGE_APP_ID,
@@ -59,6 +58,7 @@ from tests.kafka.user_jobs import (
     run_to_end,
     sink_version_of,
 )
+from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.kafka.processes import children, cli, command_line, parent_pid, wait_for
-from tests.kafka.streaming import create_topic
+from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
 

@@ -46,7 +46,7 @@ from app.stream.ledger import event_key_column
 from app.stream.startup import parse_initial_offsets
 from tests.kafka.processes import cli as cli_argv
 from tests.kafka.processes import wait_for
-from tests.kafka.streaming import (
+from tests.support.streaming import (
     create_topic,
     duplicated_sink_coordinates,
     group_offsets,

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from app.storage.tables import tables_from_config
 from app.stream.job import StopWhen, StreamJob
 from tests.kafka.processes import cli, wait_for
-from tests.kafka.streaming import (
+from tests.support.streaming import (
     create_topic,
     duplicated_sink_coordinates,
     group_offsets,

@@ -3,7 +3,6 @@ kafka.request_timeout_s, one clear line, no raw librdkafka output, and Spark nev
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 from pathlib import Path
@@ -11,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.kafka.processes import cli
+from tests.support.stderr import RAW_LIBRDKAFKA
 
 pytestmark = pytest.mark.kafka
 
 NOBODY = "127.0.0.1:1"  # a privileged port nothing listens on: connections are refused at once
 # What a started Spark driver prints or logs, whichever comes first.
 SPARK_SIGNS = ("SparkSession", "log4j", "SparkContext", "NativeCodeLoader")
-RAW_LIBRDKAFKA = re.compile(r"^%\d\|", re.MULTILINE)
 
 
 @pytest.mark.parametrize("command", ["stream", "ingest-offsets"])

@@ -34,7 +34,6 @@ from app.contracts import vocabulary as vocab
 from app.contracts.offsets import TopicPartitionKey
 from app.incidents.io import read_incidents
 from app.storage.handles import AuditTables
-from tests.kafka.streaming import create_topic
 from tests.kafka.user_jobs import (
     COPY_COLUMNS,
     JOB,
@@ -53,6 +52,7 @@ from tests.kafka.user_jobs import (
     sink_version_of,
     start_job,
 )
+from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
 

@@ -32,9 +32,9 @@ from app.incidents.incident import StoredIncident
 from app.storage.tables import tables_from_config
 from app.stream.job import StopWhen, StreamJob
 from app.watch.alerting import fingerprint
-from tests.http_server import Request, recording_server
 from tests.kafka.processes import cli, wait_for
-from tests.kafka.streaming import create_topic, job_config, produce, until_all_read
+from tests.support.http_server import Request, recording_server
+from tests.support.streaming import create_topic, job_config, produce, until_all_read
 
 pytestmark = pytest.mark.kafka
 

@@ -19,26 +19,10 @@ from app.reconcile.outputs import AuditRun, confirm_runs, last_window_end
 from app.reconcile.run import run_reconcile
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
-from tests.ledger_data import at, checkpoint, commits_table, ev, gc, ledger_table, sink_rows, sink_table
-from tests.spark.test_reconcile import config_for, read, reconcile, save
+from tests.support.ledger_data import at, checkpoint, ev, ledger_table, sink_rows, sink_table
+from tests.support.reconcile import a_job_with_a_gap, config_for, read, reconcile, save
 
 pytestmark = pytest.mark.spark
-
-
-def a_job_with_a_gap(cfg: AppConfig, *, sink: bool = True) -> None:
-    save(
-        ledger_table(
-            ev("RUN_STARTED", 0),
-            ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
-            checkpoint(1, 10, {0: 50}),
-            ev("RUN_STOPPED", 30),
-        ),
-        cfg,
-        "ledger",
-    )
-    save(commits_table(gc(12, 0, 50)), cfg, "group_commits")
-    if sink:
-        save(sink_table(sink_rows(0, range(45))), cfg, "sink")
 
 
 def tables_written(cfg: AppConfig) -> set[str]:

@@ -14,7 +14,7 @@ from app.config import AppConfig
 from app.contracts.tables import INGEST_POSITIONS_SCHEMA
 from app.report import gather as report_io
 from app.storage.handles import AuditTables
-from tests.ledger_data import (
+from tests.support.ledger_data import (
     COVERED_SKIPS_STOP,
     GROUP,
     at,
@@ -28,7 +28,7 @@ from tests.ledger_data import (
     sink_rows,
     sink_table,
 )
-from tests.spark.test_reconcile import config_for, read, reconcile, save
+from tests.support.reconcile import config_for, read, reconcile, save
 
 pytestmark = pytest.mark.spark
 

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from app.contracts.tables import AUDIT_RUNS_SCHEMA, FINDINGS_SCHEMA
 from app.storage import delta_rows
-from tests.ledger_data import finding_row
+from tests.support.ledger_data import finding_row
 
 pytestmark = pytest.mark.spark
 

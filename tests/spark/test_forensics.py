@@ -19,8 +19,8 @@ from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
-from tests.ledger_data import commits_table, ledger_table, sink_table, write_table
-from tests.spark.tables import at, checkpoint, ev, gc, sink_rows
+from tests.support.ledger_data import commits_table, ledger_table, sink_table, write_table
+from tests.support.spark_tables import at, checkpoint, ev, gc, sink_rows
 
 pytestmark = pytest.mark.spark
 

@@ -13,9 +13,8 @@ from pyspark.sql import SparkSession
 
 from app import cli
 from app.config import AppConfig
-from tests.ledger_data import at, sink_rows, sink_table
-from tests.spark.test_audit_failures import a_job_with_a_gap
-from tests.spark.test_reconcile import config_for, read, reconcile, save
+from tests.support.ledger_data import at, sink_rows, sink_table
+from tests.support.reconcile import a_job_with_a_gap, config_for, read, reconcile, save
 
 pytestmark = pytest.mark.spark
 

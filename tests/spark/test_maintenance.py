@@ -27,37 +27,16 @@ from app.maintenance.run import maintain
 from app.storage import delta_rows
 from app.storage.tables import tables_from_config
 from app.stream.ledger import LedgerWriter
-from tests.ledger_data import JOB, T0, checkpoint, day_events, finding_row, incident_row
+from tests.support.ledger_data import JOB, T0, checkpoint, finding_row, incident_row
+from tests.support.maintenance import FILES_PER_DAY, NOW, files_per_day, write_days
 
 pytestmark = pytest.mark.spark
 
-NOW = datetime(2026, 3, 20, 12, 0, tzinfo=UTC)
-FILES_PER_DAY = 8  # micro-batches (one file each) of every written day
 APPENDER_TIMEOUT_S = 120  # a deadline for the live writers' commits, not a speed check
 
 
 def config(data_dir: Path, *overrides: str) -> AppConfig:
     return load_config("local", [f"paths.data_dir={data_dir}", *overrides], environ={})
-
-
-def write_days(ledger: str, days: list[date], run: str = "run-1") -> int:
-    """FILES_PER_DAY micro-batches on each day, through the job's ledger writer; the rows written."""
-    writer = LedgerWriter(None, ledger, JOB, run, scope=f"history-{run}")
-    writer.ensure()
-    rows = 0
-    for n, day in enumerate(days):
-        for b in range(FILES_PER_DAY):
-            events = day_events(day, n * FILES_PER_DAY + b + 1, run)
-            writer.write(events, n * FILES_PER_DAY + b)
-            rows += len(events)
-    return rows
-
-
-def files_per_day(path: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for p in DeltaTable(path).get_add_actions(flatten=True).column("partition.event_date").to_pylist():
-        counts[p.isoformat()] = counts.get(p.isoformat(), 0) + 1
-    return counts
 
 
 def rows_per_day(spark: SparkSession, path: str) -> dict[str, int]:

@@ -38,8 +38,8 @@ from app.report import render as report
 from app.storage.handles import AuditTables, open_handle
 from app.storage.tables import tables_from_config
 from checks.suites import LEDGER_IDENTITY
-from tests.ledger_data import CONTRACTS, commits_table, ledger_table, sink_table
-from tests.spark.tables import (
+from tests.support.ledger_data import CONTRACTS, commits_table, ledger_table, sink_table
+from tests.support.spark_tables import (
     GROUP,
     JOB,
     TOPIC,

@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from app.config import AppConfig, PathsConfig, ReconcileConfig
+from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.findings import IDENTITY_COLUMNS
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
@@ -28,8 +28,7 @@ from app.reconcile.findings import PartitionRange
 from app.reconcile.inputs import read_group_commit_rows, read_ledger_rows
 from app.reconcile.ledger import audit as la
 from app.reconcile.ledger import commit_rules
-from app.reconcile.outputs import AuditRun, last_window_end
-from app.reconcile.run import ReconcileResult, run_reconcile
+from app.reconcile.outputs import last_window_end
 from app.reconcile.sink import offsets as sink_offsets
 from app.reconcile.sink.buckets import (
     EXAMINED_SCHEMA,
@@ -60,8 +59,9 @@ from app.routes import EXAMINE_DRIVER_MAX_ROWS
 from app.storage import delta_rows
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
-from tests.ledger_data import CONTRACTS, commits_table, ledger_table, sink_table, write_table
-from tests.spark.tables import (
+from tests.support.ledger_data import commits_table, ledger_table, sink_table, write_table
+from tests.support.reconcile import config_for, read, reconcile, save
+from tests.support.spark_tables import (
     GROUP,
     JOB,
     TOPIC,
@@ -427,40 +427,6 @@ def test_finding_ids_hash_identity_not_run_or_time(spark: SparkSession) -> None:
 
 
 # --- whole runs over Delta tables ----------------------------------------------------------------
-
-
-def config_for(app_config: AppConfig, tmp_path: Path, **reconcile: Any) -> AppConfig:
-    return dataclasses.replace(
-        app_config,
-        paths=PathsConfig(data_dir=str(tmp_path), cache_dir=app_config.paths.cache_dir),
-        reconcile=ReconcileConfig(**reconcile),
-    )
-
-
-def save(rows: pa.Table, cfg: AppConfig, name: str) -> None:
-    """A fixture table, written with delta-rs in its contract's layout (`ledger_data.write_table`):
-    reconcile reads it as it reads the tables the app writes, without a Spark job to write it."""
-    write_table(tables_from_config(cfg).named(name), CONTRACTS[name], rows)
-
-
-def read(spark: SparkSession, cfg: AppConfig, name: str) -> DataFrame:
-    return spark.read.format("delta").load(tables_from_config(cfg).named(name))
-
-
-def reconcile(
-    spark: SparkSession,
-    cfg: AppConfig,
-    run_id: str,
-    confirmer: Any = None,
-    since: Any = None,
-    until: Any = None,
-) -> ReconcileResult:
-    return run_reconcile(
-        spark,
-        cfg,
-        AuditRun(run_id=run_id, now=at(20_000), since=since, until=until or at(10_000)),
-        confirmer=confirmer,
-    )
 
 
 def test_empty_window_and_missing_tables_give_a_clean_run(

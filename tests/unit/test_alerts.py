@@ -10,13 +10,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import AlertsConfig
 from app.errors import InfrastructureError
 from app.incidents.incident import Impact, IncidentSummary
 from app.nightly import alerts
-from tests.http_server import Request, recording_server
+from tests.support.http_server import Request, recording_server
+from tests.support.metrics import samples
 
 pytestmark = pytest.mark.unit
 
@@ -72,14 +72,6 @@ FACTS = alerts.NightlyFacts(
 def server() -> Iterator[tuple[str, list[Request]]]:
     with recording_server() as served:
         yield served
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def test_metrics_reach_the_pushgateway_and_the_textfile_and_the_summary_the_webhook(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.reconcile.ledger.commit_claims import Candidate, pair_claims
-from tests.ledger_data import at
+from tests.support.ledger_data import at
 
 pytestmark = pytest.mark.unit
 

@@ -27,9 +27,9 @@ from app.flink.metadata import read_checkpoint
 from app.storage import backend
 from tests.cluster import servers
 from tests.cluster.servers import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, S3Server
+from tests.support.flink_watcher import JOB_A, JOB_B, T0, FakeClock, FakeFlink, clock, flink, of, watcher
 from tests.unit import flink_bytes as fb
 from tests.unit.no_jvm import run_without_java
-from tests.unit.test_flink_watcher import JOB_A, JOB_B, T0, FakeClock, FakeFlink, clock, flink, of, watcher
 
 pytestmark = pytest.mark.unit
 

@@ -36,7 +36,7 @@ from app.reconcile import findings as rc
 from app.reconcile.findings import PartitionRange
 from app.reconcile.forensics import restarts as fx
 from app.reconcile.ledger import audit as la
-from tests.ledger_data import GROUP, JOB, TOPIC, at, checkpoint, commits_table, ev, gc, ledger_table
+from tests.support.ledger_data import GROUP, JOB, TOPIC, at, checkpoint, commits_table, ev, gc, ledger_table
 
 pytestmark = pytest.mark.unit
 

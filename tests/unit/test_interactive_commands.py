@@ -17,7 +17,7 @@ import pytest
 
 from app import cli
 from app.commands.outcome import EXIT_FINDINGS, EXIT_OK
-from tests.audit_tables import AuditTables, write_audit_tables
+from tests.support.audit_tables import AuditTables, write_audit_tables
 from tests.unit.no_jvm import Probe, Run, run_without_java
 
 pytestmark = pytest.mark.unit

@@ -19,7 +19,7 @@ from app.reconcile.ledger import commit_rules
 from app.reconcile.ledger import rules as ledger_rules
 from app.reconcile.ledger.sql import aware_rows
 from app.stream.committer import OffsetCommitter
-from tests.ledger_data import (
+from tests.support.ledger_data import (
     COVERED_SKIPS_STOP,
     GROUP,
     JOB,

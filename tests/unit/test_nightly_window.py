@@ -17,7 +17,7 @@ from app.contracts.tables import AUDIT_RUNS_SCHEMA
 from app.nightly.run import Nightly
 from app.storage import delta_rows
 from app.storage.tables import tables_from_config
-from tests.ledger_data import at
+from tests.support.ledger_data import at
 
 pytestmark = pytest.mark.unit
 

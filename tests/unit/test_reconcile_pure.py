@@ -26,7 +26,7 @@ from app.reconcile.sink.offsets import (
     proven_complete,
     range_fingerprint,
 )
-from tests.ledger_data import GROUP, JOB, TOPIC
+from tests.support.ledger_data import GROUP, JOB, TOPIC
 
 pytestmark = pytest.mark.unit
 

@@ -49,3 +49,30 @@ def test_the_unit_tier_is_the_files_under_unit() -> None:
     under_unit = {name for name in tiers if name.startswith("unit/")}
     assert under_unit
     assert {name: found for name, found in tiers.items() if (found == ["unit"]) != (name in under_unit)} == {}
+
+
+def imported_test_modules(path: Path) -> set[str]:
+    """The ``test_*`` modules that ``path`` imports (``from tests.x.test_y import ...``,
+    ``from tests.x import test_y``, ``import tests.x.test_y``, relative forms alike)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            modules = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found |= {m for m in modules if m.rsplit(".", 1)[-1].startswith("test_")}
+    return found
+
+
+def test_no_module_imports_a_test_module() -> None:
+    # A helper two test files share lives in tests/support/: importing a test module runs its
+    # collection-time code and ties one file's tests to another's edits.
+    importers = {
+        str(p.relative_to(TESTS)): sorted(imported)
+        for p in sorted(TESTS.rglob("*.py"))
+        if (imported := imported_test_modules(p))
+    }
+    assert importers == {}

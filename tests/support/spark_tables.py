@@ -1,4 +1,4 @@
-"""Spark frames of the rows tests/ledger_data.py builds, for the tests that need Spark or Delta."""
+"""Spark frames of the rows tests/support/ledger_data.py builds, for the tests that need Spark or Delta."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from app.contracts.offsets import LedgerEvent
 from app.contracts.tables import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA, SINK_SCHEMA
-from tests.ledger_data import GROUP, JOB, T0, TOPIC, at, checkpoint, ev, gc, sink_rows
+from tests.support.ledger_data import GROUP, JOB, T0, TOPIC, at, checkpoint, ev, gc, sink_rows
 
 __all__ = [
     "GROUP",

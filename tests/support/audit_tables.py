@@ -33,7 +33,7 @@ from app.reconcile.forensics import restarts as fx
 from app.reconcile.ledger import audit as la
 from app.storage import delta_rows
 from app.storage.tables import tables_from_config
-from tests.ledger_data import (
+from tests.support.ledger_data import (
     GROUP,
     JOB,
     TOPIC,
