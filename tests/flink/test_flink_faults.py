@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
@@ -34,6 +34,7 @@ from tests.flink.watching import (
     stop_sidecar,
     wait_recorded,
 )
+from tests.support.kafka_admin import alter_group
 from tests.support.streaming import KAFKA_TIMEOUT_S, create_topic, produce
 
 pytestmark = [pytest.mark.flink, pytest.mark.kafka, pytest.mark.spark]
@@ -266,13 +267,3 @@ def wait_group(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) 
         )
     finally:
         consumer.close()
-
-
-def alter_group(admin: AdminClient, group: str, topic: str, partition: int, offset: int) -> None:
-    """What `kafka-consumer-groups --reset-offsets --execute` does: the Admin API's offset commit."""
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, partition, offset)])
-    retry_kafka(
-        lambda left: admin.alter_consumer_group_offsets([request], request_timeout=left)[group].result(left),
-        f"resetting {group}",
-        KAFKA_TIMEOUT_S,
-    )
