@@ -5,17 +5,21 @@ topics TOPIC matches (`subscribePattern`), the others TOPIC itself.
 
     python -m tests.kafka.user_job_main BOOTSTRAP TOPIC CHECKPOINT SINK LEDGER JOB DATA_DIR [a|b|c]
         [--session] [--group GROUP --commit-to SERVERS] [--to-end] [--log FILE]
+        [--also KIND TOPIC CHECKPOINT SINK LEDGER]...
 
 --session audits through `attach_session` (the query attached at its first progress report)
 instead of `attach` right after `start()`; --group commits each batch to GROUP through the
 brokers SERVERS; --to-end reads what the topic holds and ends (availableNow), the audit closed by
-its `with` block; --log is the application configuring Python logging (every record of level INFO
+its `with` block; --also runs one more job in the same driver (attached with `attach`, under the
+job name JOB, to its own ledger), so that one kill crashes several jobs for the price of one
+driver's start; --log is the application configuring Python logging (every record of level INFO
 and up, as `name|level|message` lines in FILE); without it the application configures none.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -40,6 +44,7 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--commit-to")
     parser.add_argument("--to-end", action="store_true")
     parser.add_argument("--log")
+    parser.add_argument("--also", nargs=5, action="append", default=[], metavar="JOB_ARG")
     return parser.parse_args(argv)
 
 
@@ -74,8 +79,13 @@ def main(argv: list[str]) -> int:
             query.awaitTermination()
         return 0
     query = start_job(args.kind, raw, args.checkpoint, args.sink, trigger)
-    with audit.attach(query, job_name=args.job, ledger=args.ledger, **commits):
-        query.awaitTermination()
+    with contextlib.ExitStack() as attached:
+        attached.enter_context(audit.attach(query, job_name=args.job, ledger=args.ledger, **commits))
+        for kind, topic, checkpoint, sink, ledger in args.also:
+            source = kafka(spark, args.bootstrap, "subscribePattern" if kind == "c" else "subscribe", topic)
+            more = start_job(kind, source, checkpoint, sink, trigger)
+            attached.enter_context(audit.attach(more, job_name=args.job, ledger=ledger))
+        spark.streams.awaitAnyTermination()
     return 0
 
 
