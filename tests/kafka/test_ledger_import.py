@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from app import cli
-from app.attach import attach
+from app.audit import attach
 from app.contracts.offsets import TopicPartitionKey
 from tests.kafka.user_jobs import (
     PARTITIONS,

@@ -37,7 +37,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from app.attach import attach
+from app.audit import attach
 from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.errors import ConfigError, UsageError

@@ -33,7 +33,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.attach import attach
+from app.audit import attach
 from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import TopicPartitionKey

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from app.attach import Attachment
+from app.audit import Attachment
 from app.config import AppConfig, load_config
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import TopicPartitionKey
