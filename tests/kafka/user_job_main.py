@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from app import audit
-from app.config import SparkConfig, load_config
+from app.config import SparkConfig
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session
 from tests.kafka.user_jobs import kafka, start_job
+from tests.support.config import build_config
 
 LOG_FORMAT = "%(name)s|%(levelname)s|%(message)s"
 
@@ -52,7 +53,7 @@ def main(argv: list[str]) -> int:
     args = arguments(argv)
     if args.log:
         logging.basicConfig(filename=args.log, level=logging.INFO, format=LOG_FORMAT)
-    cfg = load_config("local", overrides=[f"paths.data_dir={args.data_dir}"], environ={})
+    cfg = build_config(data_dir=args.data_dir)
     spark_cfg = SparkConfig(
         **{
             **cfg.spark.__dict__,

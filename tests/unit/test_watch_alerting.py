@@ -14,7 +14,6 @@ from typing import Any, cast
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config import load_config
 from app.contracts.vocabulary import INCIDENT_OPEN, INCIDENT_RESOLVED
 from app.errors import ConfigError, KafkaUnavailableError
 from app.incidents.incident import Impact, StoredIncident
@@ -22,6 +21,7 @@ from app.incidents.remedy import RemedyPlan
 from app.nightly.run import STEP_DONE, StepOutcome, _step_line
 from app.watch.alerting import due_alerts, fingerprint
 from app.watch.loop import Cycle, StopSignal, Watch
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
 
@@ -98,7 +98,7 @@ def test_the_wait_times_out_without_a_stop() -> None:
 
 
 def watch_with(steps: list[tuple[str, Callable[[Cycle], dict[str, Any]]]], lines: list[str]) -> Watch:
-    cfg = load_config("local", overrides=[], environ={})
+    cfg = build_config()
     watch = Watch(cast(SparkSession, None), cfg, lambda: "unused:9092", 0.01, StopSignal(), lines.append)
     watch.steps = steps
     return watch
