@@ -113,7 +113,7 @@ def watch_flink_job(
     """Follow a running Flink job from its JobManager's REST API at ``rest`` and write job
     ``job_name``'s ledger at ``ledger``, as `offset-audit flink-watch` does: the job ``flink_job_id``
     until it ends, or the newest job named ``flink_job_name`` (and each resubmission) until ``stop``
-    (`app.watch.loop.StopSignal`: SIGTERM, SIGINT; default: a new one, not installed).
+    (`app.runtime.signals.StopSignal`: SIGTERM, SIGINT; default: a new one, not installed).
 
     ``group_id``: the group the job's Kafka source commits to. An attempt started without state is
     judged from where its sources started: its startup mode is the job parameter ``startup_key``
@@ -126,7 +126,7 @@ def watch_flink_job(
     from app.flink.metadata import read_checkpoint
     from app.flink.positions import BrokerPositions
     from app.flink.prefetch import Prefetcher
-    from app.watch.loop import StopSignal
+    from app.runtime.signals import StopSignal
 
     positions = None if bootstrap is None else BrokerPositions(kafka or KafkaConfig(), bootstrap)
     prefetch = Prefetcher(lambda path: read_checkpoint(path, storage_options)).start()

@@ -76,7 +76,7 @@ Reader = Callable[[str], FlinkCheckpointOffsets]
 
 
 class Stop(Protocol):
-    """What stops the loop between polls (`app.watch.loop.StopSignal`)."""
+    """What stops the loop between polls (`app.runtime.signals.StopSignal`)."""
 
     requested: int | None
 

@@ -21,13 +21,19 @@ Layers (what may import what), each a rule with its reason:
 - `app.errors` is the bottom: it imports nothing of the application, so every module may raise
   its errors.
 - `app.contracts` (schemas, vocabulary, offset semantics) imports only itself and `app.errors`.
-- `app.reconcile` (the audit) is imported only from above it: the commands, `nightly`, `watch`, and
-  `quality` and `report`, which read its tables. `app.incidents` stands below it: it imports the
-  findings table's row from `app.contracts`, never from the audit that builds the findings.
+- `app.reconcile` (the audit) is imported only from above it: the steps (`app.pipeline`), the
+  commands, `nightly`, `watch`, and `quality`, `report` and `alerts`, which read its tables.
+  `app.incidents` stands below it: it imports the findings table's row from `app.contracts`,
+  never from the audit that builds the findings.
 
 Inside `app.reconcile`, every module lives in a room (a sub-package, or a module at its top), and
 each room imports only itself and the rooms it stands on (`RECONCILE_ROOMS`, with the reasons): the
 rooms form floors, so no arrow runs up and no circle closes between them.
+
+The orchestration stands on everything else, in rooms of its own (`ORCHESTRATION_ROOMS`): the alert
+channels at the bottom; the audit context and its steps (`app.pipeline`) on them; `nightly` (the
+steps with a resumable state) and `watch` (a cycle over the steps) side by side on the steps, blind
+to each other; the commands on top. Nothing below imports a room of it.
 """
 
 from __future__ import annotations
@@ -215,7 +221,16 @@ def within(module: str, *prefixes: str) -> bool:
         ("app.demo", ("app.cli", "app.commands.demo", "app.demo")),
         (
             "app.reconcile",
-            ("app.reconcile", "app.commands", "app.nightly", "app.watch", "app.quality", "app.report"),
+            (
+                "app.reconcile",
+                "app.pipeline",
+                "app.commands",
+                "app.nightly",
+                "app.watch",
+                "app.quality",
+                "app.report",
+                "app.alerts",
+            ),
         ),
     ],
 )
@@ -302,4 +317,61 @@ def test_a_reconcile_room_imports_only_the_rooms_it_stands_on(room: str) -> None
     assert not wrong, (
         f"{RECONCILE}.{room} stands only on {sorted(allowed - {room}) or 'nothing'}: "
         + "; ".join(f"{m} -> {', '.join(sorted(ts))}" for m, ts in sorted(wrong.items()))
+    )
+
+
+# The rooms of the orchestration (packages of `app`) and the rooms each stands on; what they import
+# besides (the audit, the tables, Kafka) is below them all.
+ORCHESTRATION_ROOMS: dict[str, tuple[str, ...]] = {
+    # Where alerts go (textfile, Pushgateway, webhook) and which incidents a watch alerts.
+    "app.alerts": (),
+    # The audit context (config, tables resolved once, the broker's one policy, the clock) and each
+    # step written once as a function of it.
+    "app.pipeline": ("app.alerts",),
+    # The steps in order with a resumable state; the steps in a cycle: neither knows the other.
+    "app.nightly": ("app.alerts", "app.pipeline"),
+    "app.watch": ("app.alerts", "app.pipeline"),
+    # One step each, or a night, or a watch.
+    "app.commands": ("app.alerts", "app.nightly", "app.pipeline", "app.watch"),
+}
+# Who else may import an orchestration room: the CLI and the demo, which sit on top of it.
+ABOVE_ORCHESTRATION = ("app.cli", "app.demo")
+
+
+def orchestration_room_of(module: str) -> str | None:
+    return next((room for room in ORCHESTRATION_ROOMS if within(module, room)), None)
+
+
+def test_the_orchestration_rooms_form_floors_without_a_circle() -> None:
+    rooms = {room: set(below) for room, below in ORCHESTRATION_ROOMS.items()}
+    assert all(set(below) <= set(rooms) for below in rooms.values())
+    circles = [c for c in strongly_connected(rooms) if len(c) > 1]
+    assert not circles, "orchestration rooms standing on each other: " + "; ".join(
+        " -> ".join(a_cycle(c, rooms)) for c in circles
+    )
+
+
+@pytest.mark.parametrize("room", sorted(ORCHESTRATION_ROOMS))
+def test_an_orchestration_room_imports_only_the_rooms_it_stands_on(room: str) -> None:
+    allowed = {room, *ORCHESTRATION_ROOMS[room]}
+    wrong = {
+        m: {t for t in ts if orchestration_room_of(t) not in (None, *allowed)}
+        for m, ts in GRAPH.items()
+        if orchestration_room_of(m) == room
+    }
+    wrong = {m: ts for m, ts in wrong.items() if ts}
+    assert not wrong, f"{room} stands only on {sorted(allowed - {room}) or 'nothing'}: " + "; ".join(
+        f"{m} -> {', '.join(sorted(ts))}" for m, ts in sorted(wrong.items())
+    )
+
+
+def test_nothing_below_the_orchestration_imports_it() -> None:
+    wrong = {
+        m: {t for t in ts if orchestration_room_of(t) is not None}
+        for m, ts in GRAPH.items()
+        if orchestration_room_of(m) is None and not within(m, *ABOVE_ORCHESTRATION, "jobs")
+    }
+    wrong = {m: ts for m, ts in wrong.items() if ts}
+    assert not wrong, "only the orchestration, the CLI and the demo import its rooms: " + "; ".join(
+        f"{m} -> {', '.join(sorted(ts))}" for m, ts in sorted(wrong.items())
     )
