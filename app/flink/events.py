@@ -1,4 +1,5 @@
-"""The ledger events of a Flink job, from its REST facts and its checkpoints' decoded offsets (pure).
+"""The ledger events of a Flink job, from its REST facts and its checkpoints' decoded offsets (pure;
+a run's start, restored offsets and stop are the run recorder's, `stream.recorder`, told the Flink facts).
 
 A run is one attempt of a Flink job: the job's first start, and each restore (a failover of the same
 job id restores from its latest checkpoint, a resubmission from the checkpoint or savepoint it is

@@ -29,7 +29,7 @@ failed write and counts what still failed (a warning, and `ledger_write_failures
 Nothing it does raises into Spark or blocks the query.
 
 On attach, the batches the checkpoint holds that the job's ledger lacks (a run that died before
-flushing them) are written first, as the reference job's start does (`stream.startup`): their
+flushing them) are written first, as the reference job's start does (`stream.recorder`): their
 completions are claims of the commits the dead run may have sent, and its commit requests left
 unanswered are closed as outcome-unknown. Recovered batches are not committed again: the next
 completed batch's commit covers their offsets.
@@ -181,7 +181,7 @@ def run_started_at(
     An attach can come after the run's first batches (`attach_session` attaches a query at its
     first progress report, `attach` may be called late): the run's RUN_STARTED and OFFSETS_RESTORED
     must still be dated before those batches' completions, which are dated when Spark wrote their
-    files (`checkpoint.batch_events`), or reconcile takes the run's own first batch for the last
+    files (`recorder.batch_events`), or reconcile takes the run's own first batch for the last
     one before the restart. A batch's trigger starts before Spark plans or commits it, so the
     first report's time is never later than any of the run's checkpoint files."""
     return min([attached_at, *(t for t in (query_started, *reported) if t is not None)])
@@ -197,7 +197,7 @@ class GroupCommits:
 
     def take_outcomes(self) -> list[LedgerEvent]:
         """The committer's COMMIT_* events recorded so far (it records no checkpoint events: those
-        come from the checkpoint, `checkpoint.batch_events`)."""
+        come from the checkpoint, `recorder.batch_events`)."""
         return self.committer.drain()
 
     def close(self) -> list[LedgerEvent]:

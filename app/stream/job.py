@@ -6,9 +6,10 @@ Per micro-batch (= checkpoint N):
   2. the sink append, idempotent through Delta's txnAppId/txnVersion (a retried batch writes nothing);
   3. one ledger append with everything buffered so far (this snapshot, earlier completions and
      commit outcomes), idempotent the same way: exactly one extra Delta commit per batch.
-A checkpoint's snapshot and completion are built from Spark's checkpoint files by
-`checkpoint.batch_events`, as an attached query's and an import's are; the committer records only
-its commit decisions. RUN_STARTED names the query's id (known once the query starts), as an
+The run's events go through the run recorder (`stream.recorder`), as an attached query's and an
+import's do: it builds the recovery of a dead run, the run's start and stop, and each checkpoint's
+snapshot and completion from Spark's checkpoint files (`recorder.batch_events`); the committer
+records only its commit decisions. RUN_STARTED names the query's id (known once the query starts), as an
 attached run's does, so `ledger-import` of the job's checkpoint finds the runs that recorded it.
 Completion of N is Spark's commit log entry `commits/N`; a query listener (and, as a fallback, the
 next batch and the shutdown) hands completed checkpoints to the committer, which commits them
@@ -466,7 +467,7 @@ class StreamJob:
             max_pending=self.scfg.max_pending_checkpoints,
             clock=self.clock,
             commit_enabled=self.scfg.commit_offsets,
-            # A batch's own events come from the checkpoint (`checkpoint.batch_events`), as an
+            # A batch's own events come from the checkpoint (`recorder.batch_events`), as an
             # attached query's do: the committer records only its commit decisions.
             records_checkpoints=False,
         )

@@ -6,7 +6,7 @@ the last `spark.sql.streaming.minBatchesToRetain` (default 100) entries of `offs
 
 The imported run is the query: its run id is the query's id (a checkpoint deleted and recreated
 has a new id, so it is a new run), whatever number of Spark runs the retained batches span. Its
-events are those an attached run writes, built by the same `checkpoint.batch_events`, with
+events are those an attached run writes, built by the same `recorder.batch_events`, with
 `detail.imported`: RUN_STARTED and OFFSETS_RESTORED (see `imported_start`), a CHECKPOINT_SNAPSHOT
 per retained `offsets/<n>` and a CHECKPOINT_COMPLETED per retained `commits/<n>`. No RUN_STOPPED:
 the checkpoint does not say whether or how the query stopped.
