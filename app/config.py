@@ -168,6 +168,63 @@ class TablesConfig:
                 raise ConfigError(f"tables.sink_by_job.{job}", "must name a table")
 
 
+# How a table is addressed through a catalog of `iceberg.catalogs`: iceberg:<catalog>.<namespace>.<table>.
+ICEBERG_PREFIX: Final = "iceberg:"
+ICEBERG_CATALOG_TYPES: Final = ("hadoop", "sql", "rest")
+
+
+def iceberg_address(value: str) -> tuple[str, str, str] | None:
+    """(catalog, namespace, table) of an ``iceberg:<catalog>.<namespace>.<table>`` address, None for
+    any other location; the namespace may hold dots (a nested one), the catalog and table cannot."""
+    if not value.startswith(ICEBERG_PREFIX):
+        return None
+    parts = value.removeprefix(ICEBERG_PREFIX).split(".")
+    if len(parts) < 3 or not all(parts):
+        return None
+    return parts[0], ".".join(parts[1:-1]), parts[-1]
+
+
+@dataclass(frozen=True)
+class IcebergCatalogConfig:
+    """One Iceberg catalog, as Spark's ``SparkCatalog`` and pyiceberg both take it: ``hadoop`` (a
+    warehouse directory, tables at <warehouse>/<namespace>/<table>), ``sql`` (a JDBC/SQLAlchemy
+    ``uri``, e.g. sqlite:////path/catalog.db, and a ``warehouse``) or ``rest`` (a ``uri``).
+    ``properties``: further catalog properties for both (credentials as ${ENV}: never printed)."""
+
+    type: str = ""
+    warehouse: str = ""
+    uri: str = ""
+    properties: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def problem(self) -> tuple[str, str] | None:
+        """(sub-key, what is wrong), or None when the catalog is complete."""
+        if self.type not in ICEBERG_CATALOG_TYPES:
+            return "type", f"must be one of {', '.join(ICEBERG_CATALOG_TYPES)}, got {self.type!r}"
+        if self.type in ("hadoop", "sql") and not self.warehouse.strip():
+            return "warehouse", f"a {self.type} catalog needs its warehouse"
+        if self.type in ("sql", "rest") and not self.uri.strip():
+            return "uri", f"a {self.type} catalog needs its uri"
+        return None
+
+    def __repr__(self) -> str:
+        return f"IcebergCatalogConfig({redact(dataclasses.asdict(self))})"
+
+
+@dataclass(frozen=True)
+class IcebergConfig:
+    """Iceberg catalogs, by the name a sink address (``iceberg:<catalog>.<ns>.<table>``) and a
+    user's Spark job (``spark.sql.catalog.<name>``) both use."""
+
+    catalogs: dict[str, IcebergCatalogConfig] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, catalog in self.catalogs.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ConfigError(f"iceberg.catalogs.{name}", "a catalog name is letters, digits and _")
+            if (problem := catalog.problem()) is not None:
+                raise ConfigError(f"iceberg.catalogs.{name}.{problem[0]}", problem[1])
+
+
 # Keys that named a table before `tables:` held them all: each now fails at load, naming its successor.
 RETIRED_TABLE_KEYS: dict[str, str] = {
     "stream.sink_table": "tables.sink (tables.sink_by_job.<job> for one job)",
@@ -504,15 +561,33 @@ class AppConfig:
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     completeness: CompletenessConfig = field(default_factory=CompletenessConfig)
+    iceberg: IcebergConfig = field(default_factory=IcebergConfig)
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError("log_level", f"must be DEBUG, INFO, WARNING or ERROR, got '{self.log_level}'")
+        sinks = {"tables.sink": self.tables.sink}
+        sinks.update({f"tables.sink_by_job.{job}": v for job, v in self.tables.sink_by_job.items()})
+        for key, value in sinks.items():
+            check_iceberg_address(value, self.iceberg, key)
 
     def to_display(self) -> dict[str, Any]:
         """The config as a plain, redacted mapping: the only form that is ever printed or logged."""
         return typing.cast(dict[str, Any], redact(_plain(dataclasses.asdict(self))))
+
+
+def check_iceberg_address(value: str, iceberg: IcebergConfig, key: str) -> None:
+    """Fail, naming ``key``, when ``value`` is an ``iceberg:`` address of no configured catalog or
+    not of the form iceberg:<catalog>.<namespace>.<table>."""
+    if not value.startswith(ICEBERG_PREFIX):
+        return
+    address = iceberg_address(value)
+    if address is None:
+        raise ConfigError(key, f"{value!r}: expected {ICEBERG_PREFIX}<catalog>.<namespace>.<table>")
+    if address[0] not in iceberg.catalogs:
+        known = ", ".join(sorted(iceberg.catalogs)) or "none configured"
+        raise ConfigError(key, f"{value!r} names no catalog of iceberg.catalogs ({known})")
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -673,6 +748,9 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
             return {}
         if not isinstance(value, Mapping):
             raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
+        item = typing.get_args(tp)[1]
+        if dataclasses.is_dataclass(item):  # a mapping of sections (iceberg.catalogs)
+            return {str(k): _coerce(item, v, f"{key}.{k}") for k, v in value.items()}
         return {str(k): _scalar_str(v, f"{key}.{k}") for k, v in value.items()}
     if origin is list:
         if not isinstance(value, list):
