@@ -366,8 +366,9 @@ class ReconcileConfig:
     # How a job's sink is judged (CONTRACTS.md section 4): every job's default, and per job.
     sink_mode: str = SINK_COORDINATES
     sink_mode_by_job: dict[str, str] = field(default_factory=dict)
-    # delta_batches: the txn app id a job's foreachBatch writes with; without one, the query's id
-    # (what Spark's Delta sink writes, and what an attached run's RUN_STARTED names).
+    # delta_batches: the txn app id a job's foreachBatch writes with; iceberg_snapshots: the query id
+    # its foreachBatch writes as snapshot-property.spark.sql.streaming.queryId; without one, the
+    # query's id (what Spark's Delta and Iceberg sinks write, and an attached run's RUN_STARTED names).
     sink_app_id_by_job: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -73,6 +73,7 @@ class SinkLog:
     expired_before: datetime | None = None
     version_key: str = "sink_versions"
     undone_key: str = "removed_by_restore"
+    gone_meaning: str = "the sink's commit files of this time were cleaned (log retention)"
 
     def undone(self) -> dict[int, int]:
         """Version -> what took its output out of the table (`undone_versions` for Delta)."""
@@ -266,3 +267,11 @@ def output_kept(commits: Sequence[SinkCommit], undone: Mapping[int, int]) -> boo
     RESTORE (``undone``) took back added no rows (an empty batch: nothing was lost)."""
     taken = [c for c in commits if c.version in undone]
     return len(taken) < len(commits) or (bool(taken) and not any(c.rows_added for c in taken))
+
+
+def commits_since(log: SinkLog, since: datetime | None) -> SinkLog:
+    """The log's commits made at or after ``since`` (all of them for None, and the undated)."""
+    if since is None:
+        return log
+    kept = tuple(c for c in log.commits if c.timestamp is None or c.timestamp >= since)
+    return replace(log, commits=kept)

@@ -302,4 +302,5 @@ def sink_log_of(log: SnapshotLog, since: datetime | None = None) -> SinkLog:
         expired_before=log.starts_at,
         version_key="snapshot_ids",
         undone_key="rolled_back_to",
+        gone_meaning="the sink's snapshots of this time expired (expire_snapshots)",
     )
