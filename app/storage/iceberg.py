@@ -89,11 +89,20 @@ class SnapshotLog:
         return max((s.timestamp for s in expired_parents), default=None)
 
     def rolled_back(self) -> dict[int, int]:
-        """Snapshot id -> the current snapshot, for every snapshot in the metadata that the current
-        history does not hold: a rollback (or a ``set_current_snapshot``) took its output out."""
-        if self.current is None:
-            return {s.snapshot_id: 0 for s in self.snapshots}
-        return {s.snapshot_id: self.current for s in self.snapshots if s.snapshot_id not in self.ancestry}
+        """Snapshot id -> the snapshot the table went back to, for every snapshot in the metadata
+        that the current history does not hold: a rollback (or a ``set_current_snapshot``) took
+        its output out. The snapshot gone back to is the first one the ``snapshot-log`` made
+        current after it that does not descend from it (the current one when the log says none)."""
+        gone = [s for s in self.snapshots if s.snapshot_id not in self.ancestry]
+        if not gone:
+            return {}
+        parents = {s.snapshot_id: s.parent_id for s in self.snapshots}
+        out: dict[int, int] = {}
+        for s in gone:
+            after = (sid for sid, when in self.history if when >= s.timestamp and sid != s.snapshot_id)
+            target = next((sid for sid in after if s.snapshot_id not in ancestry_of_id(parents, sid)), None)
+            out[s.snapshot_id] = target if target is not None else (self.current or 0)
+        return out
 
 
 def _millis(value: int) -> datetime:
@@ -143,6 +152,16 @@ def ancestry_of(snapshots: tuple[Snapshot, ...], current: int | None) -> frozens
         out.add(at)
         at = parents[at]
     return frozenset(out)
+
+
+def ancestry_of_id(parents: Mapping[int, int | None], snapshot_id: int) -> set[int]:
+    """``snapshot_id`` and its ancestors in ``parents`` (snapshot id -> parent id)."""
+    out: set[int] = set()
+    at: int | None = snapshot_id
+    while at is not None and at not in out:
+        out.add(at)
+        at = parents.get(at)
+    return out
 
 
 def metadata_version(name: str) -> int | None:
