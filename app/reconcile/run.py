@@ -306,8 +306,9 @@ def _sink_and_restart_findings(
 
 
 def _judged_from_source(cfg: AppConfig, restart: Mapping[str, Any]) -> bool:
-    """A skip of a job whose sink cannot show missing records (`delta_batches`, `none`); a
-    `coordinates` sink's GAPs inside the skipped range tell what it lacks (and a repair mends)."""
+    """A skip of a job whose sink cannot show missing records (`delta_batches`, `iceberg_snapshots`,
+    `none`); a `coordinates` sink's GAPs inside the skipped range tell what it lacks (and a repair
+    mends)."""
     return (
         restart["classification"] == RESTART_SKIPPED
         and cfg.reconcile.sink_mode_for(restart["job_name"]) != SINK_COORDINATES
