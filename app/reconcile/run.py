@@ -322,9 +322,7 @@ def _batch_findings(p: _Pass, job: str, mode: str) -> list[Finding]:
     iceberg = mode == SINK_ICEBERG_SNAPSHOTS
     _require_format(p, job, mode, ICEBERG if iceberg else DELTA)
     since = None if window.since is None else window.since - timedelta(days=r.baseline_lookback_days)
-    # An Iceberg sink's log is one metadata file, read whole: filtered here, once its whole history
-    # has said whether any snapshot names the job.
-    whole = sink.sink_log(None if iceberg else since)
+    whole = sink.sink_log(since)
     if whole is None:
         # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
         kind = "Iceberg" if iceberg else "Delta"

@@ -74,6 +74,9 @@ class SinkLog:
     version_key: str = "sink_versions"
     undone_key: str = "removed_by_restore"
     gone_meaning: str = "the sink's commit files of this time were cleaned (log retention)"
+    # The app ids the whole log names, where its commits were read from a point on (Iceberg: the
+    # summaries of older snapshots are skipped, not their writers' names); None: the commits' txns.
+    named_apps: frozenset[str] | None = None
 
     def undone(self) -> dict[int, int]:
         """Version -> what took its output out of the table (`undone_versions` for Delta)."""

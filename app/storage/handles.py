@@ -377,9 +377,9 @@ class IcebergHandle:
 
     # --- its log ---------------------------------------------------------------------------------
 
-    def snapshot_log(self) -> iceberg.SnapshotLog | None:
+    def snapshot_log(self, since: datetime | None = None) -> iceberg.SnapshotLog | None:
         """The table's snapshots and current history (`storage.iceberg.read_snapshot_log`)."""
-        return iceberg.read_snapshot_log(self.storage, self.ref)
+        return iceberg.read_snapshot_log(self.storage, self.ref, since)
 
     def exists(self) -> bool:
         return self.snapshot_log() is not None
@@ -396,7 +396,7 @@ class IcebergHandle:
 
     def sink_log(self, modified_since: datetime | None = None) -> delta_log.SinkLog | None:
         """The snapshots as a batch sink's commits (`storage.iceberg.sink_log_of`), or None."""
-        log_ = self.snapshot_log()
+        log_ = self.snapshot_log(modified_since)
         return None if log_ is None else iceberg.sink_log_of(log_, modified_since)
 
     def holds_txn_of(self, app_id: str) -> bool | None:

@@ -39,6 +39,9 @@ FLINK_JOB_ID: Final = "flink.job-id"
 FLINK_OPERATOR_ID: Final = "flink.operator-id"
 FLINK_MAX_CHECKPOINT: Final = "flink.max-committed-checkpoint-id"
 
+# The keys whose values name a snapshot's writer, as they are spelled in the summaries.
+_NAMING_KEYS: Final = ("spark.sql.streaming.queryId", SPARK_QUERY_ID, FLINK_JOB_ID)
+
 METADATA_DIR: Final = "metadata"
 VERSION_HINT: Final = "version-hint.text"
 METADATA_SUFFIX: Final = ".metadata.json"
@@ -71,13 +74,15 @@ class SnapshotLog:
 
     ``ancestry``: the current snapshot and its ancestors still in the metadata; ``history``: the
     ``snapshot-log`` (snapshot id, when it became current), which a rollback appends to;
-    ``metadata_location``: the metadata file read (what a later read compares against)."""
+    ``metadata_location``: the metadata file read; ``named``: the app ids any snapshot names (a
+    Spark query's id, a Flink job id), those whose summaries were left out included."""
 
     snapshots: tuple[Snapshot, ...]
     current: int | None
     ancestry: frozenset[int]
     history: tuple[tuple[int, datetime], ...]
     metadata_location: str
+    named: frozenset[str] = frozenset()
 
     @property
     def starts_at(self) -> datetime | None:
@@ -109,37 +114,44 @@ def _millis(value: int) -> datetime:
     return datetime.fromtimestamp(value / 1000, UTC)
 
 
-def parse_snapshot_log(text: str, metadata_location: str) -> SnapshotLog:
+def parse_snapshot_log(text: str, metadata_location: str, since: datetime | None = None) -> SnapshotLog:
     """A metadata file's JSON as a ``SnapshotLog`` (the table-metadata spec's field names). Parsed as
     plain JSON rather than through pyiceberg's model: only the snapshot list is needed, and a
-    table of a week of one-minute batches holds 10,000 of them."""
+    table of a week of one-minute batches holds 10,000 of them. The summaries of snapshots older
+    than ``since`` are left out (their batches lie before the audited window): of those only their
+    place in the history is kept, and the app ids they name (``SnapshotLog.named``)."""
     doc: dict[str, Any] = json.loads(text)
-    snapshots = tuple(
-        sorted(
-            (
-                Snapshot(
-                    snapshot_id=int(s["snapshot-id"]),
-                    parent_id=None if s.get("parent-snapshot-id") is None else int(s["parent-snapshot-id"]),
-                    sequence_number=int(s.get("sequence-number", 0)),
-                    timestamp=_millis(int(s["timestamp-ms"])),
-                    operation=(s.get("summary") or {}).get("operation"),
-                    summary={str(k): str(v) for k, v in (s.get("summary") or {}).items()},
-                )
-                for s in doc.get("snapshots") or []
-            ),
-            key=lambda s: (s.sequence_number, s.timestamp, s.snapshot_id),
+    since_ms = None if since is None else since.timestamp() * 1000
+    named: set[str] = set()
+    snapshots: list[Snapshot] = []
+    for s in doc.get("snapshots") or []:
+        summary: dict[str, str] = s.get("summary") or {}
+        named.update(v for key in _NAMING_KEYS if (v := summary.get(key)))
+        ms = int(s["timestamp-ms"])
+        parent = s.get("parent-snapshot-id")
+        snapshots.append(
+            Snapshot(
+                snapshot_id=int(s["snapshot-id"]),
+                parent_id=None if parent is None else int(parent),
+                sequence_number=int(s.get("sequence-number", 0)),
+                timestamp=_millis(ms),
+                operation=summary.get("operation"),
+                summary=dict(summary) if since_ms is None or ms >= since_ms else {},
+            )
         )
-    )
+    snapshots.sort(key=lambda s: (s.sequence_number, s.timestamp, s.snapshot_id))
     current = doc.get("current-snapshot-id")
     current = None if current in (None, -1) else int(current)
+    ordered = tuple(snapshots)
     return SnapshotLog(
-        snapshots=snapshots,
+        snapshots=ordered,
         current=current,
-        ancestry=ancestry_of(snapshots, current),
+        ancestry=ancestry_of(ordered, current),
         history=tuple(
             (int(e["snapshot-id"]), _millis(int(e["timestamp-ms"]))) for e in doc.get("snapshot-log") or []
         ),
         metadata_location=metadata_location,
+        named=frozenset(named),
     )
 
 
@@ -267,10 +279,13 @@ def current_metadata(storage: backend.StorageSettings, ref: IcebergTableRef) -> 
     return f"{directory.rstrip('/')}/{METADATA_DIR}/{newest}", text
 
 
-def read_snapshot_log(storage: backend.StorageSettings, ref: IcebergTableRef) -> SnapshotLog | None:
-    """The table's snapshot log, or None when there is no Iceberg table at the address."""
+def read_snapshot_log(
+    storage: backend.StorageSettings, ref: IcebergTableRef, since: datetime | None = None
+) -> SnapshotLog | None:
+    """The table's snapshot log (the summaries from ``since`` on), or None when there is no Iceberg
+    table at the address."""
     found = current_metadata(storage, ref)
-    return None if found is None else parse_snapshot_log(found[1], found[0])
+    return None if found is None else parse_snapshot_log(found[1], found[0], since)
 
 
 def load_table(storage: backend.StorageSettings, ref: IcebergTableRef) -> Any:
@@ -322,4 +337,5 @@ def sink_log_of(log: SnapshotLog, since: datetime | None = None) -> SinkLog:
         version_key="snapshot_ids",
         undone_key="rolled_back_to",
         gone_meaning="the sink's snapshots of this time expired (expire_snapshots)",
+        named_apps=log.named,
     )

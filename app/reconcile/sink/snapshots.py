@@ -95,7 +95,10 @@ def unattributable(batches: Sequence[CompletedBatch], log: SinkLog, window: Audi
     snapshot of ``log`` names any of the batches' app ids; nothing when one does (the batches are
     then judged, `batches.batch_findings`)."""
     apps = {b.app_id for b in batches}
-    if not apps or any(app in apps for c in log.commits for app, _ in c.txns):
+    named = log.named_apps
+    if named is None:
+        named = frozenset(app for c in log.commits for app, _ in c.txns)
+    if not apps or apps & named:
         return []
     out: list[Finding] = []
     for b in batches:
