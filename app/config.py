@@ -42,6 +42,7 @@ _SECRET_KEY = re.compile(
 )
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 REDACTED = "***"
+_URI_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@/\s]+@")
 
 
 @dataclass(frozen=True)
@@ -797,12 +798,15 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact(value: Any, key: str = "") -> Any:
-    """Replace the value of every secret-looking key, at any depth."""
+    """Replace the value of every secret-looking key, at any depth, and the password of any URI
+    that carries one (a SQL catalog's postgresql://user:password@host/db)."""
     if isinstance(value, Mapping):
         return {k: (REDACTED if is_secret_key(str(k)) and v not in (None, "") else redact(v, str(k)))
                 for k, v in value.items()}  # fmt: skip
     if isinstance(value, list):
         return [redact(v, key) for v in value]
+    if isinstance(value, str):
+        return _URI_PASSWORD.sub(rf"\1{REDACTED}@", value)
     return value
 
 

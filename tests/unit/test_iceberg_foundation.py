@@ -81,6 +81,15 @@ def test_catalog_credentials_come_from_env_and_are_never_printed(tmp_path: Path)
     assert cfg.iceberg.catalogs["rest"].properties["token"] == "s3cr3t"
     assert "s3cr3t" not in repr(cfg.iceberg)
     assert "s3cr3t" not in json.dumps(cfg.to_display(), default=str)
+    in_uri = config(
+        tmp_path,
+        "iceberg.catalogs.pg.type=sql",
+        "iceberg.catalogs.pg.uri=postgresql://audit:${PG_PASSWORD}@db:5432/catalog",
+        "iceberg.catalogs.pg.warehouse=/w",
+        environ={"PG_PASSWORD": "pw-123"},
+    )
+    assert "pw-123" not in json.dumps(in_uri.to_display(), default=str)
+    assert "postgresql://audit:***@db:5432/catalog" in repr(in_uri.iceberg)
 
 
 def test_every_catalog_is_a_spark_catalog_of_the_same_name_beside_delta() -> None:
