@@ -31,6 +31,7 @@ from app.flink.watcher import FlinkLedger, FlinkWatcher
 from app.reconcile import findings as rc
 from app.reconcile.ledger import audit as la
 from app.reconcile.ledger import commit_rules
+from tests.support import ledger_data
 from tests.support.flink_watcher import (
     JOB_A,
     JOB_B,
@@ -44,7 +45,6 @@ from tests.support.flink_watcher import (
     rows,
     watcher,
 )
-from tests.support import ledger_data
 from tests.support.ledger_data import commits_table
 
 pytestmark = pytest.mark.unit
