@@ -565,6 +565,8 @@ class FlinkWatcher:
         gap = range(last[0] + 1, restore.checkpoint_id) if last is not None else range(0)
         dead = self.run if self.run is not None and self.run.attempt.run_id == previous else None
         failed = dead.failed_ids if dead is not None else set()
+        # already named by the run's own polls (a failover's history is still there to read)
+        named = {m.checkpoint_id for m in (dead.counts.missed or [])} if dead is not None else set()
         for checkpoint_id in gap:
             ahead = self._read_ahead(restore.external_path, checkpoint_id)
             if checkpoint_id not in reads and ahead is not None:
@@ -584,7 +586,8 @@ class FlinkWatcher:
                 )
                 below = (stat.ack_ms or stat.trigger_ms, {**ev.raw_offsets(earlier)})
                 continue
-            lost.append(ev.Missed(checkpoint_id, vocab.MISSED_FILES_GONE, LOST_AT_END))
+            if checkpoint_id not in named:
+                lost.append(ev.Missed(checkpoint_id, vocab.MISSED_FILES_GONE, LOST_AT_END))
             above = next((ev.raw_offsets(reads[i][1]) for i in sorted(reads) if i > checkpoint_id), restored)
             if below is not None:
                 agreed = ev.agreed_offsets(below[1], above)
