@@ -5,6 +5,7 @@ rows of a predicate, the rollback that undoes it, and a sink addressed by path r
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -22,11 +23,27 @@ from app.storage.iceberg_writes import (
     rollback_statement,
     txn_options,
 )
-from tests.unit.test_iceberg_foundation import metadata, snap
 
 pytestmark = pytest.mark.unit
 
 APP = "offset-audit/repair/inc-1/replay"
+
+
+def snap(sid: int, parent: int | None, seq: int, **summary: str) -> dict[str, object]:
+    """One snapshot of a table's metadata JSON, ``seq`` seconds after noon."""
+    ms = int(datetime(2026, 3, 1, 12, 0, seq, tzinfo=UTC).timestamp() * 1000)
+    return {
+        "snapshot-id": sid,
+        "parent-snapshot-id": parent,
+        "sequence-number": seq,
+        "timestamp-ms": ms,
+        "summary": {"operation": "append", **summary},
+    }
+
+
+def metadata(snapshots: list[dict[str, object]], current: int) -> dict[str, object]:
+    log = [{"snapshot-id": s["snapshot-id"], "timestamp-ms": s["timestamp-ms"]} for s in snapshots]
+    return {"format-version": 2, "current-snapshot-id": current, "snapshots": snapshots, "snapshot-log": log}
 
 
 def test_the_transaction_id_goes_into_the_snapshot_summary_as_lower_case_properties() -> None:
