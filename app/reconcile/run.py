@@ -73,7 +73,7 @@ from app.reconcile.sink.coordinates import (
     sink_columns,
 )
 from app.reconcile.sink.offsets import PartitionSink
-from app.storage.handles import DELTA, ICEBERG, AuditTables
+from app.storage.handles import DELTA, FORMAT_NAMES, ICEBERG, AuditTables
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +267,8 @@ def _sink_and_restart_findings(
             # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
             raise ConfigError(
                 tables.sink_key_for(job),
-                f"no Delta table at {sink_table.location} (the sink of job {job}); nothing was written",
+                f"no {FORMAT_NAMES[sink_table.table_format]} table at {sink_table.location} (the sink "
+                f"of job {job}); nothing was written",
             )
         sink = SinkReader(df, cols)
         outcome = examine_sink(spark, sink, by_job.get(job, []), active.get(job))

@@ -5,8 +5,9 @@ location, its contract (schema, key, layout), the engine that writes it (`facade
 the storage settings that reach it. `TableHandle` is the protocol callers see; `DeltaHandle` is
 its Delta implementation (delta-rs on the driver, Spark for DataFrames); `IcebergHandle` its
 Iceberg one, for a sink only (a user's table: the audit reads its snapshot log with pyiceberg and
-its rows with Spark's Iceberg catalog, and writes nothing to it). `open_handle` chooses between
-them, by the sink's address: callers ask `AuditTables` for a handle and never name the format.
+its rows with Spark's Iceberg catalog, and writes to it only what a repair commits).
+`open_handle` chooses between them, by the sink's address: callers ask `AuditTables` for a handle
+and never name the format.
 
 The engine is checked, not commented: a write whose rows come in a form the handle's engine does
 not write (a DataFrame to a driver-written table, dicts or Arrow to a Spark-written one) raises
@@ -25,13 +26,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from app.config import ICEBERG_PREFIX, AppConfig, IcebergConfig
+from app.config import ICEBERG_PREFIX, AppConfig, IcebergConfig, iceberg_address
 from app.contracts.tables import TABLE_CONTRACTS, TableContract, TableLayout
 from app.errors import ConfigError, InfrastructureError
 from app.routes import DRIVER, SPARK
-from app.storage import backend, delta_log, delta_rows, iceberg, maintenance
+from app.storage import backend, delta_log, delta_rows, iceberg, iceberg_writes, maintenance
 from app.storage.facade import engine_for
 from app.storage.tables import Tables, read_delta, tables_from_config
 
@@ -98,6 +100,12 @@ class TableHandle(Protocol):
     def sink_log(self, modified_since: datetime | None = None) -> delta_log.SinkLog | None: ...
     def holds_txn_of(self, app_id: str) -> bool | None: ...
 
+    # what `repair --execute` needs of a sink: whether it may write, the order copies were written
+    # in, and the statement that takes the table back to a version
+    def repair_refusal(self) -> str | None: ...
+    def load_with_write_order(self, alias: str) -> DataFrame: ...
+    def undo_statement(self, version: int) -> str: ...
+
     # upkeep (`maintain`): the format's own compaction, log checkpoint, file cleanup and retention
     def files_by_partition(self) -> dict[str, int] | None: ...
     def partition_column(self) -> str | None: ...
@@ -111,6 +119,8 @@ class TableHandle(Protocol):
 # The table formats a handle reads (`TableHandle.table_format`).
 DELTA: Final = "delta"
 ICEBERG: Final = "iceberg"
+# How a message names each format ("no Iceberg table at ...").
+FORMAT_NAMES: Final = {DELTA: "Delta", ICEBERG: "Iceberg"}
 
 
 def require_engine(handle: TableHandle, engine: str, doing: str) -> None:
@@ -189,6 +199,20 @@ class DeltaHandle:
     def holds_txn_of(self, app_id: str) -> bool | None:
         """Whether the log holds a commit of txn app id ``app_id`` (`delta_log.holds_txn_of`)."""
         return delta_log.holds_txn_of(self.storage, self.location, app_id)
+
+    # --- repair ----------------------------------------------------------------------------------
+
+    def repair_refusal(self) -> str | None:
+        return None  # a Delta sink is written by path
+
+    def load_with_write_order(self, alias: str) -> DataFrame:
+        """The table with ``alias``: when the file holding each row was written (Delta rewrites no
+        file it keeps, so the oldest file holds the first copy)."""
+        return self.load().select("*", F.col("_metadata.file_modification_time").alias(alias))
+
+    def undo_statement(self, version: int) -> str:
+        """The Spark SQL that takes the table back to ``version`` (Delta time travel)."""
+        return f"RESTORE TABLE delta.`{self.location}` TO VERSION AS OF {version}"
 
     # --- upkeep (see `storage.maintenance`) --------------------------------------------------------
 
@@ -318,8 +342,9 @@ class DeltaHandle:
 
 
 class ReadOnlySinkError(ConfigError):
-    """An operation the audit never runs on a user's Iceberg sink (a write, or the upkeep that stays
-    the user's): a configuration that asks for one is wrong (exit 2). `maintain` never gets here:
+    """An operation the audit never runs on a user's Iceberg sink (a write other than a repair's, a
+    repair's write to a table addressed by path, or the upkeep that stays the user's): a
+    configuration that asks for one is wrong (exit 2). `maintain` never gets here:
     the sink's listing (``files_by_partition``) says there is nothing of the audit's to maintain."""
 
 
@@ -327,9 +352,12 @@ class ReadOnlySinkError(ConfigError):
 class IcebergHandle:
     """A user's Iceberg table as a sink: its snapshot log read on the driver (`storage.iceberg`),
     its rows through Spark's Iceberg catalog of the same name (`runtime.spark` registers every
-    catalog of `iceberg.catalogs`), or by path. The audit writes nothing to it and leaves its
-    upkeep (snapshot expiry, compaction) to its owner: those methods raise ``ReadOnlySinkError``,
-    the upkeep's listing answers that there is nothing to do."""
+    catalog of `iceberg.catalogs`), or by path; Spark pushes a read's filters on its columns into
+    Iceberg's scan, which skips manifests and data files by partition and column statistics. The
+    audit writes to it only what `repair --execute` commits (an idempotent append, a replacement,
+    each one snapshot, through its catalog: `storage.iceberg_writes`) and leaves its upkeep
+    (snapshot expiry, compaction) to its owner: the other writes and the upkeep raise
+    ``ReadOnlySinkError``, the upkeep's listing answers that there is nothing to do."""
 
     contract: TableContract
     location: str
@@ -372,7 +400,9 @@ class IcebergHandle:
 
     def _refused(self, doing: str) -> ReadOnlySinkError:
         return ReadOnlySinkError(
-            self.location, f"{doing}: the audit does not write to or maintain an Iceberg sink"
+            self.location,
+            f"{doing}: the audit writes to an Iceberg sink only a repair's commits, through its "
+            "catalog, and never maintains it",
         )
 
     # --- its log ---------------------------------------------------------------------------------
@@ -428,7 +458,22 @@ class IcebergHandle:
     def delete_rows(self, predicate: str, append_only: bool) -> int:
         raise self._refused("a deletion")
 
-    # --- writes: none ----------------------------------------------------------------------------
+    # --- writes: a repair's only (`storage.iceberg_writes`) -------------------------------------------
+
+    def _sql_name(self, doing: str) -> str:
+        """The catalog name Spark SQL writes the table by (``<catalog>.<ns>.<table>``)."""
+        if iceberg_address(self.location) is None:
+            raise self._refused(f"{doing} by path")
+        return self.location.removeprefix(ICEBERG_PREFIX)
+
+    def repair_refusal(self) -> str | None:
+        """Why a repair cannot write this sink (SQL names no Iceberg table by path), else None."""
+        if iceberg_address(self.location) is None:
+            return (
+                f"a repair writes an Iceberg sink through its catalog; {self.location} is a path: "
+                f"address it as {ICEBERG_PREFIX}<catalog>.<namespace>.<table> (iceberg.catalogs)"
+            )
+        return None
 
     def ensure(self) -> None:
         raise self._refused("a creation")
@@ -441,13 +486,48 @@ class IcebergHandle:
         user_metadata: str | None = None,
         create: bool = True,
     ) -> bool:
-        raise self._refused("an append")
+        """Append a DataFrame in one snapshot carrying the transaction id (``app_id``, ``version``)
+        in its summary, unless the current history holds one carrying it (a rerun): False then.
+        The table must exist (a repair never creates a user's sink)."""
+        table = self._sql_name("an append")
+        if not isinstance(rows, DataFrame):
+            raise WrongEngineError(f"an idempotent append to Iceberg sink {self.location} takes Spark rows")
+        log_ = self.snapshot_log()
+        if log_ is None:
+            raise InfrastructureError(f"no Iceberg table at {self.location}")
+        if iceberg_writes.committed_txn(log_, app_id, version) is not None:
+            return False
+        iceberg_writes.append(rows, table, app_id, version)
+        return True
+
+    def replace_where(self, rows: DataFrame | Sequence[Mapping[str, Any]], predicate: str) -> None:
+        """Replace the rows matching the SQL ``predicate`` by ``rows`` (a DataFrame) in one snapshot."""
+        table = self._sql_name("a replace")
+        if not isinstance(rows, DataFrame):
+            raise WrongEngineError(f"a replace in the Iceberg sink {self.location} takes a DataFrame")
+        iceberg_writes.replace_where(self._session("a replace"), table, rows, predicate)
+
+    def load_with_write_order(self, alias: str) -> DataFrame:
+        """The table with ``alias``: the data sequence number of the file holding each row (its
+        ``entries`` metadata table), the order its copies were committed in."""
+        reader = self._session("a Spark load").read.format("iceberg")
+        name = self.spark_name()
+        entries = reader.load(f"{name}.entries" if iceberg_address(self.location) else f"{name}#entries")
+        return iceberg_writes.with_write_order(self.load(), entries, alias)
+
+    def undo_statement(self, version: int) -> str:
+        """The rollback to the snapshot of sequence number ``version`` in the current history."""
+        log_ = self.snapshot_log()
+        snapshots = [] if log_ is None else [s for s in log_.snapshots if s.snapshot_id in log_.ancestry]
+        found = [s.snapshot_id for s in snapshots if s.sequence_number == version]
+        address = iceberg_address(self.location)
+        if not found or address is None:
+            where = f"in the history of {self.location}"
+            raise InfrastructureError(f"no snapshot of sequence number {version} {where}")
+        return iceberg_writes.rollback_statement(*address, found[0])
 
     def append(self, rows: DataFrame | Sequence[Any]) -> None:
         raise self._refused("an append")
-
-    def replace_where(self, rows: DataFrame | Sequence[Mapping[str, Any]], predicate: str) -> None:
-        raise self._refused("a replace")
 
     def merge(
         self, rows: Sequence[Mapping[str, Any]], keep: Sequence[str] = (), user_metadata: str | None = None
@@ -473,7 +553,16 @@ class IcebergHandle:
         return self.load() if self.exists() else None
 
     def load(self) -> DataFrame:
-        return self._session("a Spark load").read.format("iceberg").load(self.spark_name())
+        """The table's current snapshot as a Spark DataFrame. Iceberg's Spark catalog caches a table
+        it loaded (``cache-enabled``, for 30 s by default) and serves later reads from that copy
+        unrefreshed: a snapshot the user's job committed since (another process) would be unseen,
+        a completed batch's rows read as missing, and the files a user's compaction and expiry
+        removed still asked for. So a catalog table's cached copy is dropped first (a table read
+        by path is not cached)."""
+        spark = self._session("a Spark load")
+        if iceberg_address(self.location) is not None:
+            spark.catalog.refreshTable(self.spark_name())
+        return spark.read.format("iceberg").load(self.spark_name())
 
     def dataset(self) -> pa.dataset.Dataset | None:
         raise self._refused("an Arrow read (Spark reads an Iceberg sink)")

@@ -48,7 +48,7 @@ from app.reconcile.completeness.stats import StatsPlan, window_stats, window_sta
 from app.reconcile.ledger import audit as la
 from app.reconcile.sink.coordinates import SinkColumns, sink_columns
 from app.routes import DRIVER, examine_route, examine_tasks
-from app.storage.handles import AuditTables
+from app.storage.handles import FORMAT_NAMES, AuditTables
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,8 @@ def _sink(p: CompletenessPass, job: str) -> DataFrame:
     df = sink.scan()
     if df is None:
         # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
-        where = f"no Delta table at {sink.location} (the sink of job {job}); nothing was written"
+        kind = FORMAT_NAMES[sink.table_format]
+        where = f"no {kind} table at {sink.location} (the sink of job {job}); nothing was written"
         raise ConfigError(p.tables.sink_key_for(job), where)
     return df
 
