@@ -53,18 +53,19 @@ def short_observed(observed: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from app.pipeline import steps
+    from app.pipeline.context import open_context
     from app.quality import preload
-    from app.runtime.session import spark_session
 
     preload.start()  # Great Expectations' import overlaps with the Spark session's start
-    spark = spark_session(cfg)
-    from app.quality.checks import CheckOptions, run_checks
+    ctx = open_context(cfg)
+    ctx.start_spark()  # while Great Expectations imports
+    from app.quality.checks import CheckOptions
 
-    summary = run_checks(
-        spark,
-        cfg,
+    summary = steps.check(
+        ctx,
         args.run_id or f"check-{uuid.uuid4().hex[:12]}",
-        options=CheckOptions(build_docs=not args.no_docs, reconcile_run_id=args.reconcile_run),
+        CheckOptions(build_docs=not args.no_docs, reconcile_run_id=args.reconcile_run),
     )
     failing = summary.failed(args.fail_on)
     out = summary.to_json() | {"fail_on": args.fail_on, "failing_expectations": len(failing)}

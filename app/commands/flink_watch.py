@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from app.flink.watcher import WatchSummary
-    from app.watch.loop import StopSignal
+    from app.runtime.signals import StopSignal
 
 
 def positive_seconds(value: str) -> float:
@@ -96,8 +96,8 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         raise UsageError(f"--wait must be zero or more seconds, not {args.wait}")
     if args.max_polls is not None and args.max_polls <= 0:
         raise UsageError(f"--max-polls must be positive, not {args.max_polls}")
+    from app.runtime.signals import StopSignal
     from app.storage.handles import AuditTables
-    from app.watch.loop import StopSignal
 
     ledger = args.ledger or AuditTables.from_config(cfg, None).ledger.location
     stop = StopSignal()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from app.commands.options import add_window_arguments, audit_run, parse_time
 from app.commands.outcome import EXIT_FINDINGS, EXIT_OK, emit
@@ -41,29 +41,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from app.pipeline import steps
+    from app.pipeline.context import open_context
     from app.reconcile.forensics import restarts as forensics
-    from app.reconcile.forensics.run import run_forensics, timeline
-    from app.runtime.session import spark_session, table_storage
-    from app.storage.handles import AuditTables
+    from app.reconcile.forensics.run import timeline
 
+    if args.at is not None and len(args.jobs) != 1:
+        raise UsageError("--at needs exactly one --job")
+    ctx = open_context(cfg, sink_override=args.sink)
     if args.at is not None:
-        if len(args.jobs) != 1:
-            raise UsageError("--at needs exactly one --job")
-        entries = timeline(
-            AuditTables.from_config(cfg, table_storage(cfg)), job=args.jobs[0], at=args.at, around=args.around
-        )
+        entries = timeline(ctx.tables, job=args.jobs[0], at=args.at, around=args.around)
         emit(
             args,
             {"job": args.jobs[0], "at": args.at, "entries": entries},
             forensics.format_timeline(args.jobs[0], args.at, entries),
         )
         return EXIT_OK
-    spark = spark_session(cfg)
-    result = run_forensics(
-        spark,
-        cfg,
-        audit_run(args, COMMAND_FORENSICS, datetime.now(UTC)),
-    )
+    result = steps.forensics(ctx, audit_run(args, COMMAND_FORENSICS, ctx.now()))
     severities = [forensics.restart_severity(r["classification"]) for r in result.restarts]
     failing = sum(1 for s in severities if s is not None and severity_at_least(s, args.fail_on))
     lines = [f"forensics {result.run_id}: {len(result.restarts)} restarted partition(s)"]

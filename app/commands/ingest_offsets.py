@@ -23,16 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.kafka.clients import check_reachable
-    from app.offsets_topic.run import ingest_offsets
-    from app.runtime.session import kafka_bootstrap, spark_session
+    from app.pipeline import steps
+    from app.pipeline.context import open_context
 
-    groups = args.groups if args.groups is not None else list(cfg.ingest.groups)
-    mode = args.mode or cfg.ingest.mode
-    bootstrap = kafka_bootstrap(cfg)
-    check_reachable(cfg.kafka, bootstrap)  # exit 3 in kafka.request_timeout_s, before Spark starts
-    spark = spark_session(cfg)
-    result = ingest_offsets(spark, cfg, bootstrap, groups, args.run_id, mode=mode)
+    # The step asks the broker before Spark starts: exit 3 within kafka.request_timeout_s.
+    result = steps.ingest(open_context(cfg), args.run_id, args.groups, args.mode)
     summary = result.as_dict()
     total = summary["total"]
     text = (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
 
 from app.commands.options import parse_time
 from app.commands.outcome import EXIT_OK, emit
@@ -19,13 +18,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.errors import UsageError
-    from app.maintenance.run import maintain, maintained_tables, summary_text
-    from app.runtime.session import table_storage
+    from app.maintenance.run import maintained_tables, summary_text
+    from app.pipeline import steps
+    from app.pipeline.context import open_context
 
     known = maintained_tables(cfg)
     unknown = [t for t in args.tables if t not in known]
     if unknown:
         raise UsageError(f"--table {unknown[0]}: not a table maintain keeps; known: {', '.join(known)}")
-    result = maintain(table_storage(cfg), cfg, args.now or datetime.now(UTC), only=args.tables)
+    ctx = open_context(cfg)
+    result = steps.maintain(ctx, args.now or ctx.now(), only=args.tables)
     emit(args, result.to_json(), summary_text(result))
     return EXIT_OK

@@ -28,18 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.nightly.run import Nightly, summary_text
+    from app.pipeline.context import open_context
     from app.quality import preload
-    from app.runtime.session import kafka_bootstrap, spark_session
 
     preload.start()  # Great Expectations' import overlaps with the Spark session's start
-    nightly = Nightly(
-        spark_session(cfg),
-        cfg,
-        lambda: kafka_bootstrap(cfg),
-        args.run_id,
-        now=args.now,
-        screenshot=args.screenshot,
-    )
+    nightly = Nightly(open_context(cfg), args.run_id, now=args.now, screenshot=args.screenshot)
     result = nightly.run()
     summary = dataclasses.asdict(result) | {"failing": result.failing(args.fail_on), "fail_on": args.fail_on}
     emit(args, summary, summary_text(result, args.fail_on))

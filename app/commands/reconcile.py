@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-from datetime import UTC, datetime
 from typing import Any
 
 from app.commands.incidents import incidents_text
@@ -12,7 +10,7 @@ from app.commands.options import add_window_arguments, audit_run
 from app.commands.outcome import EXIT_FINDINGS, EXIT_OK, emit
 from app.config import AppConfig
 from app.contracts.vocabulary import COMMAND_RECONCILE, SEVERITIES, severity_at_least
-from app.errors import KafkaUnavailableError, UsageError
+from app.errors import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,34 +59,13 @@ def summary_text(result: Any, fail_on: str) -> str:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from app.incidents.incident import summaries_json
-    from app.kafka.gaps import kafka_gap_confirmer, unavailable_confirmer
-    from app.kafka.times import KafkaTimes
-    from app.reconcile.run import run_reconcile
-    from app.runtime.session import kafka_bootstrap, spark_session
+    from app.pipeline import steps
+    from app.pipeline.context import open_context
 
     if args.since and args.until and args.since >= args.until:
         raise UsageError("--since must be before --until")
-    now = datetime.now(UTC)
-    confirmer = None
-    if cfg.reconcile.confirm_gaps and not args.no_confirm:
-        try:
-            confirmer = kafka_gap_confirmer(
-                cfg.kafka,
-                kafka_bootstrap(cfg),
-                max_records=cfg.reconcile.confirm_max_records,
-                timeout_s=cfg.reconcile.confirm_timeout_s,
-            )
-        except KafkaUnavailableError as exc:
-            # Kafka is needed only if there are gaps to confirm: the run fails then, not before.
-            confirmer = unavailable_confirmer(exc)
-    times = None
-    # No source to map windows to offsets: the completeness table stays as it is.
-    with contextlib.suppress(KafkaUnavailableError):
-        times = KafkaTimes(cfg.kafka, kafka_bootstrap(cfg), cfg.reconcile.confirm_timeout_s)
-    spark = spark_session(cfg)
-    result = run_reconcile(
-        spark, cfg, audit_run(args, COMMAND_RECONCILE, now), confirmer=confirmer, times=times
-    )
+    ctx = open_context(cfg, sink_override=args.sink)
+    result = steps.reconcile(ctx, audit_run(args, COMMAND_RECONCILE, ctx.now()), confirm=not args.no_confirm)
     failing = result.failing(args.fail_on)
     summary = {
         "run_id": result.run_id,

@@ -29,19 +29,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from app.report import browser
-    from app.report.gather import build_report
-    from app.runtime.session import table_storage
-    from app.storage.handles import AuditTables
+    from app.pipeline import steps
+    from app.pipeline.context import open_context
 
     # The dashboard reads small aggregates of the tables on the driver: no Spark where none runs.
-    path = build_report(
-        AuditTables.from_config(cfg, table_storage(cfg)),
-        cfg,
+    outcome = steps.report(
+        open_context(cfg),
         args.run_id or f"report-{uuid.uuid4().hex[:12]}",
         output=args.output,
+        screenshot=args.screenshot,
     )
-    shot = browser.screenshot(path, args.screenshot) if args.screenshot else None
+    path, shot = outcome.html, outcome.png
     summary = {"report": str(path), "screenshot": None if shot is None else str(shot)}
     text = f"report written to {path}" + (f"\nscreenshot written to {shot}" if shot else "")
     emit(args, summary, text)

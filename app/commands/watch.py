@@ -26,17 +26,19 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         raise UsageError(f"--interval must be a positive number of seconds, not {args.interval}")
     if args.max_cycles is not None and args.max_cycles <= 0:
         raise UsageError(f"--max-cycles must be positive, not {args.max_cycles}")
-    from app.runtime.session import kafka_bootstrap, spark_session
-    from app.watch.loop import StopSignal, Watch
+    from app.pipeline.context import open_context
+    from app.runtime.signals import StopSignal
+    from app.watch.loop import Watch
 
     stop = StopSignal()
     stop.install()  # before the session starts: a stop during start-up ends before the first cycle
-    spark = spark_session(cfg)
+    ctx = open_context(cfg)
+    ctx.start_spark()  # once, before the first cycle: every cycle uses it
 
     def say(line: str) -> None:
         print(line, flush=True)
 
-    watch = Watch(spark, cfg, lambda: kafka_bootstrap(cfg), args.interval, stop, say)
+    watch = Watch(ctx, args.interval, stop, say)
     cycles = watch.run(args.max_cycles)
     if len(cycles) == 1 and cycles[0].error_kind == "usage":
         return EXIT_USAGE  # a configuration error, found by the first cycle

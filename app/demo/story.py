@@ -44,6 +44,7 @@ from app.errors import InfrastructureError, KafkaUnavailableError
 from app.kafka.clients import kafka_error, plain_conf, retry_kafka
 from app.kafka.commit_outcome import CommitFn, CommitResult
 from app.nightly.run import Nightly, NightlyResult
+from app.pipeline.context import AuditContext
 from app.runtime import jvm
 from app.storage.handles import AuditTables
 from app.stream.job import StopWhen, StreamJob, StreamResult
@@ -532,9 +533,8 @@ class Demo:
 
     def nightly(self) -> None:
         self.restart_broker()
-        self.outcome.nightly = Nightly(
-            self.spark, self.cfg, lambda: self.bootstrap, screenshot=self.screenshot
-        ).run()
+        ctx = AuditContext.for_session(self.cfg, self.spark, lambda: self.bootstrap)
+        self.outcome.nightly = Nightly(ctx, screenshot=self.screenshot).run()
 
     # --- verdict ---------------------------------------------------------------------------------
     def expected(self) -> list[ExpectedFinding]:

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Protocol
 
 from app.config import KafkaConfig
+from app.errors import KafkaUnavailableError
 from app.kafka.gaps import PartitionKey, log_bounds
 
 
@@ -74,3 +75,26 @@ class KafkaTimes:
         finally:
             consumer.close()
         return out
+
+
+class UnavailableTimes:
+    """`SourceTimes` for when the broker could not even be located (an embedded broker not
+    running): fails only when a window has to be mapped, as `KafkaTimes` fails with a broker that
+    does not answer, so the completeness computation treats both alike."""
+
+    def __init__(self, reason: KafkaUnavailableError) -> None:
+        self.reason = reason
+
+    def bounds(self, partitions: Sequence[PartitionKey]) -> dict[PartitionKey, tuple[int, int]]:
+        if not partitions:
+            return {}
+        raise KafkaUnavailableError(
+            f"cannot read the bounds of {len(partitions)} partition(s): {self.reason}"
+        )
+
+    def offsets_at(
+        self, partitions: Sequence[PartitionKey], times: Sequence[datetime]
+    ) -> dict[datetime, dict[PartitionKey, int]]:
+        if not partitions or not times:
+            return {}
+        raise KafkaUnavailableError(f"cannot map {len(times)} time(s) to offsets: {self.reason}")

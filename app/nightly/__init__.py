@@ -1,1 +1,1 @@
-"""The scheduled run of every stage, and its alerts."""
+"""The scheduled run of every step, one run id, resumable."""

@@ -14,8 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -26,17 +25,14 @@ from app.contracts.vocabulary import (
     COMMAND_FORENSICS,
     COMMAND_RECONCILE,
     RUN_PENDING,
-    RUN_SUCCEEDED,
     SEVERITIES,
     severity_at_least,
 )
 from app.errors import describe_error, error_kind
 from app.incidents.incident import IncidentSummary, summaries_json
-from app.kafka.gaps import kafka_gap_confirmer
-from app.kafka.times import KafkaTimes
-from app.reconcile.forensics.run import run_forensics
+from app.pipeline import steps
+from app.pipeline.context import AuditContext
 from app.reconcile.outputs import AuditRun, confirm_runs
-from app.reconcile.run import run_reconcile
 from app.storage.files import read_text, write_text
 from app.storage.handles import AuditTables
 
@@ -100,27 +96,28 @@ def save_state(spark: SparkSession, cfg: AppConfig, state: Mapping[str, Any]) ->
 
 
 class Nightly:
-    """Runs the steps in order; each step function returns a JSON-able summary of what it did."""
+    """Runs the steps in order; each step returns a JSON-able summary of what it did."""
 
     def __init__(
         self,
-        spark: SparkSession,
-        cfg: AppConfig,
-        bootstrap: Callable[[], str],
+        ctx: AuditContext,
         run_id: str | None = None,
         now: datetime | None = None,
         screenshot: bool = False,
     ) -> None:
-        self.spark = spark
-        self.cfg = cfg
-        self.bootstrap = bootstrap
-        self.now = now or datetime.now(UTC)
+        self.ctx = ctx
+        self.cfg = ctx.cfg
+        self.now = now or ctx.now()
         self.run_id = run_id or new_run_id(self.now)
         self.screenshot = screenshot
-        self.tables = AuditTables.from_config(cfg, spark)
+
+    @property
+    def tables(self) -> AuditTables:
+        return self.ctx.tables  # reached through the session once a step has started it
 
     def run(self) -> NightlyResult:
-        state = load_state(self.spark, self.cfg, self.run_id)
+        spark = self.ctx.spark  # the state file is read through the session's file systems
+        state = load_state(spark, self.cfg, self.run_id)
         state.setdefault("started_at", self.now.isoformat())
         if state["steps"].get("check", {}).get("status") != STEP_DONE:
             from app.quality import preload
@@ -163,14 +160,14 @@ class Nightly:
                 )
                 result.steps.append(outcome)
                 state["steps"][name] = asdict(outcome)
-                save_state(self.spark, self.cfg, state)
+                save_state(spark, self.cfg, state)
                 log.error("[%d/%d] %s failed: %s", number, len(STEPS), name, outcome.error)
                 log.debug("step %s failed", name, exc_info=True)
                 break
             outcome = StepOutcome(name, STEP_DONE, round(time.monotonic() - started, 2), summary)
             result.steps.append(outcome)
             state["steps"][name] = asdict(outcome)
-            save_state(self.spark, self.cfg, state)
+            save_state(spark, self.cfg, state)
             log.info("[%d/%d] %s done in %.1fs", number, len(STEPS), name, outcome.seconds)
         if result.failed_step is None:
             # Only a night whose every step finished moves the audit window (CONTRACTS.md section 5).
@@ -181,28 +178,12 @@ class Nightly:
 
     def _alert(self, result: NightlyResult) -> None:
         """Metrics and the webhook, when configured; a failure to deliver fails the night (exit 3)."""
-        a = self.cfg.alerts
-        if not (a.textfile or a.pushgateway_url or a.webhook_url):
-            return
-        from app.nightly import alerts
-
         started = time.monotonic()
-        succeeded = result.failed_step is None
+        summaries = [i for s in result.steps for i in s.summary.get("incidents", [])]
         try:
-            finished_at = datetime.now(UTC)
-            facts = alerts.NightlyFacts(
-                succeeded=succeeded,
-                finished_at=finished_at,
-                last_success_at=self._last_success(),
-                incidents=[
-                    IncidentSummary.from_json(i) for s in result.steps for i in s.summary.get("incidents", [])
-                ],
-                partitions=self._partitions(),
-                windows=alerts.read_closed_windows(self.tables.completeness, self.cfg, finished_at),
-            )
-            done = alerts.deliver(a, facts, asdict(result))
-            result.steps.append(
-                StepOutcome("alerts", STEP_DONE, round(time.monotonic() - started, 2), {"sent": done})
+            incidents = [IncidentSummary.from_json(i) for i in summaries]
+            done = steps.alert_night(
+                self.ctx, self.run_id, result.failed_step is None, incidents, asdict(result)
             )
         except Exception as exc:  # broad on purpose: a failed delivery is reported like a failed step
             result.steps.append(
@@ -215,42 +196,18 @@ class Nightly:
                 )
             )
             log.error("alerts failed: %s", describe_error(exc))
+            return
+        if done is not None:
+            result.steps.append(
+                StepOutcome("alerts", STEP_DONE, round(time.monotonic() - started, 2), {"sent": done})
+            )
 
-    def _last_success(self) -> datetime | None:
-        rows = self.tables.audit_runs.read_columns(["command", "status", "finished_at"]) or []
-        times = [
-            instant(r["finished_at"])
-            for r in rows
-            if r["command"] == COMMAND_RECONCILE and r["status"] == RUN_SUCCEEDED
-        ]
-        return max(times, default=None)
+    def _audit_run(self) -> AuditRun:
+        return AuditRun(run_id=self.run_id, now=self.now, since=None, until=self.now, status=RUN_PENDING)
 
-    def _partitions(self) -> list[dict[str, Any]]:
-        cols = [
-            "reconcile_run_id",
-            "group_id",
-            "topic",
-            "partition",
-            "commit_lag_offsets",
-            "commit_lag_seconds",
-        ]
-        # The night's own rows: the files whose statistics rule its run out are not opened (a
-        # watch beside the nightly appends a run's rows every minute).
-        rows = self.tables.partition_summary.rows_with("reconcile_run_id", self.run_id)
-        return [] if rows is None else rows.select(cols).to_pylist()
-
-    # --- steps -----------------------------------------------------------------------------------
+    # --- steps: each the pipeline's, its outcome made the summary the state file keeps -------------
     def _ingest(self) -> dict[str, Any]:
-        from app.kafka.clients import check_reachable
-        from app.offsets_topic.run import ingest_offsets
-
-        bootstrap = self.bootstrap()
-        check_reachable(self.cfg.kafka, bootstrap)
-        groups = list(self.cfg.ingest.groups)
-        step_run = f"{self.run_id}-ingest"
-        outcome = ingest_offsets(
-            self.spark, self.cfg, bootstrap, groups, step_run, mode=self.cfg.ingest.mode, tables=self.tables
-        )
+        outcome = steps.ingest(self.ctx, f"{self.run_id}-ingest")
         return {
             "mode": outcome.mode,
             "total": outcome.total,
@@ -259,22 +216,7 @@ class Nightly:
         }
 
     def _reconcile(self) -> dict[str, Any]:
-        confirmer = None
-        if self.cfg.reconcile.confirm_gaps:
-            confirmer = kafka_gap_confirmer(
-                self.cfg.kafka,
-                self.bootstrap(),
-                max_records=self.cfg.reconcile.confirm_max_records,
-                timeout_s=self.cfg.reconcile.confirm_timeout_s,
-            )
-        outcome = run_reconcile(
-            self.spark,
-            self.cfg,
-            AuditRun(run_id=self.run_id, now=self.now, since=None, until=self.now, status=RUN_PENDING),
-            confirmer=confirmer,
-            times=KafkaTimes(self.cfg.kafka, self.bootstrap(), self.cfg.reconcile.confirm_timeout_s),
-            tables=self.tables,
-        )
+        outcome = steps.reconcile(self.ctx, self._audit_run())
         return {
             "completeness_windows": outcome.completeness_windows,
             "partitions": outcome.partitions,
@@ -288,12 +230,7 @@ class Nightly:
         }
 
     def _forensics(self) -> dict[str, Any]:
-        outcome = run_forensics(
-            self.spark,
-            self.cfg,
-            AuditRun(run_id=self.run_id, now=self.now, since=None, until=self.now, status=RUN_PENDING),
-            self.tables,
-        )
+        outcome = steps.forensics(self.ctx, self._audit_run())
         classes: dict[str, int] = {}
         for row in outcome.restarts:
             classes[row["classification"]] = classes.get(row["classification"], 0) + 1
@@ -303,17 +240,11 @@ class Nightly:
         }
 
     def _check(self) -> dict[str, Any]:
-        from app.quality.checks import CheckOptions, run_checks
+        from app.quality.checks import CheckOptions
 
         since = self._window_start()
-        summary = run_checks(
-            self.spark,
-            self.cfg,
-            self.run_id,
-            now=self.now,
-            options=CheckOptions(reconcile_run_id=self.run_id, since=since),
-            tables=self.tables,
-        )
+        options = CheckOptions(reconcile_run_id=self.run_id, since=since)
+        summary = steps.check(self.ctx, self.run_id, options, now=self.now)
         failed: dict[str, int] = {}
         for outcome in summary.failed(SEVERITIES[-1]):
             failed[outcome.severity] = failed.get(outcome.severity, 0) + 1
@@ -339,20 +270,18 @@ class Nightly:
         return min(starts, default=None)
 
     def _report(self) -> dict[str, Any]:
-        from app.report.gather import build_report
+        from app.report.gather import report_path
 
-        path = build_report(self.tables, self.cfg, self.run_id, now=self.now)
-        out: dict[str, Any] = {"html": str(path)}
-        if self.screenshot:
-            from app.report.browser import screenshot
-
-            out["png"] = str(screenshot(path, Path(path).with_suffix(".png")))
+        html = report_path(self.cfg)
+        shot = html.with_suffix(".png") if self.screenshot else None
+        outcome = steps.report(self.ctx, self.run_id, now=self.now, screenshot=shot)
+        out: dict[str, Any] = {"html": str(outcome.html)}
+        if outcome.png is not None:
+            out["png"] = str(outcome.png)
         return out
 
     def _maintain(self) -> dict[str, Any]:
-        from app.maintenance.run import maintain
-
-        result = maintain(self.spark, self.cfg, self.now, tables=self.tables)
+        result = steps.maintain(self.ctx, self.now)
         return {
             "files_by_table": {
                 t.table: [t.files_before, t.files_after] for t in result.tables if not t.missing

@@ -65,9 +65,9 @@ class AuditScope:
 def resolve_scope(
     spark: SparkSession, cfg: AppConfig, run: AuditRun, command: str, tables: AuditTables | None = None
 ) -> AuditScope:
-    """The run against the config: ``tables`` those of the caller's run (a nightly's, watch's), else
-    the config's with the run's ``--sink``."""
-    if tables is None or run.sink_override:
+    """The run against the config: ``tables`` those of the caller's run (its context's, resolved
+    once with ``--sink`` applied), else the config's with the run's ``--sink``."""
+    if tables is None:
         tables = AuditTables.from_config(cfg, spark, run.sink_override)
     jobs = sorted(set(run.jobs) or set(cfg.reconcile.jobs))
     since = run.since if run.since is not None else last_window_end(tables.audit_runs, command, jobs)

@@ -28,6 +28,7 @@ from app.contracts import vocabulary as vocab
 from app.contracts.findings import parse_evidence, skipped_counts
 from app.contracts.vocabulary import EVENT_CHECKPOINT_COMPLETED, SEVERITIES
 from app.incidents.incident import StoredIncident, incident_order
+from app.reconcile.completeness.reads import WINDOW_COLUMNS, recent_windows
 from app.reconcile.outputs import latest_reconcile_run
 from app.report import render as rp
 from app.storage.handles import AuditTables, TableHandle
@@ -40,12 +41,6 @@ _FINDING_COLUMNS = (
     "checkpoint_id", "run_id", "offset_start", "offset_end", "record_count", "detected_at", "evidence",
 )  # fmt: skip
 _CHECKPOINT_COLUMNS = ("event_type", "group_id", "job_name", "run_id", "checkpoint_id")
-# What the heatmap, the latency line and the window gauges show of a completeness row.
-WINDOW_COLUMNS = (
-    "job_name", "topic", "partition", "window_start", "window_end", "sink_mode", "expected", "landed",
-    "lost", "unverifiable", "duplicated", "pending", "offsets_in_sink_batches", "completeness",
-    "latency_p50_ms", "latency_p95_ms", "final",
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -69,14 +64,6 @@ def _read(
         return None
     table: pa.Table = dataset.to_table(columns=None if columns is None else list(columns), filter=where)
     return table
-
-
-def recent_windows(completeness: TableHandle, since: datetime) -> pa.Table | None:
-    """The completeness rows of the windows starting at ``since`` or later (``WINDOW_COLUMNS``),
-    None when there is no table yet. The filter is pushed down to the files' statistics, so the
-    read is bounded by the recent windows, not by the table's history."""
-    start = pa.scalar(since.astimezone(UTC), type=pa.timestamp("us", tz="UTC"))
-    return _read(completeness, WINDOW_COLUMNS, pc.field("window_start") >= start)
 
 
 def run_summary(partition_summary: TableHandle, reconcile_run: str | None) -> pa.Table | None:

@@ -6,7 +6,7 @@ the last `spark.sql.streaming.minBatchesToRetain` (default 100) entries of `offs
 
 The imported run is the query: its run id is the query's id (a checkpoint deleted and recreated
 has a new id, so it is a new run), whatever number of Spark runs the retained batches span. Its
-events are those an attached run writes, built by the same `checkpoint.batch_events`, with
+events are those an attached run writes, built by the same `recorder.batch_events`, with
 `detail.imported`: RUN_STARTED and OFFSETS_RESTORED (see `imported_start`), a CHECKPOINT_SNAPSHOT
 per retained `offsets/<n>` and a CHECKPOINT_COMPLETED per retained `commits/<n>`. No RUN_STOPPED:
 the checkpoint does not say whether or how the query stopped.
@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
 
-from app import __version__
+from app.config import IcebergConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import UsageError
@@ -38,10 +38,11 @@ from app.storage.backend import StorageSettings
 from app.storage.driver_files import DriverDirectory, driver_readable
 from app.storage.files import modification_time_ms, read_text
 from app.storage.handles import open_handle
-from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events, batch_ids, parse_query_id
+from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_ids, parse_query_id
 from app.stream.ledger import LedgerWriter, QueryRecord
+from app.stream.recorder import RunRecorder, RunStart, batch_events, plan_restored
 from app.stream.sink_evidence import SinkCounts, SinkEvidence, no_commits_of, require_commits, sink_counts
-from app.stream.startup import ENGINE, PartitionStart, StartupPlan, plan_checkpoint_resume, restored_events
+from app.stream.startup import ENGINE, PartitionStart, StartupPlan, plan_checkpoint_resume
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,10 @@ def no_checkpoint(directory: str) -> UsageError:
 
 
 def no_sink_table(path: str) -> UsageError:
-    return UsageError(f"--sink {path}: no Delta table there (no commit file in {path}/_delta_log)")
+    return UsageError(
+        f"--sink {path}: no Delta table there (no commit file in {path}/_delta_log) nor Iceberg table "
+        "(no metadata file in its metadata/)"
+    )
 
 
 def checkpoint_query_id(checkpoint: CheckpointFiles) -> str:
@@ -135,7 +139,11 @@ def checkpoint_query_id(checkpoint: CheckpointFiles) -> str:
 
 
 def check_inputs(
-    storage: StorageSettings, directory: str, sink: str | None = None, sink_app_id: str | None = None
+    storage: StorageSettings,
+    directory: str,
+    sink: str | None = None,
+    sink_app_id: str | None = None,
+    catalogs: IcebergConfig | None = None,
 ) -> None:
     """The checks `import_checkpoint` makes before it writes anything, made without a JVM where
     the checkpoint is read on the driver (`driver_files`: a local disk, an S3 store), so a wrong
@@ -151,40 +159,32 @@ def check_inputs(
     if sink is None:
         return
     app_id = sink_app_id or parse_query_id(metadata)
-    held = open_handle("sink", sink, storage).holds_txn_of(app_id)
+    held = open_handle("sink", sink, storage, catalogs).holds_txn_of(app_id)
     if held is None:
         raise no_sink_table(sink)
     if not held and batch_ids(checkpoint.names(COMMITS)):
         raise no_commits_of(sink, app_id, sink_app_id is not None)
 
 
-def run_start_events(
-    source: EventSource,
-    plan: StartupPlan,
-    when: datetime,
-    checkpoint: str,
-    query_id: str,
-    sink: SinkEvidence | None = None,
-) -> list[LedgerEvent]:
-    """RUN_STARTED and OFFSETS_RESTORED of the imported run."""
-    imported = {vocab.DETAIL_IMPORTED: True}
+def imported_run_start(
+    plan: StartupPlan, checkpoint: str, query_id: str, sink: SinkEvidence | None = None
+) -> RunStart:
+    """What the imported run's RUN_STARTED says: its plan, the query and checkpoint, the sink."""
     with_sink = {} if sink is None else sink.run_detail()
-    started = source.event(
-        vocab.EVENT_RUN_STARTED,
-        when,
+    return RunStart(
+        plan.mode,
         plan.restored_checkpoint_id,
-        {
-            "startup_mode": plan.mode,
-            "restored_checkpoint_id": plan.restored_checkpoint_id,
-            "app_version": __version__,
-            vocab.DETAIL_QUERY_ID: query_id,
-            "checkpoint": checkpoint,
-            "notes": list(plan.notes),
-            **with_sink,
-            **imported,
-        },
+        plan.notes,
+        query_id=query_id,
+        checkpoint=checkpoint,
+        imported=True,
+        extra=with_sink,
     )
-    return [started, *restored_events(plan, source.job_name, source.run_id, source.group_id, when, imported)]
+
+
+def imported_restored(source: EventSource, plan: StartupPlan, when: datetime) -> list[LedgerEvent]:
+    """The imported run's OFFSETS_RESTORED: the recorder's, marked imported."""
+    return plan_restored(source, plan, when, {vocab.DETAIL_IMPORTED: True})
 
 
 def import_checkpoint(
@@ -198,13 +198,16 @@ def import_checkpoint(
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     sink: str | None = None,
     sink_app_id: str | None = None,
+    catalogs: IcebergConfig | None = None,
 ) -> ImportResult:
     """Write the ledger events of ``checkpoint``'s retained batches that the ledger at ``ledger``
     lacks, as job ``job_name``; ``progress(done, total)`` every ``progress_every`` batches.
 
     ``storage``: the ledger's and the sink's storage settings (the session, or a `StorageConfig`),
     by default the checkpoint's session. ``sink``: the query's Delta sink, whose commits carry the
-    txn app id ``sink_app_id`` (default: the query's id, as Spark's Delta sink writes it). A
+    txn app id ``sink_app_id`` (default: the query's id, as Spark's Delta sink writes it), or its
+    Iceberg sink (a path, or an ``iceberg:`` address of ``catalogs``), whose snapshots carry the
+    query's id and the batch id in their summaries (`storage.iceberg`). A
     missing checkpoint, a sink that is no Delta table or holds no commit of the app id is a
     UsageError, raised before anything is written; an unreachable ledger raises the storage's error
     (an infrastructure error)."""
@@ -214,7 +217,7 @@ def import_checkpoint(
     settings = checkpoint.spark if storage is None else storage
     evidence = None
     if sink is not None:
-        evidence = read_sink(settings, sink, sink_app_id or query_id)
+        evidence = read_sink(settings, sink, sink_app_id or query_id, catalogs)
         require_commits(evidence, committed, sink_app_id is not None)
     writer = LedgerWriter(
         checkpoint.spark if storage is None else storage,
@@ -226,14 +229,15 @@ def import_checkpoint(
     writer.ensure()
     record = writer.query_record(query_id)
     source = EventSource(job_name, query_id, ENGINE, None)
+    recorder = RunRecorder(writer, source)
 
     written = 0
     if not record.run_ids:
         plan = imported_start(offset_log, checkpoint.source_initial_offsets())
         if plan is not None:
             when = _started_at(checkpoint, offset_log) or now()
-            events = run_start_events(source, plan, when, checkpoint.directory, query_id, evidence)
-            written += writer.write_new(events)
+            start = imported_run_start(plan, checkpoint.directory, query_id, evidence)
+            written += recorder.start(when, start, imported_restored(source, plan, when))
     start_written = written > 0
 
     todo = batches_to_import(offset_log, committed, record)
@@ -241,7 +245,7 @@ def import_checkpoint(
     statuses: list[str] = []
     for done, (batch, snapshot, completed) in enumerate(todo, start=1):
         count, status = _import_batch(
-            checkpoint, writer, source, batch, offset_log[batch], snapshot, completed, now, evidence
+            checkpoint, recorder, batch, offset_log[batch], snapshot, completed, now, evidence
         )
         written += count
         imported += 1 if count else 0
@@ -263,9 +267,12 @@ def import_checkpoint(
     return _with_sink_counts(result, checkpoint, evidence, statuses, committed)
 
 
-def read_sink(storage: StorageSettings, path: str, app_id: str) -> SinkEvidence:
-    """The sink's log, for the commits of ``app_id``; a UsageError when ``path`` is no Delta table."""
-    log_ = open_handle("sink", path, storage).sink_log()
+def read_sink(
+    storage: StorageSettings, path: str, app_id: str, catalogs: IcebergConfig | None = None
+) -> SinkEvidence:
+    """The sink's log (a Delta table's commits, an Iceberg table's snapshots), for the commits of
+    ``app_id``; a UsageError when ``path`` is neither."""
+    log_ = open_handle("sink", path, storage, catalogs).sink_log()
     if log_ is None:
         raise no_sink_table(path)
     return SinkEvidence.of(path, app_id, log_)
@@ -323,8 +330,7 @@ def _started_at(
 
 def _import_batch(
     checkpoint: CheckpointFiles,
-    writer: LedgerWriter,
-    source: EventSource,
+    recorder: RunRecorder,
     batch: int,
     offsets: Mapping[TopicPartitionKey, int],
     snapshot: bool,
@@ -340,18 +346,18 @@ def _import_batch(
     # which would date the batch months late and after the batches completed behind it.
     fallback = (sink.committed_at(batch) if sink is not None else None) or now()
     events = batch_events(
-        checkpoint, source, batch, offsets, completed=completed, now=fallback, detail=imported
+        checkpoint, recorder.source, batch, offsets, completed=completed, now=fallback, detail=imported
     )
     if not snapshot:
         events = [e for e in events if e.event_type != vocab.EVENT_CHECKPOINT_SNAPSHOT]
     if not completed:
         # A batch Spark planned but did not commit yet: its transaction version stays free for the
         # completion a later import (or attached run) writes, so its snapshot is keyed instead.
-        return writer.write_new(events), None
+        return recorder.record(events), None
     status = None
     if sink is not None:
         events, status = _with_sink_detail(events, sink, batch)
-    return (len(events) if writer.write(events, batch) else 0), status
+    return (len(events) if recorder.batch(batch, events) else 0), status
 
 
 def _with_sink_detail(

@@ -1,37 +1,32 @@
-"""The watch loop: one Spark session, a cycle every ``interval`` seconds, a clean stop between cycles.
+"""The watch loop: one context and Spark session, a cycle every ``interval`` seconds, a clean stop
+between cycles.
 
-A cycle is a list of steps (``Watch.steps``), run in order, each a function returning a small summary:
-ingest the new ``__consumer_offsets`` records, reconcile the ledger window since the last successful
-cycle (findings and incidents are MERGEd by deterministic ids), alert incidents that opened or whose
-impact changed, refresh the dashboard. The reconcile run of a cycle is recorded ``pending`` and
-confirmed only when every step succeeded, like a night's: a failed or killed cycle never moves the
-window, so the next cycle judges the same records again, into the same ids.
+A cycle is a list of steps (``Watch.steps``), run in order, each a step of `app.pipeline.steps` over
+the cycle, returning a small summary: ingest the new ``__consumer_offsets`` records, reconcile the
+ledger window since the last successful cycle (findings and incidents are MERGEd by deterministic
+ids), alert incidents that opened or whose impact changed, refresh the dashboard. The reconcile run
+of a cycle is recorded ``pending`` and confirmed only when every step succeeded, like a night's: a
+failed or killed cycle never moves the window, so the next cycle judges the same records again,
+into the same ids.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import select
-import signal
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from types import FrameType
+from datetime import datetime
 from typing import Any
 
-from pyspark.sql import SparkSession
-
-from app.config import AppConfig
 from app.contracts.vocabulary import COMMAND_RECONCILE, RUN_PENDING
 from app.errors import describe_error, error_kind
-from app.incidents.io import read_incidents
+from app.pipeline import steps
+from app.pipeline.context import AuditContext
 from app.reconcile.outputs import AuditRun, confirm_runs
+from app.runtime.signals import StopSignal
 from app.storage.handles import AuditTables
-from app.watch import alerting
 
 log = logging.getLogger(__name__)
 
@@ -72,56 +67,23 @@ class Cycle:
         )
 
 
-class StopSignal:
-    """SIGTERM/SIGINT ask for a stop; ``wait`` sleeps until the timeout or a stop, whichever first.
-
-    The handler only sets a flag and writes a byte to a pipe: no lock is taken in a signal handler
-    (it runs in the main thread between two bytecodes, maybe while that thread holds the lock), and
-    the wait wakes at once on the byte instead of sleeping through the signal."""
-
-    def __init__(self) -> None:
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
-        self.requested: int | None = None
-
-    def request(self, signum: int, _frame: FrameType | None = None) -> None:
-        self.requested = signum
-        # A full pipe holds earlier requests already: the wait wakes anyway.
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._write, b"x")
-
-    def install(self) -> None:
-        signal.signal(signal.SIGTERM, self.request)
-        signal.signal(signal.SIGINT, self.request)
-
-    def wait(self, timeout_s: float) -> bool:
-        """True when a stop was requested (now or before), after at most ``timeout_s``."""
-        if self.requested is None:
-            select.select([self._read], [], [], max(timeout_s, 0.0))
-        return self.requested is not None
-
-
 class Watch:
     """Runs cycles until a stop; each cycle's failure is logged with its step and the loop goes on."""
 
     def __init__(
         self,
-        spark: SparkSession,
-        cfg: AppConfig,
-        bootstrap: Callable[[], str],
+        ctx: AuditContext,
         interval_s: float,
         stop: StopSignal,
         out: Callable[[str], None] = print,
     ) -> None:
-        self.spark = spark
-        self.cfg = cfg
-        self.bootstrap = bootstrap
+        self.ctx = ctx
         self.interval_s = interval_s
         self.stop = stop
         self.out = out
-        self.tables = AuditTables.from_config(cfg, spark)
-        # The cycle's steps, in order. A step that fails ends the cycle; the next cycle starts again
-        # from the first step.
+        # The cycle's steps, in order, each the pipeline's step over the cycle. A step that fails
+        # ends the cycle; the next cycle starts again from the first step. Another source of the
+        # ledger followed each cycle (a Flink job) is one more entry before the judging steps.
         self.steps: list[Step] = [
             ("ingest-offsets", self._ingest),
             (COMMAND_RECONCILE, self._reconcile),
@@ -131,6 +93,10 @@ class Watch:
             ("alerts", self._alerts),
             ("report", self._report),
         ]
+
+    @property
+    def tables(self) -> AuditTables:
+        return self.ctx.tables
 
     def run(self, max_cycles: int | None = None) -> list[Cycle]:
         """Cycles every ``interval_s`` (measured start to start) until a stop or ``max_cycles``;
@@ -154,7 +120,7 @@ class Watch:
         return cycles
 
     def cycle(self, number: int) -> Cycle:
-        now = datetime.now(UTC)
+        now = self.ctx.now()
         cycle = Cycle(number, new_cycle_id(now), now)
         started = time.monotonic()
         for name, step in self.steps:
@@ -169,44 +135,15 @@ class Watch:
         cycle.seconds = time.monotonic() - started
         return cycle
 
-    # --- steps -----------------------------------------------------------------------------------
+    # --- steps: each the pipeline's, its outcome made the cycle's summary --------------------------
     def _ingest(self, cycle: Cycle) -> dict[str, Any]:
-        from app.kafka.clients import check_reachable
-        from app.offsets_topic.run import ingest_offsets
-
-        bootstrap = self.bootstrap()
-        check_reachable(self.cfg.kafka, bootstrap)
-        outcome = ingest_offsets(
-            self.spark,
-            self.cfg,
-            bootstrap,
-            list(self.cfg.ingest.groups),
-            f"{cycle.cycle_id}-ingest",
-            mode=self.cfg.ingest.mode,
-            tables=self.tables,
-        )
+        outcome = steps.ingest(self.ctx, f"{cycle.cycle_id}-ingest")
         return {"total": outcome.total, "inserted": outcome.inserted}
 
     def _reconcile(self, cycle: Cycle) -> dict[str, Any]:
-        from app.kafka.gaps import kafka_gap_confirmer
-        from app.kafka.times import KafkaTimes
-        from app.reconcile.run import run_reconcile
-
-        r = self.cfg.reconcile
-        confirmer = None
-        if r.confirm_gaps:
-            confirmer = kafka_gap_confirmer(
-                self.cfg.kafka,
-                self.bootstrap(),
-                max_records=r.confirm_max_records,
-                timeout_s=r.confirm_timeout_s,
-            )
         run = AuditRun(run_id=cycle.cycle_id, now=cycle.now, until=cycle.now, status=RUN_PENDING)
         known = self._finding_ids()
-        times = KafkaTimes(self.cfg.kafka, self.bootstrap(), r.confirm_timeout_s)
-        outcome = run_reconcile(
-            self.spark, self.cfg, run, confirmer=confirmer, times=times, tables=self.tables
-        )
+        outcome = steps.reconcile(self.ctx, run)
         since = outcome.window.since
         return {
             "since": None if since is None else since.isoformat(timespec="seconds"),
@@ -228,26 +165,8 @@ class Watch:
         return {"confirmed": confirm_runs(self.tables.audit_runs, cycle.cycle_id)}
 
     def _alerts(self, cycle: Cycle) -> dict[str, Any]:
-        sent = self.tables.alert_state
-        due = alerting.due_alerts(read_incidents(self.tables.incidents), alerting.read_sent(sent))
-        url = self.cfg.alerts.webhook_url
-        if url and not due.empty:
-            from app.nightly.alerts import post_json
-
-            post_json(url, due.payload(cycle.cycle_id), self.cfg.alerts.timeout_s)
-        if not due.empty:
-            alerting.record_sent(sent, due, cycle.cycle_id, datetime.now(UTC))
-        textfile = self.cfg.alerts.textfile
-        if textfile:
-            # The window gauges move every cycle; the nightly's other metrics stay as it wrote them.
-            from app.nightly.alerts import read_closed_windows, refresh_window_metrics
-
-            refresh_window_metrics(
-                textfile, read_closed_windows(self.tables.completeness, self.cfg, cycle.now)
-            )
-        return {"opened": len(due.opened), "changed": len(due.changed), "posted": bool(url and not due.empty)}
+        sent = steps.alert_incidents(self.ctx, cycle.cycle_id, cycle.now)
+        return {"opened": sent.opened, "changed": sent.changed, "posted": sent.posted}
 
     def _report(self, cycle: Cycle) -> dict[str, Any]:
-        from app.report.gather import build_report
-
-        return {"html": str(build_report(self.tables, self.cfg, cycle.cycle_id, now=cycle.now))}
+        return {"html": str(steps.report(self.ctx, cycle.cycle_id, now=cycle.now).html)}

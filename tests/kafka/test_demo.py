@@ -21,6 +21,7 @@ from app.incidents import repair
 from app.incidents.io import mark_resolved, read_incidents
 from app.kafka.gaps import kafka_gap_confirmer
 from app.nightly.run import Nightly
+from app.pipeline.context import AuditContext
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.handles import AuditTables
@@ -236,7 +237,7 @@ def test_clean_run_reports_nothing_at_warn_or_above(
     produce(bootstrap, topic, 100, 2, start=400)
     StreamJob(spark, cfg, bootstrap, run_id="clean-2").run(until_all_read(bootstrap, topic, 2))
 
-    result = Nightly(spark, cfg, lambda: bootstrap).run()
+    result = Nightly(AuditContext.for_session(cfg, spark, lambda: bootstrap)).run()
 
     assert result.failed_step is None
     findings = spark.read.format("delta").load(tables_from_config(cfg).findings)

@@ -26,12 +26,12 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from app.alerts.incidents import fingerprint
 from app.config import AppConfig
 from app.contracts.tables import INCIDENTS_SCHEMA
 from app.incidents.incident import StoredIncident
 from app.storage.tables import tables_from_config
 from app.stream.job import StopWhen, StreamJob
-from app.watch.alerting import fingerprint
 from tests.kafka.processes import cli, wait_for
 from tests.support.http_server import Request, recording_server
 from tests.support.streaming import create_topic, job_config, produce, until_all_read

@@ -5,15 +5,16 @@ topics TOPIC matches (`subscribePattern`), the others TOPIC itself.
 
     python -m tests.kafka.user_job_main BOOTSTRAP TOPIC CHECKPOINT SINK LEDGER JOB DATA_DIR [a|b|c]
         [--session] [--group GROUP --commit-to SERVERS] [--to-end] [--log FILE]
-        [--also KIND TOPIC CHECKPOINT SINK LEDGER]...
+        [--iceberg-warehouse DIR] [--also KIND TOPIC CHECKPOINT SINK LEDGER]...
 
 --session audits through `attach_session` (the query attached at its first progress report)
 instead of `attach` right after `start()`; --group commits each batch to GROUP through the
 brokers SERVERS; --to-end reads what the topic holds and ends (availableNow), the audit closed by
-its `with` block; --also runs one more job in the same driver (attached with `attach`, under the
-job name JOB, to its own ledger), so that one kill crashes several jobs for the price of one
-driver's start; --log is the application configuring Python logging (every record of level INFO
-and up, as `name|level|message` lines in FILE); without it the application configures none.
+its `with` block; --log is the application configuring Python logging (every record of level INFO
+and up, as `name|level|message` lines in FILE); without it the application configures none;
+--iceberg-warehouse gives the session the Hadoop catalog `lake` at DIR (job (i) writes SINK in it);
+--also runs one more job in the same driver (attached with `attach`, under the job name JOB, to its
+own ledger), so that one kill crashes several jobs for the price of one driver's start.
 """
 
 from __future__ import annotations
@@ -39,12 +40,13 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="user_job_main")
     for name in ("bootstrap", "topic", "checkpoint", "sink", "ledger", "job", "data_dir"):
         parser.add_argument(name)
-    parser.add_argument("kind", nargs="?", default="a", choices=("a", "b", "c"))
+    parser.add_argument("kind", nargs="?", default="a", choices=("a", "b", "c", "i"))
     parser.add_argument("--session", action="store_true")
     parser.add_argument("--group")
     parser.add_argument("--commit-to")
     parser.add_argument("--to-end", action="store_true")
     parser.add_argument("--log")
+    parser.add_argument("--iceberg-warehouse")
     parser.add_argument("--also", nargs=5, action="append", default=[], metavar="JOB_ARG")
     return parser.parse_args(argv)
 
@@ -53,7 +55,13 @@ def main(argv: list[str]) -> int:
     args = arguments(argv)
     if args.log:
         logging.basicConfig(filename=args.log, level=logging.INFO, format=LOG_FORMAT)
-    cfg = build_config(data_dir=args.data_dir)
+    catalog = []
+    if args.iceberg_warehouse:
+        catalog = [
+            "iceberg.catalogs.lake.type=hadoop",
+            f"iceberg.catalogs.lake.warehouse={args.iceberg_warehouse}",
+        ]
+    cfg = build_config(*catalog, data_dir=args.data_dir)
     spark_cfg = SparkConfig(
         **{
             **cfg.spark.__dict__,
@@ -64,7 +72,8 @@ def main(argv: list[str]) -> int:
         }
     )
     warehouse = str(Path(args.data_dir) / "warehouse")
-    spark = build_spark_session(spark_cfg, jvm.spark_extra_jars(cfg.paths.cache_dir), warehouse, environ={})
+    jars = jvm.spark_extra_jars(cfg.paths.cache_dir)
+    spark = build_spark_session(spark_cfg, jars, warehouse, environ={}, iceberg=cfg.iceberg)
     commits: dict[str, Any] = {}
     if args.group:
         commits = {"group_id": args.group, "kafka_options": {"bootstrap.servers": args.commit_to}}

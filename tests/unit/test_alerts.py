@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from app.alerts import channels, metrics
 from app.config import AlertsConfig
 from app.errors import InfrastructureError
 from app.incidents.incident import Impact, IncidentSummary
-from app.nightly import alerts
 from tests.support.http_server import Request, recording_server
 from tests.support.metrics import samples
 
 pytestmark = pytest.mark.unit
 
-FACTS = alerts.NightlyFacts(
+FACTS = metrics.NightlyFacts(
     succeeded=True,
     finished_at=datetime(2026, 3, 2, 2, 30, tzinfo=UTC),
     last_success_at=datetime(2026, 3, 2, 2, 30, tzinfo=UTC),
@@ -80,7 +80,7 @@ def test_metrics_reach_the_pushgateway_and_the_textfile_and_the_summary_the_webh
     url, received = server
     textfile = tmp_path / "offset_audit.prom"
     cfg = AlertsConfig(textfile=str(textfile), pushgateway_url=url, webhook_url=f"{url}/hook/T0KEN")
-    done = alerts.deliver(cfg, FACTS, {"run_id": "nightly-1", "failing": 2})
+    done = channels.deliver(cfg, FACTS, {"run_id": "nightly-1", "failing": 2})
     assert len(done) == 3
     assert "T0KEN" not in " ".join(done)
 
@@ -106,7 +106,7 @@ def test_a_dead_webhook_is_an_infrastructure_error_that_does_not_leak_its_token(
     textfile = tmp_path / "m.prom"
     cfg = AlertsConfig(textfile=str(textfile), webhook_url="http://127.0.0.1:1/hook/T0KEN", timeout_s=5)
     with pytest.raises(InfrastructureError) as raised:
-        alerts.deliver(cfg, FACTS, {})
+        channels.deliver(cfg, FACTS, {})
     assert "127.0.0.1:1" in str(raised.value)
     assert "T0KEN" not in str(raised.value)
     assert textfile.exists()  # the other channels were still served

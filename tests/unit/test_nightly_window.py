@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 from app.contracts.tables import AUDIT_RUNS_SCHEMA
 from app.nightly.run import Nightly
+from app.pipeline.context import AuditContext
 from app.storage import delta_rows
 from app.storage.tables import tables_from_config
 from tests.support.config import build_config
@@ -40,7 +41,7 @@ def test_the_check_window_is_the_nights_reconcile_window(tmp_path: Path) -> None
     )
 
     def window(run_id: str) -> Any:
-        night = Nightly(cast(SparkSession, None), cfg, lambda: "", run_id=run_id, now=at(1000))
+        night = Nightly(AuditContext.create(cfg, None, bootstrap=str), run_id=run_id, now=at(1000))
         return night._window_start()
 
     assert window("night-1") is None

@@ -9,18 +9,19 @@ import signal
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
 
+from app.alerts.incidents import due_alerts, fingerprint
 from app.contracts.vocabulary import INCIDENT_OPEN, INCIDENT_RESOLVED
 from app.errors import ConfigError, KafkaUnavailableError
 from app.incidents.incident import Impact, StoredIncident
 from app.incidents.remedy import RemedyPlan
 from app.nightly.run import STEP_DONE, StepOutcome, _step_line
-from app.watch.alerting import due_alerts, fingerprint
-from app.watch.loop import Cycle, StopSignal, Watch
+from app.pipeline.context import AuditContext
+from app.runtime.signals import StopSignal
+from app.watch.loop import Cycle, Watch
 from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
@@ -99,7 +100,8 @@ def test_the_wait_times_out_without_a_stop() -> None:
 
 def watch_with(steps: list[tuple[str, Callable[[Cycle], dict[str, Any]]]], lines: list[str]) -> Watch:
     cfg = build_config()
-    watch = Watch(cast(SparkSession, None), cfg, lambda: "unused:9092", 0.01, StopSignal(), lines.append)
+    ctx = AuditContext.create(cfg, None, bootstrap=lambda: "unused:9092")
+    watch = Watch(ctx, 0.01, StopSignal(), lines.append)
     watch.steps = steps
     return watch
 

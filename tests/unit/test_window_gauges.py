@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.alerts import channels, metrics
 from app.config import AlertsConfig
 from app.contracts.tables import COMPLETENESS_SCHEMA
-from app.nightly import alerts
+from app.pipeline.context import AuditContext
+from app.runtime.signals import StopSignal
 from app.storage import delta_rows
 from app.storage.tables import tables_from_config
-from app.watch.loop import StopSignal, Watch
+from app.watch.loop import Watch
 from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
@@ -55,10 +57,10 @@ def test_the_last_closed_window_is_the_latest_whose_every_partition_is_final() -
         window(0, 30, final=False),
     ]
 
-    closed = alerts.last_closed_windows(rows)
+    closed = metrics.last_closed_windows(rows)
 
     assert closed == [
-        alerts.ClosedWindow(
+        metrics.ClosedWindow(
             job_name=JOB,
             topic="orders",
             window_start=T0 + timedelta(minutes=10),
@@ -80,7 +82,7 @@ def test_a_job_with_no_closed_window_has_none_and_unknown_values_stay_unknown() 
         ),
     ]  # fmt: skip
 
-    closed = alerts.last_closed_windows(rows)
+    closed = metrics.last_closed_windows(rows)
 
     assert [(w.job_name, w.completeness, w.lost, w.latency_p95_ms) for w in closed] == [
         ("payments", None, 4, None)
@@ -88,7 +90,7 @@ def test_a_job_with_no_closed_window_has_none_and_unknown_values_stay_unknown() 
 
 
 def test_the_gauges_carry_job_and_topic_and_export_no_number_for_unknown(tmp_path: Path) -> None:
-    windows = alerts.last_closed_windows(
+    windows = metrics.last_closed_windows(
         [
             window(0, 0, landed=90, lost=10, completeness=0.9, latency_p95_ms=2500),
             window(
@@ -104,9 +106,9 @@ def test_the_gauges_carry_job_and_topic_and_export_no_number_for_unknown(tmp_pat
         ]
     )
     textfile = tmp_path / "m.prom"
-    facts = alerts.NightlyFacts(True, T0, T0, incidents=[], partitions=[], windows=windows)
+    facts = metrics.NightlyFacts(True, T0, T0, incidents=[], partitions=[], windows=windows)
 
-    alerts.deliver(AlertsConfig(textfile=str(textfile)), facts, {})
+    channels.deliver(AlertsConfig(textfile=str(textfile)), facts, {})
 
     got = samples(textfile.read_text())
     orders = (("job", JOB), ("topic", "orders"))
@@ -118,18 +120,18 @@ def test_the_gauges_carry_job_and_topic_and_export_no_number_for_unknown(tmp_pat
         got[("offset_audit_window_end_timestamp_seconds", orders)] == (T0 + timedelta(minutes=10)).timestamp()
     )
     assert got[("offset_audit_window_end_timestamp_seconds", payments)] > 0
-    for name in alerts.WINDOW_METRICS[:3]:
+    for name in metrics.WINDOW_METRICS[:3]:
         assert (name, payments) not in got  # unknown: no sample, neither 0 nor 1
 
 
 def test_watch_replaces_the_window_gauges_and_keeps_the_nightlys_other_metrics(tmp_path: Path) -> None:
     textfile = tmp_path / "m.prom"
-    before = alerts.last_closed_windows([window(0, 0, landed=90, lost=10, completeness=0.9)])
-    facts = alerts.NightlyFacts(True, T0, T0, incidents=[], partitions=[], windows=before)
-    alerts.deliver(AlertsConfig(textfile=str(textfile)), facts, {})
-    nightly = {k: v for k, v in samples(textfile.read_text()).items() if k[0] not in alerts.WINDOW_METRICS}
+    before = metrics.last_closed_windows([window(0, 0, landed=90, lost=10, completeness=0.9)])
+    facts = metrics.NightlyFacts(True, T0, T0, incidents=[], partitions=[], windows=before)
+    channels.deliver(AlertsConfig(textfile=str(textfile)), facts, {})
+    nightly = {k: v for k, v in samples(textfile.read_text()).items() if k[0] not in metrics.WINDOW_METRICS}
 
-    alerts.refresh_window_metrics(str(textfile), alerts.last_closed_windows([window(0, 10)]))
+    metrics.refresh_window_metrics(str(textfile), metrics.last_closed_windows([window(0, 10)]))
 
     got = samples(textfile.read_text())
     orders = (("job", JOB), ("topic", "orders"))
@@ -138,16 +140,16 @@ def test_watch_replaces_the_window_gauges_and_keeps_the_nightlys_other_metrics(t
     assert (
         got[("offset_audit_window_end_timestamp_seconds", orders)] == (T0 + timedelta(minutes=20)).timestamp()
     )
-    assert {k: v for k, v in got.items() if k[0] not in alerts.WINDOW_METRICS} == nightly
+    assert {k: v for k, v in got.items() if k[0] not in metrics.WINDOW_METRICS} == nightly
     assert ("offset_audit_nightly_success", ()) in nightly
 
 
 def test_without_a_nightly_textfile_yet_watch_writes_the_window_gauges_alone(tmp_path: Path) -> None:
     textfile = tmp_path / "m.prom"
 
-    alerts.refresh_window_metrics(str(textfile), alerts.last_closed_windows([window(0, 0)]))
+    metrics.refresh_window_metrics(str(textfile), metrics.last_closed_windows([window(0, 0)]))
 
-    assert {name for name, _ in samples(textfile.read_text())} == set(alerts.WINDOW_METRICS)
+    assert {name for name, _ in samples(textfile.read_text())} == set(metrics.WINDOW_METRICS)
 
 
 def test_watch_refreshes_the_gauges_from_the_completeness_table_each_cycle(tmp_path: Path) -> None:
@@ -155,7 +157,8 @@ def test_watch_refreshes_the_gauges_from_the_completeness_table_each_cycle(tmp_p
     path = tables_from_config(cfg).completeness
     now = datetime.now(UTC)
     # No Spark session: the alerts step reads its tables with delta-rs, which takes None for local.
-    watch = Watch(None, cfg, bootstrap=str, interval_s=60, stop=StopSignal(), out=lambda _: None)  # type: ignore[arg-type]
+    ctx = AuditContext.create(cfg, None, bootstrap=str)
+    watch = Watch(ctx, interval_s=60, stop=StopSignal(), out=lambda _: None)
     watch.steps = [step for step in watch.steps if step[0] == "alerts"]
 
     def stored(start: datetime, **over: Any) -> dict[str, Any]:

@@ -1,9 +1,6 @@
-"""What `nightly` tells monitoring when it ends (config section ``alerts``).
-
-Metrics in Prometheus' text exposition format, built with ``prometheus_client`` in a registry of
-their own: written atomically to a file for node_exporter's textfile collector and/or pushed to a
-Pushgateway. The nightly JSON summary can be POSTed to a webhook. The webhook URL is treated as a
-secret (chat webhooks carry their token in the URL): messages name only its host.
+"""The metrics `nightly` tells monitoring when it ends (config section ``alerts``), in Prometheus'
+text exposition format, built with ``prometheus_client`` in a registry of their own (delivered by
+``alerts.channels``).
 
 The window gauges (``WINDOW_METRICS``) describe each job and topic's last closed completeness
 window; `watch` refreshes them in the nightly's textfile every cycle (``refresh_window_metrics``),
@@ -12,27 +9,23 @@ keeping the nightly's other metrics as they are.
 
 from __future__ import annotations
 
-import json
 import logging
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlparse
 
-from prometheus_client import CollectorRegistry, Gauge, push_to_gateway, write_to_textfile
+from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.config import AlertsConfig, AppConfig
-from app.contracts.vocabulary import INCIDENT_KINDS, SEVERITIES
-from app.errors import InfrastructureError
+from app.config import AppConfig
+from app.contracts.instants import instant
+from app.contracts.vocabulary import COMMAND_RECONCILE, INCIDENT_KINDS, RUN_SUCCEEDED, SEVERITIES
 from app.incidents.incident import IncidentSummary
-from app.report.gather import recent_windows
+from app.reconcile.completeness.reads import recent_windows
 from app.storage.handles import TableHandle
 
 log = logging.getLogger(__name__)
@@ -101,6 +94,26 @@ def read_closed_windows(completeness: TableHandle, cfg: AppConfig, now: datetime
     a bounded read, whatever the table's history; none when there is no completeness table."""
     table = recent_windows(completeness, now - timedelta(hours=cfg.report.window_hours))
     return [] if table is None else last_closed_windows(table.to_pylist())
+
+
+def last_reconcile_success(audit_runs: TableHandle) -> datetime | None:
+    """When the last successful reconcile run finished (a night's, a cycle's or a command's)."""
+    rows = audit_runs.read_columns(["command", "status", "finished_at"]) or []
+    times = [
+        instant(r["finished_at"])
+        for r in rows
+        if r["command"] == COMMAND_RECONCILE and r["status"] == RUN_SUCCEEDED
+    ]
+    return max(times, default=None)
+
+
+def run_partitions(partition_summary: TableHandle, reconcile_run_id: str) -> list[dict[str, Any]]:
+    """The commit lag of each partition in ``reconcile_run_id``'s summary rows. The run's own rows:
+    the files whose statistics rule its run out are not opened (a watch beside the nightly appends
+    a run's rows every minute)."""
+    cols = ["reconcile_run_id", "group_id", "topic", "partition", "commit_lag_offsets", "commit_lag_seconds"]
+    rows = partition_summary.rows_with("reconcile_run_id", reconcile_run_id)
+    return [] if rows is None else rows.select(cols).to_pylist()
 
 
 # The window gauges, by name: what `watch` replaces in the nightly's textfile.
@@ -232,52 +245,3 @@ def registry_for(facts: NightlyFacts) -> CollectorRegistry:
         ).set(facts.last_success_at.timestamp())
     add_window_gauges(registry, facts.windows)
     return registry
-
-
-def post_json(url: str, payload: Mapping[str, Any], timeout_s: float) -> int:
-    """POST ``payload`` as JSON; the HTTP status, or InfrastructureError naming only the host."""
-    body = json.dumps(payload, sort_keys=True, default=str).encode("utf-8")
-    request = urllib.request.Request(
-        url, data=body, method="POST", headers={"Content-Type": "application/json"}
-    )
-    host = urlparse(url).netloc.rsplit("@", 1)[-1]
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return int(response.status)
-    except (urllib.error.URLError, OSError) as exc:
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        raise InfrastructureError(f"the webhook at {host} did not accept the summary: {reason}") from None
-
-
-def deliver(cfg: AlertsConfig, facts: NightlyFacts, summary: Mapping[str, Any]) -> list[str]:
-    """Every configured channel; returns what was done. Any failure raises InfrastructureError after
-    trying the others, so one dead channel does not silence the rest."""
-    done: list[str] = []
-    errors: list[str] = []
-    registry = registry_for(facts)
-    if cfg.textfile:
-        try:
-            write_to_textfile(cfg.textfile, registry)
-            done.append(f"metrics written to {cfg.textfile}")
-        except OSError as exc:
-            errors.append(f"cannot write {cfg.textfile}: {exc}")
-    if cfg.pushgateway_url:
-        host = urlparse(cfg.pushgateway_url).netloc.rsplit("@", 1)[-1]
-        try:
-            push_to_gateway(
-                cfg.pushgateway_url, job=cfg.pushgateway_job, registry=registry, timeout=cfg.timeout_s
-            )
-            done.append(f"metrics pushed to the Pushgateway at {host}")
-        except (urllib.error.URLError, OSError) as exc:
-            errors.append(f"the Pushgateway at {host} did not accept the metrics: {exc}")
-    if cfg.webhook_url:
-        try:
-            status = post_json(cfg.webhook_url, summary, cfg.timeout_s)
-            done.append(f"summary posted to the webhook (HTTP {status})")
-        except InfrastructureError as exc:
-            errors.append(str(exc))
-    for line in done:
-        log.info("alerts: %s", line)
-    if errors:
-        raise InfrastructureError("; ".join(errors))
-    return done
