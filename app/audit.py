@@ -19,7 +19,7 @@ and for a Flink job, from any process that reaches its JobManager and its checkp
                           flink_job_name="payments", group_id="payments")  # until SIGTERM
     audit.import_flink_checkpoints("/checkpoints/payments", job_name="payments", ledger=...)
 
-Everything here is re-exported from the modules that own it (`app.attach`, the ledger import of
+Everything here is re-exported from the modules that own it (`app.stream.attach`, the ledger import of
 `app.stream.ledger_import`); this module only names the supported surface. Importing it starts no
 Spark session or JVM and reads no file: no configuration, no `conf/` directory. The functions use
 the active SparkSession (the job's own), and take storage settings as arguments.
@@ -32,12 +32,12 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from app import __version__
-from app.attach import Attachment, SessionAudit, attach, attach_session
 from app.config import KafkaConfig, StorageConfig
 from app.errors import AttachError, FlinkRestError, FlinkStateError, OffsetAuditError
 from app.flink.import_ import FlinkImportResult, import_retained
 from app.flink.rest import FlinkRest
 from app.flink.watcher import DEFAULT_POLL_S, FlinkLedger, FlinkWatcher, Stop, WatchSummary
+from app.stream.attach import Attachment, SessionAudit, attach, attach_session
 from app.stream.checkpoint import CheckpointFiles
 from app.stream.ledger_import import ImportResult
 from app.stream.ledger_import import import_checkpoint as _import_checkpoint

@@ -76,6 +76,25 @@ DETAIL_KEYS: Final = (
 # checkpoint's metadata), and the mark of events rebuilt from a checkpoint by `ledger-import`.
 DETAIL_QUERY_ID: Final = "query_id"
 DETAIL_IMPORTED: Final = "imported"
+# A run's start (RUN_STARTED): how and from which checkpoint it started, the version that wrote it,
+# the topics and how many partitions the reference job reads, the Spark checkpoint directory, notes
+# on the plan, and the mark of a run written by `attach` (as `imported` marks an import's). Where
+# the plan of an OFFSETS_RESTORED came from (`mode`); who rebuilt a dead run's events (`recovered_by`).
+DETAIL_RUN_KEYS: Final = (
+    "startup_mode", "restored_checkpoint_id", "app_version", "topics", "partitions", "checkpoint",
+    "notes", "attached", "mode", "recovered_by",
+)
+(DETAIL_STARTUP_MODE, DETAIL_RESTORED_CHECKPOINT_ID, DETAIL_APP_VERSION, DETAIL_TOPICS, DETAIL_PARTITIONS,
+ DETAIL_CHECKPOINT, DETAIL_NOTES, DETAIL_ATTACHED, DETAIL_MODE, DETAIL_RECOVERED_BY) = DETAIL_RUN_KEYS
+# A run's counts (RUN_STOPPED): the batches it wrote, its commits' outcomes, the events it recovered
+# and the ledger operations that failed after their retries (attached runs), the checkpoints it
+# recorded (Flink runs).
+DETAIL_STOP_KEYS: Final = (
+    "batches", "successful_commits", "failed_commits", "recovered_events", "ledger_write_failures",
+    "checkpoints_recorded",
+)
+(DETAIL_BATCHES, DETAIL_SUCCESSFUL_COMMITS, DETAIL_FAILED_COMMITS, DETAIL_RECOVERED_EVENTS,
+ DETAIL_LEDGER_WRITE_FAILURES, DETAIL_CHECKPOINTS_RECORDED) = DETAIL_STOP_KEYS
 # A Flink job's events (`flink-watch`, `flink-import`): the Flink job id of the run (its RUN_STARTED),
 # where a checkpoint or savepoint lies, whether it is a savepoint, the operator whose state held the
 # offsets; the checkpoints Flink completed that the ledger holds no offsets of (on the next recorded

@@ -1,4 +1,5 @@
-"""The ledger events of a Flink job, from its REST facts and its checkpoints' decoded offsets (pure).
+"""The ledger events of a Flink job, from its REST facts and its checkpoints' decoded offsets (pure;
+a run's start, restored offsets and stop are the run recorder's, `stream.recorder`, told the Flink facts).
 
 A run is one attempt of a Flink job: the job's first start, and each restore (a failover of the same
 job id restores from its latest checkpoint, a resubmission from the checkpoint or savepoint it is
@@ -35,12 +36,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from app import __version__
 from app.contracts import offsets as off
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey, commit_offset_for
 from app.flink.metadata import FlinkCheckpointOffsets
 from app.flink.rest import CheckpointStat, Restore
+from app.stream import recorder
+from app.stream.recorder import RunStart
 
 # A retained checkpoint's directory name (a savepoint's is `savepoint-...`).
 CHECKPOINT_NAME: Final = re.compile(r"^chk-\d+$")
@@ -102,29 +104,36 @@ def source_for(job_name: str, run_id: str, engine: str, group_id: str | None) ->
     return EventSource(job_name, run_id, engine, group_id)
 
 
+def run_start(
+    attempt: Attempt, *, startup_mode: str | None = None, notes: Sequence[str] = (), imported: bool = False
+) -> RunStart:
+    """What ``attempt``'s RUN_STARTED says: a restore's mode is its source (checkpoint or
+    savepoint), with where the restored state lies and Flink's own word on it."""
+    restore = attempt.restore
+    if restore is None:
+        return RunStart(startup_mode, None, notes, flink_job_id=attempt.job_id, imported=imported)
+    where = {vocab.DETAIL_EXTERNAL_PATH: restore.external_path, vocab.DETAIL_SAVEPOINT: restore.is_savepoint}
+    return RunStart(
+        restore_source(restore),
+        restore.checkpoint_id,
+        notes,
+        flink_job_id=attempt.job_id,
+        imported=imported,
+        extra=where,
+    )
+
+
 def run_started(
     source: EventSource,
     attempt: Attempt,
     *,
     startup_mode: str | None = None,
     notes: Sequence[str] = (),
-    extra: Mapping[str, object] | None = None,
+    imported: bool = False,
 ) -> LedgerEvent:
-    """RUN_STARTED of ``attempt``: a restore's mode is its source (checkpoint or savepoint)."""
-    restore = attempt.restore
-    detail: dict[str, object] = {
-        "startup_mode": startup_mode if restore is None else restore_source(restore),
-        "restored_checkpoint_id": None if restore is None else restore.checkpoint_id,
-        "app_version": __version__,
-        vocab.DETAIL_FLINK_JOB_ID: attempt.job_id,
-        "notes": list(notes),
-        **(extra or {}),
-    }
-    if restore is not None:
-        detail[vocab.DETAIL_EXTERNAL_PATH] = restore.external_path
-        detail[vocab.DETAIL_SAVEPOINT] = restore.is_savepoint
-    checkpoint_id = None if restore is None else restore.checkpoint_id
-    return source.event(vocab.EVENT_RUN_STARTED, attempt.started_at, checkpoint_id, detail)
+    """RUN_STARTED of ``attempt``, at its start (`run_start`)."""
+    start = run_start(attempt, startup_mode=startup_mode, notes=notes, imported=imported)
+    return recorder.run_started(source, attempt.started_at, start)
 
 
 def restore_source(restore: Restore) -> str:
@@ -146,9 +155,8 @@ def offsets_restored(
     restore = attempt.restore
     if restore is None or not offsets:
         return []
-    detail = {vocab.DETAIL_SOURCE: restore_source(restore), **(extra or {})}
-    return source.partition_events(
-        vocab.EVENT_OFFSETS_RESTORED, attempt.started_at, restore.checkpoint_id, offsets, detail
+    return recorder.offsets_restored(
+        source, attempt.started_at, restore.checkpoint_id, offsets, restore_source(restore), extra=extra
     )
 
 
@@ -230,8 +238,8 @@ def offsets_started(
     raw: dict[TopicPartitionKey, int | None] = {
         tp: raw_in_dialect(o, source.engine) for tp, o in starts.items()
     }
-    detail = {vocab.DETAIL_SOURCE: mode, vocab.DETAIL_STARTUP_CHECKPOINT: checkpoint_id}
-    return source.partition_events(vocab.EVENT_OFFSETS_RESTORED, attempt.started_at, None, raw, detail)
+    bound = {vocab.DETAIL_STARTUP_CHECKPOINT: checkpoint_id}
+    return recorder.offsets_restored(source, attempt.started_at, None, raw, mode, extra=bound)
 
 
 def checkpoint_events(
@@ -322,17 +330,22 @@ class RunCounts:
     failed: int = 0
     missed: list[Missed] | None = None
 
+    def counts(self) -> recorder.RunCounts:
+        return recorder.RunCounts(
+            checkpoints_recorded=self.recorded,
+            failed_checkpoints=self.failed,
+            missed_checkpoints=[m.as_detail() for m in self.missed or []],
+        )
+
     def detail(self) -> dict[str, Any]:
-        missed = self.missed or []
-        return {
-            "checkpoints_recorded": self.recorded,
-            vocab.DETAIL_FAILED_CHECKPOINTS: self.failed,
-            vocab.DETAIL_MISSED_CHECKPOINTS: [m.as_detail() for m in missed],
-        }
+        return self.counts().detail()
+
+
+def stop_reason(state: str) -> str:
+    """RUN_STOPPED's reason for a job that reached the terminal ``state`` (Flink's JobStatus)."""
+    return state.lower()
 
 
 def run_stopped(source: EventSource, when: datetime, state: str, counts: RunCounts) -> LedgerEvent:
     """RUN_STOPPED of a run whose job reached the terminal ``state`` (Flink's JobStatus)."""
-    return source.event(
-        vocab.EVENT_RUN_STOPPED, when, None, {vocab.DETAIL_REASON: state.lower(), **counts.detail()}
-    )
+    return recorder.run_stopped(source, when, None, stop_reason(state), counts.counts())

@@ -229,12 +229,12 @@ def _import_job(
             f"imported from {result.path}: the checkpoints before {oldest.checkpoint_id} are no longer "
             f"retained; the run is known from the end of checkpoint {oldest.checkpoint_id}"
         )
-        started = ev.run_started(source, attempt, notes=[note], extra=imported)
+        start = ev.run_start(attempt, notes=[note], imported=True)
         # Imported runs keep the job id as their run id whatever they restored (not `run_id_of`).
         restored = ev.offsets_restored(source, attempt, {**ev.raw_offsets(oldest)}, imported)
-        result.events_written += ledger.write_new(run_id, [started, *restored])
+        result.events_written += ledger.recorder(source).start(attempt.started_at, start, restored)
         result.runs_started.append(run_id)
-        job_runs = [(started.event_time, run_id)]
+        job_runs = [(attempt.started_at, run_id)]
     for found, decoded in snapshots:
         if decoded.checkpoint_id in done:
             result.already_recorded += 1
@@ -248,7 +248,7 @@ def _import_job(
         )
         source = EventSource(ledger.job_name, run_id, decoded.engine, group_id)
         events = ev.checkpoint_events(source, stat, decoded, extra=imported, completed_at=_at(when))
-        written = ledger.write_new(run_id, events)
+        written = ledger.recorder(source).record(events)
         result.events_written += written
         if written:
             result.imported += 1

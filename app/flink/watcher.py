@@ -65,6 +65,7 @@ from app.flink.rest import (
 from app.storage import backend
 from app.storage.handles import open_handle
 from app.stream.ledger import LedgerWriter
+from app.stream.recorder import RunRecorder, recovered_mark
 
 log = logging.getLogger(__name__)
 
@@ -115,15 +116,12 @@ class FlinkLedger:
             )
         return self._writers[run_id]
 
+    def recorder(self, source: EventSource) -> RunRecorder:
+        """The recorder of the run ``source`` names: its checkpoints under the run's transaction id."""
+        return RunRecorder(self.writer(source.run_id), source)
+
     def ensure(self) -> None:
         self.writer("-").ensure()
-
-    def write_checkpoint(self, run_id: str, checkpoint_id: int, events: list[LedgerEvent]) -> int:
-        """One Delta commit for a checkpoint's events (the run's transaction id, version = its id)."""
-        return len(events) if self.writer(run_id).write(events, checkpoint_id) else 0
-
-    def write_new(self, run_id: str, events: list[LedgerEvent]) -> int:
-        return self.writer(run_id).write_new(events) if events else 0
 
     def completed_ids(self, run_id: str | None = None, runs: list[str] | None = None) -> set[int]:
         """The checkpoint ids the ledger holds completions of: of one run, of ``runs``, or of the job."""
@@ -199,7 +197,7 @@ class _Start:
 @dataclass
 class _Run:
     attempt: ev.Attempt
-    source: EventSource
+    recorder: RunRecorder
     counts: ev.RunCounts
     pending_missed: list[ev.Missed] = field(default_factory=list)
     recorded: set[int] = field(default_factory=set)
@@ -361,8 +359,9 @@ class FlinkWatcher:
         previous = self.run.attempt.run_id if self.run is not None else self.ledger.last_run_id()
         engine, restored, note = self._restored_offsets(attempt)
         source = EventSource(self.ledger.job_name, attempt.run_id, engine, self.group_id)
+        recorder = self.ledger.recorder(source)
         self.run = _Run(
-            attempt, source, ev.RunCounts(missed=[]), recorded=self.ledger.completed_ids(attempt.run_id)
+            attempt, recorder, ev.RunCounts(missed=[]), recorded=self.ledger.completed_ids(attempt.run_id)
         )
         if not self.run.recorded:
             # Followed from its start: the source's counters start at zero with the attempt's tasks.
@@ -379,9 +378,9 @@ class FlinkWatcher:
                     "started without state, and no broker to ask where its Kafka sources started: the "
                     "first checkpoint is the earliest position known"
                 )
-        start = [ev.run_started(source, attempt, startup_mode=mode, notes=notes)]
-        start += ev.offsets_restored(source, attempt, restored or {})
-        self.summary.events_written += self.ledger.write_new(attempt.run_id, start)
+        start = ev.run_start(attempt, startup_mode=mode, notes=notes)
+        offsets = ev.offsets_restored(source, attempt, restored or {})
+        self.summary.events_written += recorder.start(attempt.started_at, start, offsets)
         self.summary.runs.append(attempt.run_id)
         if attempt.restore is not None and self.last_id is None:
             # What the restored checkpoint's id and those before it were is the earlier attempts' story.
@@ -415,9 +414,10 @@ class FlinkWatcher:
             return
         stat, decoded = run.newest
         failed = counts.failed - before.failed
-        events = ev.commits_failed(run.source, stat, decoded, failed, counts.failed, datetime.now(UTC))
+        source = run.recorder.source
+        events = ev.commits_failed(source, stat, decoded, failed, counts.failed, datetime.now(UTC))
         self.summary.failed_commits += failed
-        self.summary.events_written += self.ledger.write_new(run.attempt.run_id, events)
+        self.summary.events_written += run.recorder.record(events)
         log.warning(
             "flink-watch: %d commits of run %s failed since the last poll (its Kafka source's commitsFailed)",
             failed,
@@ -472,9 +472,9 @@ class FlinkWatcher:
         if missing and not (mode == vocab.RESTORE_GROUP and start.group_offsets):
             asked.update(self.positions.at(mode, missing, self.group_id))
         starts = ev.stateless_start(asked, read)
-        source = for_engine(run.source, read.engine)
+        source = for_engine(run.recorder.source, read.engine)
         events = ev.offsets_started(source, run.attempt, mode, starts, stat.checkpoint_id)
-        self.summary.events_written += self.ledger.write_new(run.attempt.run_id, events)
+        self.summary.events_written += run.recorder.record(events)
 
     def _restored_offsets(
         self, attempt: ev.Attempt
@@ -516,8 +516,9 @@ class FlinkWatcher:
         held = self.ledger.completed_ids(run_id=previous)
         if restore.checkpoint_id in held:
             return
-        extra = {vocab.DETAIL_RECOVERED: True}
+        extra = recovered_mark(attempt.run_id)
         source = EventSource(self.ledger.job_name, previous, engine, self.group_id)
+        dead = self.ledger.recorder(source)
         for checkpoint_id, path in _retained_between(
             restore.external_path, max(held, default=-1), restore, self.storage_options
         ):
@@ -532,7 +533,7 @@ class FlinkWatcher:
             events = ev.checkpoint_events(
                 for_engine(source, earlier.engine), stat, earlier, commits=False, extra=extra
             )
-            self.summary.events_written += self.ledger.write_checkpoint(previous, checkpoint_id, events)
+            self.summary.events_written += _written(dead, checkpoint_id, events)
             self.summary.checkpoints_recorded += 1
         in_history = next((s for s in checkpoints.history if s.checkpoint_id == restore.checkpoint_id), None)
         # A resubmission's history starts empty: the checkpoint completed before the restore.
@@ -546,7 +547,7 @@ class FlinkWatcher:
             restore.checkpoint_id, engine, "", restore.external_path or "", offsets
         )
         events = ev.checkpoint_events(source, stat, decoded, commits=False, extra=extra)
-        self.summary.events_written += self.ledger.write_checkpoint(previous, restore.checkpoint_id, events)
+        self.summary.events_written += _written(dead, restore.checkpoint_id, events)
         self.summary.checkpoints_recorded += 1
 
     def _record(self, checkpoints: Checkpoints, run: _Run, before_ms: int | None = None) -> None:
@@ -618,10 +619,8 @@ class FlinkWatcher:
             )
             return
         self._write_start(run, stat, read)
-        events = ev.checkpoint_events(run.source, stat, read, missed=run.pending_missed)
-        self.summary.events_written += self.ledger.write_checkpoint(
-            run.attempt.run_id, stat.checkpoint_id, events
-        )
+        events = ev.checkpoint_events(run.recorder.source, stat, read, missed=run.pending_missed)
+        self.summary.events_written += _written(run.recorder, stat.checkpoint_id, events)
         run.pending_missed = []
         if read.offsets:
             run.newest = (stat, read)
@@ -633,8 +632,8 @@ class FlinkWatcher:
         if run.stopped:
             return
         when = ev.at_ms(job.end_ms) if job.end_ms else datetime.now(UTC)
-        stopped = ev.run_stopped(run.source, when, job.state, run.counts)
-        self.summary.events_written += self.ledger.write_new(run.attempt.run_id, [stopped])
+        reason = ev.stop_reason(job.state)
+        self.summary.events_written += run.recorder.stop(when, None, reason, run.counts.counts())
         self.summary.stopped_runs.append(run.attempt.run_id)
         run.stopped = True
         log.info("flink-watch: run %s stopped (%s)", run.attempt.run_id, job.state)
@@ -649,6 +648,12 @@ class FlinkWatcher:
             return
         self._record(self.rest.checkpoints(job.job_id), self.run)
         self._stop(self.run, job)
+
+
+def _written(recorder: RunRecorder, checkpoint_id: int, events: list[LedgerEvent]) -> int:
+    """One Delta commit for a checkpoint's events (the run's transaction id, version = its id):
+    how many were written (none when a sidecar before this one wrote them)."""
+    return len(events) if recorder.batch(checkpoint_id, events) else 0
 
 
 def _stat_from_file(

@@ -9,22 +9,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import UTC, date, datetime
 
 from pyspark.sql import SparkSession
 
-from app.contracts import vocabulary as vocab
-from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
+from app.contracts.offsets import TopicPartitionKey
 from app.errors import CheckpointFormatError
 from app.storage.files import list_names, modification_time_ms, read_text
-from app.stream.startup import (
-    LedgerFacts,
-    facts_since,
-    parse_initial_offsets,
-    parse_offset_log,
-    recovery_events,
-)
+from app.stream.startup import facts_since, parse_initial_offsets, parse_offset_log
 
 log = logging.getLogger(__name__)
 
@@ -109,37 +102,6 @@ class CheckpointFiles:
         return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def batch_events(
-    checkpoint: CheckpointFiles,
-    source: EventSource,
-    batch_id: int,
-    offsets: Mapping[TopicPartitionKey, int],
-    *,
-    completed: bool,
-    now: datetime,
-    detail: Mapping[str, object] | None = None,
-    snapshot: bool = True,
-) -> list[LedgerEvent]:
-    """Checkpoint batch ``batch_id`` as ledger events: its CHECKPOINT_SNAPSHOT (unless not
-    ``snapshot``) and, when ``completed``, its CHECKPOINT_COMPLETED, one per partition of
-    ``offsets`` (its entry in the offset log). The one place a batch becomes events: the reference
-    job's batches, an attached run's and an import's (recovery follows the same rule,
-    `startup.recovery_events`).
-
-    Each is stamped when Spark wrote the batch's file (`offsets/<n>`, `commits/<n>`), as recovery
-    stamps its events, so an event written late (a slow listener, an import months later) keeps the
-    batch's own time; ``now`` only for a file whose time cannot be read."""
-    extra = dict(detail or {})
-    logs = [(vocab.EVENT_CHECKPOINT_SNAPSHOT, OFFSETS)] if snapshot else []
-    if completed:
-        logs.append((vocab.EVENT_CHECKPOINT_COMPLETED, COMMITS))
-    events: list[LedgerEvent] = []
-    for event_type, log_name in logs:
-        when = checkpoint.written_at(log_name, batch_id) or now
-        events += source.checkpoint_events(event_type, when, batch_id, offsets, extra)
-    return events
-
-
 def ledger_since(checkpoint: CheckpointFiles, oldest_batch: int | None) -> date | None:
     """The first ledger day a start reads (`startup.facts_since`) when ``oldest_batch`` is the
     oldest batch of the offset log it recovers from: the reference job's start and an attached
@@ -147,29 +109,3 @@ def ledger_since(checkpoint: CheckpointFiles, oldest_batch: int | None) -> date 
     if oldest_batch is None:
         return None
     return facts_since(checkpoint.written_at(OFFSETS, oldest_batch))
-
-
-def recover_unrecorded(
-    checkpoint: CheckpointFiles,
-    facts: LedgerFacts,
-    offset_log: Mapping[int, Mapping[TopicPartitionKey, int]],
-    committed_batches: Iterable[int],
-    job_name: str,
-    group_id: str | None,
-    new_run_id: str,
-    now: datetime,
-) -> list[LedgerEvent]:
-    """`startup.recovery_events` for the batches of ``offset_log`` and ``committed_batches`` the
-    ledger lacks (``facts``), each stamped with when Spark wrote its checkpoint file: what a start
-    writes first, the reference job's and an attached query's alike."""
-    committed = list(committed_batches)
-    written_at = {}
-    for log_name, batches, known in (
-        (OFFSETS, list(offset_log), facts.snapshot_ids),
-        (COMMITS, committed, facts.completed_ids),
-    ):
-        for batch in set(batches) - known:
-            when = checkpoint.written_at(log_name, batch)
-            if when is not None:
-                written_at[(log_name, batch)] = when
-    return recovery_events(facts, offset_log, committed, job_name, group_id, new_run_id, now, written_at)

@@ -67,7 +67,7 @@ class OffsetCommitter:
     Methods may be called from any thread; the Kafka call runs on one worker thread (or, with
     ``autostart=False``, in whichever thread calls ``run_once``), never more than one at a time.
     With ``records_checkpoints=False`` it records only its commit decisions (COMMIT_*): the caller
-    writes the checkpoints' own events from Spark's checkpoint (`stream.checkpoint.batch_events`).
+    writes the checkpoints' own events from Spark's checkpoint (`stream.recorder.batch_events`).
     """
 
     def __init__(
@@ -501,7 +501,7 @@ class OffsetCommitter:
     ) -> list[LedgerEvent]:
         """The committer's own CHECKPOINT_SNAPSHOT/COMPLETED, unless its caller writes those from
         the checkpoint (``records_checkpoints=False``: the reference job and attached queries, see
-        `stream.checkpoint.batch_events`); then it records only its commit decisions."""
+        `stream.recorder.batch_events`); then it records only its commit decisions."""
         if not self._records_checkpoints:
             return []
         return self._partition_events(event_type, checkpoint_id, offsets, now, detail)

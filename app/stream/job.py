@@ -6,9 +6,10 @@ Per micro-batch (= checkpoint N):
   2. the sink append, idempotent through Delta's txnAppId/txnVersion (a retried batch writes nothing);
   3. one ledger append with everything buffered so far (this snapshot, earlier completions and
      commit outcomes), idempotent the same way: exactly one extra Delta commit per batch.
-A checkpoint's snapshot and completion are built from Spark's checkpoint files by
-`checkpoint.batch_events`, as an attached query's and an import's are; the committer records only
-its commit decisions. RUN_STARTED names the query's id (known once the query starts), as an
+The run's events go through the run recorder (`stream.recorder`), as an attached query's and an
+import's do: it builds the recovery of a dead run, the run's start and stop, and each checkpoint's
+snapshot and completion from Spark's checkpoint files (`recorder.batch_events`); the committer
+records only its commit decisions. RUN_STARTED names the query's id (known once the query starts), as an
 attached run's does, so `ledger-import` of the job's checkpoint finds the runs that recorded it.
 Completion of N is Spark's commit log entry `commits/N`; a query listener (and, as a fallback, the
 next batch and the shutdown) hands completed checkpoints to the committer, which commits them
@@ -38,7 +39,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
-from app import __version__
 from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
@@ -56,24 +56,18 @@ from app.kafka.commit import (
 from app.kafka.commit_outcome import CommitFn
 from app.storage.handles import AuditTables
 from app.stream.batch_gate import BatchGate
-from app.stream.checkpoint import (
-    COMMITS,
-    OFFSETS,
-    CheckpointFiles,
-    batch_events,
-    ledger_since,
-    recover_unrecorded,
-)
+from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, ledger_since
 from app.stream.committer import OffsetCommitter
 from app.stream.ledger import LedgerWriter
-from app.stream.startup import (
-    ENGINE,
-    StartupPlan,
-    plan_checkpoint_resume,
-    plan_fresh_start,
-    restored_events,
-    to_sink_rows,
+from app.stream.recorder import (
+    RunCounts,
+    RunRecorder,
+    RunStart,
+    batch_events,
+    plan_restored,
+    recover_unrecorded,
 )
+from app.stream.startup import ENGINE, StartupPlan, plan_checkpoint_resume, plan_fresh_start, to_sink_rows
 
 log = logging.getLogger(__name__)
 # How long the Kafka source's admin calls wait for a broker (kafka.java may override it).
@@ -223,16 +217,18 @@ class StreamJob:
         self.checkpoint_dir = self.scfg.checkpoint_dir or cfg.paths.under("checkpoints", self.scfg.job_name)
         self._checkpoint = CheckpointFiles(spark, self.checkpoint_dir)
         self._ledger = LedgerWriter(spark, self.ledger_path, self.scfg.job_name, self.run_id)
-        self._batch_writer: LedgerWriter | None = None
+        self._recorder = RunRecorder(self._ledger, self._events)
+        self._batch_recorder: RunRecorder | None = None
         self._lock = threading.Lock()
         self._committer: OffsetCommitter | None = None
         # The end offsets of the batches handed to the committer and not completed yet, and the
         # completions recorded since the last ledger write (both guarded by _lock).
         self._planned: dict[int, dict[TopicPartitionKey, int]] = {}
         self._completions: list[LedgerEvent] = []
-        # The run's RUN_STARTED and OFFSETS_RESTORED, written once the query's id is known: by the
-        # main thread right after the query starts, or by its first batch if that comes first.
-        self._run_start: list[LedgerEvent] = []
+        # The run's start (its time, RUN_STARTED's facts, OFFSETS_RESTORED), written once the query's
+        # id is known: by the main thread right after the query starts, or by its first batch if
+        # that comes first.
+        self._run_start: tuple[datetime, RunStart, list[LedgerEvent]] | None = None
         self._run_start_lock = threading.Lock()
         self._query_id: str | None = None
         self._batches = 0
@@ -255,13 +251,11 @@ class StreamJob:
             self._query_id = self._checkpoint.query_id()
         return self._query_id
 
-    def _batch_ledger(self) -> LedgerWriter:
-        """The ledger writer of micro-batches, scoped by the query (see `_query_scope`)."""
-        if self._batch_writer is None:
-            self._batch_writer = LedgerWriter(
-                self.spark, self.ledger_path, self.scfg.job_name, self.run_id, scope=self._query_scope()
-            )
-        return self._batch_writer
+    def _batch_ledger(self) -> RunRecorder:
+        """The run's recorder of micro-batches, scoped by the query (see `_query_scope`)."""
+        if self._batch_recorder is None:
+            self._batch_recorder = self._recorder.scoped(self._query_scope())
+        return self._batch_recorder
 
     # --- startup ---------------------------------------------------------------------------------
     def _plan(self, consumer: Any, partitions: list[TopicPartitionKey]) -> StartupPlan:
@@ -383,7 +377,7 @@ class StreamJob:
         # Both finish before the batch returns, and both are idempotent per batch id, so a failure of
         # either fails the batch and its retry completes whichever half is missing.
         t_prepared = time.monotonic()
-        ledger_write = self._ledger_pool.submit(self._batch_ledger().write, events, batch_id)
+        ledger_write = self._ledger_pool.submit(self._batch_ledger().batch, batch_id, events)
         try:
             self._write_sink(batch_df, batch_id)
             t_sink = time.monotonic()
@@ -473,7 +467,7 @@ class StreamJob:
             max_pending=self.scfg.max_pending_checkpoints,
             clock=self.clock,
             commit_enabled=self.scfg.commit_offsets,
-            # A batch's own events come from the checkpoint (`checkpoint.batch_events`), as an
+            # A batch's own events come from the checkpoint (`recorder.batch_events`), as an
             # attached query's do: the committer records only its commit decisions.
             records_checkpoints=False,
         )
@@ -499,27 +493,18 @@ class StreamJob:
                 self.run_id,
                 now,
             )
-        self._ledger.write_new(recovered)
+        self._recorder.recover(recovered)
         if recovered:
             log.warning("recovered %d ledger events the previous run had not flushed", len(recovered))
-        started = self._events.event(
-            vocab.EVENT_RUN_STARTED,
-            now,
+        start = RunStart(
+            plan.mode,
             plan.restored_checkpoint_id,
-            {
-                "startup_mode": plan.mode,
-                "restored_checkpoint_id": plan.restored_checkpoint_id,
-                "app_version": __version__,
-                "topics": list(self.scfg.topics),
-                "partitions": len(partitions),
-                "checkpoint": self.checkpoint_dir,
-                "notes": list(plan.notes),
-            },
+            plan.notes,
+            checkpoint=self.checkpoint_dir,
+            topics=self.scfg.topics,
+            partitions=len(partitions),
         )
-        self._run_start = [
-            started,
-            *restored_events(plan, self.scfg.job_name, self.run_id, self.scfg.group_id, now),
-        ]
+        self._run_start = (now, start, plan_restored(self._events, plan, now))
         starts = ", ".join(f"{t}-{p}@{s.offset}({s.source})" for (t, p), s in sorted(plan.starts.items()))
         log.info("run %s starts (%s): %s", self.run_id, plan.mode, starts)
         return len(recovered)
@@ -541,12 +526,11 @@ class StreamJob:
         """RUN_STARTED (with the query's id, as attached and imported runs say it: `ledger-import`
         of this checkpoint then knows the run) and OFFSETS_RESTORED, once."""
         with self._run_start_lock:
-            if not self._run_start:
+            if self._run_start is None:
                 return
-            started, *restored = self._run_start
-            detail = {**started.detail, vocab.DETAIL_QUERY_ID: self._query_scope()}
-            self._ledger.write_new([replace(started, detail=detail), *restored])
-            self._run_start = []
+            when, start, restored = self._run_start
+            self._recorder.start(when, replace(start, query_id=self._query_scope()), restored)
+            self._run_start = None
 
     def _start_query(self, plan: StartupPlan, partitions: list[TopicPartitionKey]) -> StreamingQuery:
         assign: dict[str, list[int]] = {}
@@ -671,18 +655,14 @@ class StreamJob:
         if not committer.close(timeout=self.scfg.commit_close_timeout_s):
             log.warning("the last offset commit did not finish in %.0fs", self.scfg.commit_close_timeout_s)
             committer.abandon_in_flight()
-        stopped = self._events.event(
-            vocab.EVENT_RUN_STOPPED,
-            self.clock(),
-            self._last_batch_id,
-            {
-                vocab.DETAIL_REASON: result.stop_reason,
-                "batches": self._batches,
-                "successful_commits": committer.successful_commits,
-                "failed_commits": committer.failed_commits,
-            },
+        counts = RunCounts(
+            batches=self._batches,
+            successful_commits=committer.successful_commits,
+            failed_commits=committer.failed_commits,
         )
-        self._ledger.write_new([*self._take_recorded(committer), stopped])
+        stopped_at = self.clock()
+        pending = self._take_recorded(committer)
+        self._recorder.stop(stopped_at, self._last_batch_id, result.stop_reason, counts, pending)
         result.successful_commits = committer.successful_commits
         result.failed_commits = committer.failed_commits
         log.info(

@@ -6,7 +6,7 @@ the last `spark.sql.streaming.minBatchesToRetain` (default 100) entries of `offs
 
 The imported run is the query: its run id is the query's id (a checkpoint deleted and recreated
 has a new id, so it is a new run), whatever number of Spark runs the retained batches span. Its
-events are those an attached run writes, built by the same `checkpoint.batch_events`, with
+events are those an attached run writes, built by the same `recorder.batch_events`, with
 `detail.imported`: RUN_STARTED and OFFSETS_RESTORED (see `imported_start`), a CHECKPOINT_SNAPSHOT
 per retained `offsets/<n>` and a CHECKPOINT_COMPLETED per retained `commits/<n>`. No RUN_STOPPED:
 the checkpoint does not say whether or how the query stopped.
@@ -30,7 +30,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
 
-from app import __version__
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import UsageError
@@ -38,10 +37,11 @@ from app.storage.backend import StorageSettings
 from app.storage.driver_files import DriverDirectory, driver_readable
 from app.storage.files import modification_time_ms, read_text
 from app.storage.handles import open_handle
-from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events, batch_ids, parse_query_id
+from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_ids, parse_query_id
 from app.stream.ledger import LedgerWriter, QueryRecord
+from app.stream.recorder import RunRecorder, RunStart, batch_events, plan_restored
 from app.stream.sink_evidence import SinkCounts, SinkEvidence, no_commits_of, require_commits, sink_counts
-from app.stream.startup import ENGINE, PartitionStart, StartupPlan, plan_checkpoint_resume, restored_events
+from app.stream.startup import ENGINE, PartitionStart, StartupPlan, plan_checkpoint_resume
 
 log = logging.getLogger(__name__)
 
@@ -158,33 +158,25 @@ def check_inputs(
         raise no_commits_of(sink, app_id, sink_app_id is not None)
 
 
-def run_start_events(
-    source: EventSource,
-    plan: StartupPlan,
-    when: datetime,
-    checkpoint: str,
-    query_id: str,
-    sink: SinkEvidence | None = None,
-) -> list[LedgerEvent]:
-    """RUN_STARTED and OFFSETS_RESTORED of the imported run."""
-    imported = {vocab.DETAIL_IMPORTED: True}
+def imported_run_start(
+    plan: StartupPlan, checkpoint: str, query_id: str, sink: SinkEvidence | None = None
+) -> RunStart:
+    """What the imported run's RUN_STARTED says: its plan, the query and checkpoint, the sink."""
     with_sink = {} if sink is None else sink.run_detail()
-    started = source.event(
-        vocab.EVENT_RUN_STARTED,
-        when,
+    return RunStart(
+        plan.mode,
         plan.restored_checkpoint_id,
-        {
-            "startup_mode": plan.mode,
-            "restored_checkpoint_id": plan.restored_checkpoint_id,
-            "app_version": __version__,
-            vocab.DETAIL_QUERY_ID: query_id,
-            "checkpoint": checkpoint,
-            "notes": list(plan.notes),
-            **with_sink,
-            **imported,
-        },
+        plan.notes,
+        query_id=query_id,
+        checkpoint=checkpoint,
+        imported=True,
+        extra=with_sink,
     )
-    return [started, *restored_events(plan, source.job_name, source.run_id, source.group_id, when, imported)]
+
+
+def imported_restored(source: EventSource, plan: StartupPlan, when: datetime) -> list[LedgerEvent]:
+    """The imported run's OFFSETS_RESTORED: the recorder's, marked imported."""
+    return plan_restored(source, plan, when, {vocab.DETAIL_IMPORTED: True})
 
 
 def import_checkpoint(
@@ -226,14 +218,15 @@ def import_checkpoint(
     writer.ensure()
     record = writer.query_record(query_id)
     source = EventSource(job_name, query_id, ENGINE, None)
+    recorder = RunRecorder(writer, source)
 
     written = 0
     if not record.run_ids:
         plan = imported_start(offset_log, checkpoint.source_initial_offsets())
         if plan is not None:
             when = _started_at(checkpoint, offset_log) or now()
-            events = run_start_events(source, plan, when, checkpoint.directory, query_id, evidence)
-            written += writer.write_new(events)
+            start = imported_run_start(plan, checkpoint.directory, query_id, evidence)
+            written += recorder.start(when, start, imported_restored(source, plan, when))
     start_written = written > 0
 
     todo = batches_to_import(offset_log, committed, record)
@@ -241,7 +234,7 @@ def import_checkpoint(
     statuses: list[str] = []
     for done, (batch, snapshot, completed) in enumerate(todo, start=1):
         count, status = _import_batch(
-            checkpoint, writer, source, batch, offset_log[batch], snapshot, completed, now, evidence
+            checkpoint, recorder, batch, offset_log[batch], snapshot, completed, now, evidence
         )
         written += count
         imported += 1 if count else 0
@@ -323,8 +316,7 @@ def _started_at(
 
 def _import_batch(
     checkpoint: CheckpointFiles,
-    writer: LedgerWriter,
-    source: EventSource,
+    recorder: RunRecorder,
     batch: int,
     offsets: Mapping[TopicPartitionKey, int],
     snapshot: bool,
@@ -340,18 +332,18 @@ def _import_batch(
     # which would date the batch months late and after the batches completed behind it.
     fallback = (sink.committed_at(batch) if sink is not None else None) or now()
     events = batch_events(
-        checkpoint, source, batch, offsets, completed=completed, now=fallback, detail=imported
+        checkpoint, recorder.source, batch, offsets, completed=completed, now=fallback, detail=imported
     )
     if not snapshot:
         events = [e for e in events if e.event_type != vocab.EVENT_CHECKPOINT_SNAPSHOT]
     if not completed:
         # A batch Spark planned but did not commit yet: its transaction version stays free for the
         # completion a later import (or attached run) writes, so its snapshot is keyed instead.
-        return writer.write_new(events), None
+        return recorder.record(events), None
     status = None
     if sink is not None:
         events, status = _with_sink_detail(events, sink, batch)
-    return (len(events) if writer.write(events, batch) else 0), status
+    return (len(events) if recorder.batch(batch, events) else 0), status
 
 
 def _with_sink_detail(

@@ -1,4 +1,5 @@
-"""Pure pieces of the reference streaming job: Spark checkpoint files, startup plans, recovery, sink rows.
+"""Pure pieces of the reference streaming job: Spark checkpoint files, startup plans, the ledger facts
+a start recovers from, sink rows (the events of a start and a recovery: `stream.recorder`).
 
 One micro-batch is one checkpoint: its id is Spark's batch id, its offsets are the end offsets Spark
 wrote to `<checkpoint>/offsets/<id>` before running it, and it is complete once Spark wrote
@@ -17,21 +18,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from app.contracts import vocabulary as vocab
-from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
+from app.contracts.offsets import TopicPartitionKey
 from app.contracts.tables import SINK_SCHEMA
-from app.contracts.vocabulary import (
-    DETAIL_ATTEMPT,
-    DETAIL_ERROR,
-    DETAIL_MESSAGE,
-    DETAIL_RECOVERED,
-    DETAIL_RETRIABLE,
-    DETAIL_SOURCE,
-    ERROR_OUTCOME_UNKNOWN,
-    EVENT_CHECKPOINT_COMPLETED,
-    EVENT_CHECKPOINT_SNAPSHOT,
-    EVENT_COMMIT_FAILED,
-    EVENT_OFFSETS_RESTORED,
-)
 from app.errors import CheckpointFormatError, OffsetAuditError
 
 ENGINE = vocab.ENGINE_SPARK
@@ -200,31 +188,10 @@ def plan_checkpoint_resume(
     )
 
 
-def restored_events(
-    plan: StartupPlan,
-    job_name: str,
-    run_id: str,
-    group_id: str | None,
-    now: datetime,
-    extra: Mapping[str, object] | None = None,
-) -> list[LedgerEvent]:
-    """A run's OFFSETS_RESTORED, one per partition of ``plan`` (grouped by where each starts), with
-    ``extra`` in their detail: the reference job's, an attached run's and an import's."""
-    writer = EventSource(job_name, run_id, ENGINE, group_id)
-    events: list[LedgerEvent] = []
-    for source in sorted({s.source for s in plan.starts.values()}):
-        offsets = {tp: s.offset for tp, s in plan.starts.items() if s.source == source}
-        detail = {DETAIL_SOURCE: source, "mode": plan.mode, **(extra or {})}
-        events += writer.partition_events(
-            EVENT_OFFSETS_RESTORED, now, plan.restored_checkpoint_id, offsets, detail
-        )
-    return events
-
-
 # --- crash recovery ------------------------------------------------------------------------------
 
-# A batch's events carry the time Spark wrote its checkpoint file (`checkpoint.batch_events`,
-# `recovery_events`), a time of the file system's clock; this much slack keeps a skew between that
+# A batch's events carry the time Spark wrote its checkpoint file (`recorder.batch_events`,
+# `recorder.recovery_events`), a time of the file system's clock; this much slack keeps a skew between that
 # clock and the ledger writer's (or a commit answered late) from putting a retained batch's events
 # on a day a bounded read skips.
 FACTS_SLACK: Final = timedelta(days=1)
@@ -250,53 +217,6 @@ class LedgerFacts:
     completed_ids: frozenset[int]
     open_commit_attempts: Mapping[tuple[str, int], int]  # (run_id, attempt) -> checkpoint id
     last_run_id: str | None
-
-
-def recovery_events(
-    facts: LedgerFacts,
-    offset_log: Mapping[int, Mapping[TopicPartitionKey, int]],
-    committed_batches: Iterable[int],
-    job_name: str,
-    group_id: str | None,
-    new_run_id: str,
-    now: datetime,
-    written_at: Mapping[tuple[str, int], datetime] | None = None,
-) -> list[LedgerEvent]:
-    """Events the previous run could not flush before it died, rebuilt from Spark's checkpoint.
-
-    They carry the previous run's id (they belong to it) and detail.recovered = true. Their time is
-    when Spark wrote the checkpoint file (`written_at[("offsets"|"commits", batch)]`), so they sort
-    before the new run's start like the events they stand for; `now` only when that is unknown. A
-    commit that was requested but never answered is closed as OUTCOME_UNKNOWN; the reconciliation
-    settles what really happened from __consumer_offsets.
-    """
-    times = written_at or {}
-    owner = EventSource(job_name, facts.last_run_id or new_run_id, ENGINE, group_id)
-    detail = {DETAIL_RECOVERED: True, "recovered_by": new_run_id}
-    events: list[LedgerEvent] = []
-    for batch in sorted(offset_log):
-        if batch not in facts.snapshot_ids:
-            when = times.get(("offsets", batch), now)
-            events += owner.checkpoint_events(
-                EVENT_CHECKPOINT_SNAPSHOT, when, batch, offset_log[batch], detail
-            )
-    for batch in sorted(set(committed_batches)):
-        if batch in offset_log and batch not in facts.completed_ids:
-            when = times.get(("commits", batch), now)
-            events += owner.checkpoint_events(
-                EVENT_CHECKPOINT_COMPLETED, when, batch, offset_log[batch], detail
-            )
-    for (run_id, attempt), checkpoint_id in sorted(facts.open_commit_attempts.items()):
-        unknown = {
-            **detail,
-            DETAIL_ATTEMPT: attempt,
-            DETAIL_ERROR: ERROR_OUTCOME_UNKNOWN,
-            DETAIL_RETRIABLE: True,
-            DETAIL_MESSAGE: "the process stopped before the commit was acknowledged",
-        }
-        attempt_writer = EventSource(job_name, run_id, ENGINE, group_id)
-        events.append(attempt_writer.event(EVENT_COMMIT_FAILED, now, checkpoint_id, unknown))
-    return events
 
 
 # --- sink rows -----------------------------------------------------------------------------------

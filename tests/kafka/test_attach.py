@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-import app.attach as attach_module
+import app.stream.attach as attach_module
 from app import audit
 from app.attach import attach
 from app.contracts import vocabulary as vocab

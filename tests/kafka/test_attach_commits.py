@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-import app.attach as attach_module
+import app.stream.attach as attach_module
 from app.attach import attach
 from app.config import AppConfig
 from app.contracts import vocabulary as vocab

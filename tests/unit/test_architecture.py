@@ -26,9 +26,11 @@ Layers (what may import what), each a rule with its reason:
   `app.incidents` stands below it: it imports the findings table's row from `app.contracts`,
   never from the audit that builds the findings.
 
-Inside `app.reconcile`, every module lives in a room (a sub-package, or a module at its top), and
-each room imports only itself and the rooms it stands on (`RECONCILE_ROOMS`, with the reasons): the
-rooms form floors, so no arrow runs up and no circle closes between them.
+Inside `app.reconcile` and `app.stream`, every module lives in a room (a sub-package, or a module at
+its top), and each room imports only itself and the rooms it stands on (`RECONCILE_ROOMS`,
+`STREAM_ROOMS`, with the reasons): the rooms form floors, so no arrow runs up and no circle closes
+between them. In `app.stream` the run recorder stands below every writer of a run and above the
+ledger writer; it alone builds a run's start, restored offsets and stop.
 
 The orchestration stands on everything else, in rooms of its own (`ORCHESTRATION_ROOMS`): the alert
 channels at the bottom; the audit context and its steps (`app.pipeline`) on them; `nightly` (the
@@ -281,42 +283,113 @@ RECONCILE_ROOMS: dict[str, tuple[str, ...]] = {
     "run": ("completeness", "findings", "forensics", "inputs", "ledger", "outputs", "sink"),
 }
 
+# The rooms of `app.stream`: the writers of a run on top, the run recorder under them, the ledger
+# writer and Spark's checkpoint files under it.
+STREAM = "app.stream"
+STREAM_ROOMS: dict[str, tuple[str, ...]] = {
+    # Pure pieces: startup plans, the checkpoint files' text, the ledger facts a start reads.
+    "startup": (),
+    # Beside them, each on its own: the stop between micro-batches, the committer, a sink's log.
+    "batch_gate": (),
+    "committer": (),
+    "sink_evidence": (),
+    # Spark's checkpoint files, and the ledger writer (every write of ledger events).
+    "checkpoint": ("startup",),
+    "ledger": ("startup",),
+    # The run recorder: a run's events built once and written through the ledger writer.
+    "recorder": ("checkpoint", "ledger", "startup"),
+    # The writers of a run: the reference job, an attached query, an import of a checkpoint.
+    "job": ("batch_gate", "checkpoint", "committer", "ledger", "recorder", "startup"),
+    "attach": ("checkpoint", "committer", "ledger", "recorder", "startup"),
+    "ledger_import": ("checkpoint", "ledger", "recorder", "sink_evidence", "startup"),
+}
+HOUSES: dict[str, dict[str, tuple[str, ...]]] = {RECONCILE: RECONCILE_ROOMS, STREAM: STREAM_ROOMS}
+ROOMS = [(house, room) for house, rooms in HOUSES.items() for room in sorted(rooms)]
 
-def room_of(module: str) -> str | None:
-    """The room of a module of `app.reconcile` (None for the package itself and modules outside)."""
-    if not module.startswith(RECONCILE + "."):
+
+def room_of(module: str, house: str = RECONCILE) -> str | None:
+    """The room of a module of ``house`` (None for the package itself and modules outside)."""
+    if not module.startswith(house + "."):
         return None
-    return module.removeprefix(RECONCILE + ".").split(".")[0]
+    return module.removeprefix(house + ".").split(".")[0]
 
 
-def test_every_reconcile_module_lives_in_a_room() -> None:
+@pytest.mark.parametrize("house", sorted(HOUSES))
+def test_every_module_of_a_house_lives_in_a_room(house: str) -> None:
+    rooms = HOUSES[house]
     homeless = sorted(
-        m for m in MODULES if within(m, RECONCILE) and m != RECONCILE and room_of(m) not in RECONCILE_ROOMS
+        m for m in MODULES if within(m, house) and m != house and room_of(m, house) not in rooms
     )
-    assert not homeless, f"modules of {RECONCILE} in no room of RECONCILE_ROOMS: {', '.join(homeless)}"
+    assert not homeless, f"modules of {house} in no room: {', '.join(homeless)}"
 
 
-def test_the_reconcile_rooms_form_floors_without_a_circle() -> None:
-    rooms = {room: set(below) for room, below in RECONCILE_ROOMS.items()}
+@pytest.mark.parametrize("house", sorted(HOUSES))
+def test_the_rooms_of_a_house_form_floors_without_a_circle(house: str) -> None:
+    rooms = {room: set(below) for room, below in HOUSES[house].items()}
     assert all(set(below) <= set(rooms) for below in rooms.values())
     circles = [c for c in strongly_connected(rooms) if len(c) > 1]
-    assert not circles, "rooms of app.reconcile standing on each other: " + "; ".join(
+    assert not circles, f"rooms of {house} standing on each other: " + "; ".join(
         " -> ".join(a_cycle(c, rooms)) for c in circles
     )
 
 
-@pytest.mark.parametrize("room", sorted(RECONCILE_ROOMS))
-def test_a_reconcile_room_imports_only_the_rooms_it_stands_on(room: str) -> None:
-    allowed = {room, *RECONCILE_ROOMS[room]}
+@pytest.mark.parametrize(("house", "room"), ROOMS)
+def test_a_room_imports_only_the_rooms_it_stands_on(house: str, room: str) -> None:
+    allowed = {room, *HOUSES[house][room]}
     wrong = {
-        m: {t for t in ts if room_of(t) is not None and room_of(t) not in allowed}
+        m: {t for t in ts if room_of(t, house) is not None and room_of(t, house) not in allowed}
         for m, ts in GRAPH.items()
-        if room_of(m) == room
+        if room_of(m, house) == room
     }
     wrong = {m: ts for m, ts in wrong.items() if ts}
-    assert not wrong, (
-        f"{RECONCILE}.{room} stands only on {sorted(allowed - {room}) or 'nothing'}: "
-        + "; ".join(f"{m} -> {', '.join(sorted(ts))}" for m, ts in sorted(wrong.items()))
+    assert not wrong, f"{house}.{room} stands only on {sorted(allowed - {room}) or 'nothing'}: " + "; ".join(
+        f"{m} -> {', '.join(sorted(ts))}" for m, ts in sorted(wrong.items())
+    )
+
+
+# The events of a run's life the recorder alone builds (every writer asks it for them).
+RUN_EVENTS = ("EVENT_RUN_STARTED", "EVENT_OFFSETS_RESTORED", "EVENT_RUN_STOPPED")
+RECORDER = "app.stream.recorder"
+EVENT_BUILDERS = ("event", "partition_events", "checkpoint_events", "LedgerEvent")
+
+
+def run_events_built(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, event name) of every ledger event of ``RUN_EVENTS`` built in ``tree``: an event
+    builder (`EventSource.event` and its kin, `LedgerEvent`) given one of them."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name not in EVENT_BUILDERS:
+            continue
+        for arg in [*node.args, *(k.value for k in node.keywords)]:
+            named = (
+                arg.attr if isinstance(arg, ast.Attribute) else arg.id if isinstance(arg, ast.Name) else ""
+            )
+            if named in RUN_EVENTS:
+                yield node.lineno, named
+
+
+def test_the_builder_check_sees_a_run_event_built_by_hand() -> None:
+    source = """
+source.event(vocab.EVENT_RUN_STARTED, now, None, {})
+LedgerEvent(event_type=EVENT_RUN_STOPPED)
+source.partition_events(vocab.EVENT_CHECKPOINT_SNAPSHOT, now, 1, {}, {})
+"""
+    assert list(run_events_built(ast.parse(source))) == [(2, "EVENT_RUN_STARTED"), (3, "EVENT_RUN_STOPPED")]
+
+
+def test_only_the_run_recorder_builds_a_runs_start_restored_offsets_and_stop() -> None:
+    built = {
+        module: found
+        for module, path in MODULES.items()
+        if module != RECORDER and not within(module, "app.contracts")
+        if (found := list(run_events_built(ast.parse(path.read_text(), filename=str(path)))))
+    }
+    assert not built, f"built outside {RECORDER} (ask the recorder for them): " + "; ".join(
+        f"{m}: {', '.join(f'{name} (line {line})' for line, name in found)}"
+        for m, found in sorted(built.items())
     )
 
 

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from app.attach import commit_client_conf, group_commits
 from app.errors import AttachError
+from app.stream.attach import commit_client_conf, group_commits
 
 pytestmark = pytest.mark.unit
 

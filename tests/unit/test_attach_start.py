@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.attach import run_start, run_started_at, spark_instant
 from app.contracts.vocabulary import RESTORE_CHECKPOINT, RESTORE_SPECIFIC
+from app.stream.attach import run_start, run_started_at, spark_instant
 
 pytestmark = pytest.mark.unit
 

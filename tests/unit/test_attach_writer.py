@@ -11,10 +11,10 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-import app.attach as attach_module
-from app.attach import Attachment, GroupCommits
+import app.stream.attach as attach_module
 from app.contracts.offsets import LedgerEvent
 from app.kafka.commit_outcome import CommitFn, CommitResult
+from app.stream.attach import Attachment, GroupCommits
 from app.stream.checkpoint import CheckpointFiles
 from app.stream.committer import OffsetCommitter
 from app.stream.ledger import LedgerWriter

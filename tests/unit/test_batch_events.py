@@ -1,4 +1,4 @@
-"""One builder of a checkpoint's events (`checkpoint.batch_events` over `EventSource.checkpoint_events`)
+"""One builder of a checkpoint's events (`recorder.batch_events` over `EventSource.checkpoint_events`)
 for the reference job, attached queries, imports and recovery.
 
 The reference job's checkpoint events used to come from its committer. A job restarted on a ledger
@@ -18,10 +18,11 @@ import pytest
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.kafka.commit_outcome import CommitResult
-from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles, batch_events
+from app.stream.checkpoint import COMMITS, OFFSETS, CheckpointFiles
 from app.stream.committer import OffsetCommitter
-from app.stream.ledger_import import run_start_events
-from app.stream.startup import ENGINE, LedgerFacts, PartitionStart, StartupPlan, recovery_events
+from app.stream.ledger_import import imported_restored
+from app.stream.recorder import batch_events, recovery_events
+from app.stream.startup import ENGINE, LedgerFacts, PartitionStart, StartupPlan
 
 pytestmark = pytest.mark.unit
 
@@ -169,7 +170,7 @@ def test_an_imports_offsets_restored_are_the_shared_builders_with_imported_in_de
     )
     source = EventSource("orders-job", "query-1", ENGINE, None)
 
-    _, *restored = run_start_events(source, plan, T0, "cp", "query-1")
+    restored = imported_restored(source, plan, T0)
 
     assert [(e.event_type, e.topic, e.partition, e.offset, e.detail_json) for e in restored] == [
         (

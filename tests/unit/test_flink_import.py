@@ -155,9 +155,9 @@ def test_what_the_sidecar_recorded_is_left_out_and_a_checkpoint_it_missed_joins_
     ledger.ensure()
     attempt = ev.Attempt(JOB, T0 * 1000, Restore(2, T0 * 1000 + 2500, False, None))
     source = EventSource("payments", attempt.run_id, vocab.ENGINE_FLINK_KAFKASOURCE, None)
-    ledger.write_new(attempt.run_id, [ev.run_started(source, attempt)])
+    ledger.recorder(source).start(attempt.started_at, ev.run_start(attempt))
     stat = CheckpointStat(3, "COMPLETED", False, T0 * 1000 + 3000, T0 * 1000 + 3040, f"file:{chk3}", False)
-    ledger.write_checkpoint(attempt.run_id, 3, ev.checkpoint_events(source, stat, read_checkpoint(str(chk3))))
+    ledger.recorder(source).batch(3, ev.checkpoint_events(source, stat, read_checkpoint(str(chk3))))
 
     result = import_retained(str(root), ledger)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from deltalake import DeltaTable
 from app.config import StorageConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import KAFKASOURCE_COMMITTED_OFFSET as KAFKASOURCE_COMMITTED
+from app.contracts.offsets import EventSource, LedgerEvent
 from app.errors import FlinkRestError, UsageError
 from app.flink.metadata import read_checkpoint
 from app.flink.rest import (
@@ -27,6 +29,7 @@ from app.flink.watcher import FlinkLedger
 from app.reconcile import findings as rc
 from app.reconcile.ledger import audit as la
 from app.reconcile.ledger import commit_rules
+from app.stream.recorder import RunRecorder
 from tests.support.flink_watcher import (
     JOB_A,
     JOB_B,
@@ -207,6 +210,8 @@ def test_a_resubmission_after_a_crash_records_the_restored_checkpoint_the_ledger
     assert sorted(r["checkpoint_id"] for r in recovered) == [1, 2]
     chk2_row = next(r for r in recovered if r["checkpoint_id"] == 2)
     assert json.loads(chk2_row["detail"])[vocab.DETAIL_RECOVERED] is True
+    # As a Spark run's recovered events do, they name the run that rebuilt them.
+    assert json.loads(chk2_row["detail"])[vocab.DETAIL_RECOVERED_BY] == f"{JOB_B}-restore-2-{T0 + 5200}"
     assert [r["offset"] for r in of(ledger, vocab.EVENT_OFFSETS_RESTORED, second)] == [20]
     assert [r["checkpoint_id"] for r in of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, second)] == [3]
     assert (
@@ -262,12 +267,16 @@ def test_every_new_checkpoint_is_read_before_the_first_write(
     """A Delta commit is slower than a decode: while the first checkpoint of a poll is written,
     Flink completes more and deletes the older files. Reading them all first loses none."""
 
-    class SlowLedger(FlinkLedger):
-        def write_checkpoint(self, run_id: str, checkpoint_id: int, events: list[Any]) -> int:
+    class SlowRecorder(RunRecorder):
+        def batch(self, batch_id: int, events: Sequence[LedgerEvent]) -> bool:
             # Meanwhile Flink retained only the newest checkpoint.
             for path in [p for p in flink.files if not p.endswith("chk-3")]:
                 del flink.files[path]
-            return super().write_checkpoint(run_id, checkpoint_id, events)
+            return super().batch(batch_id, events)
+
+    class SlowLedger(FlinkLedger):
+        def recorder(self, source: EventSource) -> RunRecorder:
+            return SlowRecorder(self.writer(source.run_id), source)
 
     ledger = tmp_path / "ledger"
     flink.submit(JOB_A, T0)

@@ -18,7 +18,8 @@ from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent
 from app.stream.checkpoint import OFFSETS, CheckpointFiles, ledger_since
 from app.stream.ledger import LedgerWriter
-from app.stream.startup import ENGINE, LedgerFacts, facts_since, recovery_events
+from app.stream.recorder import recovery_events
+from app.stream.startup import ENGINE, LedgerFacts, facts_since
 
 pytestmark = pytest.mark.unit
 

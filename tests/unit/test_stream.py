@@ -14,6 +14,7 @@ from app.contracts.vocabulary import (
 )
 from app.errors import CheckpointFormatError, OffsetAuditError
 from app.stream.job import StopWhen, add_progress, progress_end_offsets
+from app.stream.recorder import recovery_events
 from app.stream.startup import (
     LedgerFacts,
     PartitionStart,
@@ -23,7 +24,6 @@ from app.stream.startup import (
     parse_offset_log,
     plan_checkpoint_resume,
     plan_fresh_start,
-    recovery_events,
 )
 
 pytestmark = pytest.mark.unit

@@ -54,6 +54,8 @@ HOMONYMS: dict[tuple[str, str], str] = {
     ("app/reconcile/ledger/audit.py", "exact"): "a claim's match kind in the SQL of `matched`",
     ("app/offsets_topic/run.py", "snapshot"): "the ingest mode (config.INGEST_MODES)",
     ("app/flink/rest.py", "external_path"): "the field of Flink's REST documents the detail key is named for",
+    ("app/config.py", "startup_mode"): "the config key `stream.startup_mode` the detail key is named for",
+    ("app/demo/story.py", "startup_mode"): "the config key `stream.startup_mode`, set by the demo's runs",
 }
 
 # Leaks in modules another branch of the same change rewrites, by (file, word): that branch.
