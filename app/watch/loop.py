@@ -2,7 +2,8 @@
 between cycles.
 
 A cycle is a list of steps (``Watch.steps``), run in order, each a step of `app.pipeline.steps` over
-the cycle, returning a small summary: ingest the new ``__consumer_offsets`` records, reconcile the
+the cycle, returning a small summary: bring each followed Flink job's new checkpoints into the
+ledger (`watch.flink_jobs`, `app.watch.flink`), ingest the new ``__consumer_offsets`` records, reconcile the
 ledger window since the last successful cycle (findings and incidents are MERGEd by deterministic
 ids), alert incidents that opened or whose impact changed, refresh the dashboard. The reconcile run
 of a cycle is recorded ``pending`` and confirmed only when every step succeeded, like a night's: a
@@ -27,9 +28,11 @@ from app.pipeline.context import AuditContext
 from app.reconcile.outputs import AuditRun, confirm_runs
 from app.runtime.signals import StopSignal
 from app.storage.handles import AuditTables
+from app.watch.flink import FlinkFollowers
 
 log = logging.getLogger(__name__)
 
+FOLLOW_FLINK = "follow-flink"
 Step = tuple[str, Callable[["Cycle"], dict[str, Any]]]
 
 
@@ -83,8 +86,12 @@ class Watch:
         self.out = out
         # The cycle's steps, in order, each the pipeline's step over the cycle. A step that fails
         # ends the cycle; the next cycle starts again from the first step. Another source of the
-        # ledger followed each cycle (a Flink job) is one more entry before the judging steps.
+        # ledger followed each cycle is one more entry before the judging steps: the Flink jobs of
+        # `watch.flink_jobs`, whose followers poll between cycles too (`app.watch.flink`).
+        self.flink = FlinkFollowers(ctx, list(ctx.cfg.watch.flink_jobs))
+        follow: list[Step] = [(FOLLOW_FLINK, self._follow_flink)] if self.flink.jobs else []
         self.steps: list[Step] = [
+            *follow,
             ("ingest-offsets", self._ingest),
             (COMMAND_RECONCILE, self._reconcile),
             # Reconcile writes the completeness table too (its windows not yet final): before the
@@ -102,6 +109,15 @@ class Watch:
         """Cycles every ``interval_s`` (measured start to start) until a stop or ``max_cycles``;
         ends after a first cycle that failed for a usage reason."""
         cycles: list[Cycle] = []
+        try:
+            self._cycles(cycles, max_cycles)
+        finally:
+            self.flink.close()  # the Flink followers stop with the watch
+        if self.stop.requested is not None:
+            log.info("stopped by signal %d between cycles", self.stop.requested)
+        return cycles
+
+    def _cycles(self, cycles: list[Cycle], max_cycles: int | None) -> None:
         while self.stop.requested is None and (max_cycles is None or len(cycles) < max_cycles):
             started = time.monotonic()
             cycle = self.cycle(len(cycles) + 1)
@@ -115,9 +131,6 @@ class Watch:
                 break
             if self.stop.wait(self.interval_s - (time.monotonic() - started)):
                 break
-        if self.stop.requested is not None:
-            log.info("stopped by signal %d between cycles", self.stop.requested)
-        return cycles
 
     def cycle(self, number: int) -> Cycle:
         now = self.ctx.now()
@@ -136,6 +149,9 @@ class Watch:
         return cycle
 
     # --- steps: each the pipeline's, its outcome made the cycle's summary --------------------------
+    def _follow_flink(self, _cycle: Cycle) -> dict[str, Any]:
+        return self.flink.step()
+
     def _ingest(self, cycle: Cycle) -> dict[str, Any]:
         outcome = steps.ingest(self.ctx, f"{cycle.cycle_id}-ingest")
         return {"total": outcome.total, "inserted": outcome.inserted}
