@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from app.config import FlinkJobConfig
+from app.contracts import vocabulary as vocab
 from app.errors import InfrastructureError, KafkaUnavailableError
 from app.flink.follower import FlinkFollower, SidecarSettings, open_sidecar
 from app.pipeline.context import AuditContext
@@ -90,7 +91,7 @@ class FlinkFollowers:
             summary[job.job] = {
                 "followed": follower.connected,
                 "runs": list(done.runs),
-                "checkpoints_recorded": done.checkpoints_recorded,
+                vocab.DETAIL_CHECKPOINTS_RECORDED: done.checkpoints_recorded,
                 "missed": len(done.missed),
             }
         return summary

@@ -32,9 +32,9 @@ from tests.flink.watching import (
     wait_recorded,
 )
 from tests.kafka.processes import cli
-from tests.kafka.test_watch import CYCLE_TIMEOUT_S, lost_posts, ok_cycles, wait_cycles
 from tests.support.http_server import Request, recording_server
 from tests.support.streaming import create_topic, produce
+from tests.support.watch_cycles import CYCLE_TIMEOUT_S, lost_posts, ok_cycles, wait_cycles
 
 pytestmark = [pytest.mark.flink, pytest.mark.kafka]
 
