@@ -68,9 +68,7 @@ class FlinkFollowers:
         checkpoints in those tens of seconds."""
         for job in self.jobs:
             if job.job not in self.followers:
-                wanted = job.starting_offsets or job.starting_offsets_key
-                bootstrap = self._bootstrap() if wanted else None
-                settings = sidecar_settings(job, self.ctx.tables.ledger.location, self.ctx, bootstrap)
+                settings = sidecar_settings(job, self.ctx.tables.ledger.location, self.ctx, self._bootstrap())
                 self.followers[job.job] = FlinkFollower(open_sidecar(settings), job.job).start()
 
     def step(self) -> dict[str, Any]:

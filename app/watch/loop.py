@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from app.contracts import vocabulary as vocab
 from app.contracts.vocabulary import COMMAND_RECONCILE, RUN_PENDING
 from app.errors import describe_error, error_kind
 from app.pipeline import steps
@@ -66,8 +67,21 @@ class Cycle:
             f"cycle {self.number} {self.cycle_id} ok: window [{rec.get('since') or 'beginning'}, "
             f"{rec.get('until')}), findings new {rec.get('new_findings', 0)}, completeness windows "
             f"{rec.get('completeness_windows')}, incidents opened "
-            f"{alerts.get('opened', 0)} changed {alerts.get('changed', 0)}, {self.seconds:.1f}s"
+            f"{alerts.get('opened', 0)} changed {alerts.get('changed', 0)}"
+            f"{flink_part(self.summaries.get(FOLLOW_FLINK))}, {self.seconds:.1f}s"
         )
+
+
+def flink_part(followed: dict[str, Any] | None) -> str:
+    """The Flink jobs' share of a cycle's line: how many answered, their checkpoints recorded and
+    missed since the watch started (empty without `watch.flink_jobs`)."""
+    if not followed:
+        return ""
+    jobs = list(followed.values())
+    answered = sum(1 for j in jobs if j["followed"])
+    recorded = sum(j.get(vocab.DETAIL_CHECKPOINTS_RECORDED, 0) for j in jobs)
+    missed = sum(j.get("missed", 0) for j in jobs)
+    return f", Flink jobs followed {answered}/{len(jobs)} checkpoints recorded {recorded} missed {missed}"
 
 
 class Watch:

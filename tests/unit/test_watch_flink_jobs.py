@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from app.config import load_config
+from app.contracts import vocabulary as vocab
 from app.errors import ConfigError, FlinkRestError, UsageError
 from app.flink.follower import FlinkFollower
 from app.pipeline.context import AuditContext
 from app.runtime.signals import StopSignal
-from app.watch.loop import FOLLOW_FLINK, Watch
+from app.watch.loop import FOLLOW_FLINK, Cycle, Watch
 
 pytestmark = pytest.mark.unit
 
@@ -172,3 +174,13 @@ def test_an_unknown_job_id_ends_the_follower_with_its_usage_error() -> None:
         assert watcher.polls == 0
     finally:
         follower.close()
+
+
+def test_a_cycle_line_says_what_its_flink_jobs_recorded() -> None:
+    cycle = Cycle(3, "watch-1", datetime(2026, 1, 1, tzinfo=UTC))
+    cycle.summaries[FOLLOW_FLINK] = {
+        "a": {"followed": True, vocab.DETAIL_CHECKPOINTS_RECORDED: 5, "missed": 1},
+        "b": {"followed": False, vocab.DETAIL_CHECKPOINTS_RECORDED: 0, "missed": 0},
+    }
+    assert "Flink jobs followed 1/2 checkpoints recorded 5 missed 1, 0.0s" in cycle.line()
+    assert "Flink" not in Cycle(4, "watch-2", datetime(2026, 1, 1, tzinfo=UTC)).line()
