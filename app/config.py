@@ -42,6 +42,7 @@ _SECRET_KEY = re.compile(
 )
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 REDACTED = "***"
+_URI_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@/\s]+@")
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,63 @@ class TablesConfig:
         for job, value in self.sink_by_job.items():
             if not value.strip():
                 raise ConfigError(f"tables.sink_by_job.{job}", "must name a table")
+
+
+# How a table is addressed through a catalog of `iceberg.catalogs`: iceberg:<catalog>.<namespace>.<table>.
+ICEBERG_PREFIX: Final = "iceberg:"
+ICEBERG_CATALOG_TYPES: Final = ("hadoop", "sql", "rest")
+
+
+def iceberg_address(value: str) -> tuple[str, str, str] | None:
+    """(catalog, namespace, table) of an ``iceberg:<catalog>.<namespace>.<table>`` address, None for
+    any other location; the namespace may hold dots (a nested one), the catalog and table cannot."""
+    if not value.startswith(ICEBERG_PREFIX):
+        return None
+    parts = value.removeprefix(ICEBERG_PREFIX).split(".")
+    if len(parts) < 3 or not all(parts):
+        return None
+    return parts[0], ".".join(parts[1:-1]), parts[-1]
+
+
+@dataclass(frozen=True)
+class IcebergCatalogConfig:
+    """One Iceberg catalog, as Spark's ``SparkCatalog`` and pyiceberg both take it: ``hadoop`` (a
+    warehouse directory, tables at <warehouse>/<namespace>/<table>), ``sql`` (a JDBC/SQLAlchemy
+    ``uri``, e.g. sqlite:////path/catalog.db, and a ``warehouse``) or ``rest`` (a ``uri``).
+    ``properties``: further catalog properties for both (credentials as ${ENV}: never printed)."""
+
+    type: str = ""
+    warehouse: str = ""
+    uri: str = ""
+    properties: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def problem(self) -> tuple[str, str] | None:
+        """(sub-key, what is wrong), or None when the catalog is complete."""
+        if self.type not in ICEBERG_CATALOG_TYPES:
+            return "type", f"must be one of {', '.join(ICEBERG_CATALOG_TYPES)}, got {self.type!r}"
+        if self.type in ("hadoop", "sql") and not self.warehouse.strip():
+            return "warehouse", f"a {self.type} catalog needs its warehouse"
+        if self.type in ("sql", "rest") and not self.uri.strip():
+            return "uri", f"a {self.type} catalog needs its uri"
+        return None
+
+    def __repr__(self) -> str:
+        return f"IcebergCatalogConfig({redact(dataclasses.asdict(self))})"
+
+
+@dataclass(frozen=True)
+class IcebergConfig:
+    """Iceberg catalogs, by the name a sink address (``iceberg:<catalog>.<ns>.<table>``) and a
+    user's Spark job (``spark.sql.catalog.<name>``) both use."""
+
+    catalogs: dict[str, IcebergCatalogConfig] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, catalog in self.catalogs.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ConfigError(f"iceberg.catalogs.{name}", "a catalog name is letters, digits and _")
+            if (problem := catalog.problem()) is not None:
+                raise ConfigError(f"iceberg.catalogs.{name}.{problem[0]}", problem[1])
 
 
 # Keys that named a table before `tables:` held them all: each now fails at load, naming its successor.
@@ -309,8 +367,9 @@ class ReconcileConfig:
     # How a job's sink is judged (CONTRACTS.md section 4): every job's default, and per job.
     sink_mode: str = SINK_COORDINATES
     sink_mode_by_job: dict[str, str] = field(default_factory=dict)
-    # delta_batches: the txn app id a job's foreachBatch writes with; without one, the query's id
-    # (what Spark's Delta sink writes, and what an attached run's RUN_STARTED names).
+    # delta_batches: the txn app id a job's foreachBatch writes with; iceberg_snapshots: the query id
+    # its foreachBatch writes as snapshot-property.spark.sql.streaming.queryId; without one, the
+    # query's id (what Spark's Delta and Iceberg sinks write, and an attached run's RUN_STARTED names).
     sink_app_id_by_job: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -550,16 +609,34 @@ class AppConfig:
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     completeness: CompletenessConfig = field(default_factory=CompletenessConfig)
+    iceberg: IcebergConfig = field(default_factory=IcebergConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError("log_level", f"must be DEBUG, INFO, WARNING or ERROR, got '{self.log_level}'")
+        sinks = {"tables.sink": self.tables.sink}
+        sinks.update({f"tables.sink_by_job.{job}": v for job, v in self.tables.sink_by_job.items()})
+        for key, value in sinks.items():
+            check_iceberg_address(value, self.iceberg, key)
 
     def to_display(self) -> dict[str, Any]:
         """The config as a plain, redacted mapping: the only form that is ever printed or logged."""
         return typing.cast(dict[str, Any], redact(_plain(dataclasses.asdict(self))))
+
+
+def check_iceberg_address(value: str, iceberg: IcebergConfig, key: str) -> None:
+    """Fail, naming ``key``, when ``value`` is an ``iceberg:`` address of no configured catalog or
+    not of the form iceberg:<catalog>.<namespace>.<table>."""
+    if not value.startswith(ICEBERG_PREFIX):
+        return
+    address = iceberg_address(value)
+    if address is None:
+        raise ConfigError(key, f"{value!r}: expected {ICEBERG_PREFIX}<catalog>.<namespace>.<table>")
+    if address[0] not in iceberg.catalogs:
+        known = ", ".join(sorted(iceberg.catalogs)) or "none configured"
+        raise ConfigError(key, f"{value!r} names no catalog of iceberg.catalogs ({known})")
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -720,6 +797,9 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
             return {}
         if not isinstance(value, Mapping):
             raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
+        item = typing.get_args(tp)[1]
+        if dataclasses.is_dataclass(item):  # a mapping of sections (iceberg.catalogs)
+            return {str(k): _coerce(item, v, f"{key}.{k}") for k, v in value.items()}
         return {str(k): _scalar_str(v, f"{key}.{k}") for k, v in value.items()}
     if origin is list:
         if not isinstance(value, list):
@@ -765,12 +845,15 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact(value: Any, key: str = "") -> Any:
-    """Replace the value of every secret-looking key, at any depth."""
+    """Replace the value of every secret-looking key, at any depth, and the password of any URI
+    that carries one (a SQL catalog's postgresql://user:password@host/db)."""
     if isinstance(value, Mapping):
         return {k: (REDACTED if is_secret_key(str(k)) and v not in (None, "") else redact(v, str(k)))
                 for k, v in value.items()}  # fmt: skip
     if isinstance(value, list):
         return [redact(v, key) for v in value]
+    if isinstance(value, str):
+        return _URI_PASSWORD.sub(rf"\1{REDACTED}@", value)
     return value
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.commands.outcome import EXIT_OK, emit
-from app.config import AppConfig
+from app.config import AppConfig, check_iceberg_address
 from app.errors import UsageError
 
 
@@ -88,12 +88,14 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         raise UsageError("--job must name the job")
     sink = None if args.sink is None else str(args.sink).rstrip("/")
     if sink == "":
-        raise UsageError("--sink must name the sink's Delta table")
+        raise UsageError("--sink must name the sink's Delta or Iceberg table")
     if args.sink_app_id is not None and (sink is None or not args.sink_app_id.strip()):
         raise UsageError("--sink-app-id needs --sink and must name the txn app id")
     ledger = args.ledger or AuditTables.from_config(cfg, None).ledger.location
     # A wrong path answers before Spark starts (tens of seconds on a busy machine) where it can.
-    check_inputs(table_storage(cfg), directory, sink, args.sink_app_id)
+    if sink is not None:
+        check_iceberg_address(sink, cfg.iceberg, "--sink")
+    check_inputs(table_storage(cfg), directory, sink, args.sink_app_id, cfg.iceberg)
     spark = spark_session(cfg)
     result = import_checkpoint(
         CheckpointFiles(spark, directory),
@@ -103,6 +105,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         progress_every=args.progress_every,
         sink=sink,
         sink_app_id=args.sink_app_id,
+        catalogs=cfg.iceberg,
     )
     retained = (
         f"batches {result.oldest_batch}..{result.newest_batch} retained"

@@ -118,8 +118,11 @@ MISSED_FILES_GONE, MISSED_UNREADABLE, MISSED_NOT_IN_HISTORY, MISSED_NO_EXTERNAL_
 
 # --- sinks: how reconcile judges a job's sink (CONTRACTS.md section 4) ------------------------------
 
-SINK_MODES: Final = ("coordinates", "delta_batches", "none")
-SINK_COORDINATES, SINK_DELTA_BATCHES, SINK_NONE = SINK_MODES
+SINK_MODES: Final = ("coordinates", "delta_batches", "none", "iceberg_snapshots")
+SINK_COORDINATES, SINK_DELTA_BATCHES, SINK_NONE, SINK_ICEBERG_SNAPSHOTS = SINK_MODES
+# The modes that judge a sink's batches by its log (rows cannot be tied to offsets): Delta's commit
+# files, Iceberg's snapshot summaries. Their findings, incidents and completeness are the same.
+BATCH_SINK_MODES: Final = (SINK_DELTA_BATCHES, SINK_ICEBERG_SNAPSHOTS)
 
 # --- group_commits ----------------------------------------------------------------------------------
 

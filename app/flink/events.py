@@ -286,6 +286,28 @@ def checkpoint_events(
     return events
 
 
+def agreed_offsets(
+    before: Mapping[TopicPartitionKey, int | None], after: Mapping[TopicPartitionKey, int | None]
+) -> dict[TopicPartitionKey, int]:
+    """The partitions two checkpoints of one run hold at the same raw offset, with it: every
+    checkpoint of the run between them held that offset too (a source's position never moves back
+    within a run)."""
+    return {tp: o for tp, o in before.items() if o is not None and after.get(tp) == o}
+
+
+def lost_commit(
+    source: EventSource, checkpoint_id: int, after: datetime, offsets: Mapping[TopicPartitionKey, int]
+) -> list[LedgerEvent]:
+    """The commit a checkpoint the ledger lost (its run ended before the sidecar read it, its files
+    deleted since) may have requested, of the partitions whose offset it is known to have held
+    (``agreed_offsets``): COMMIT_REQUESTED `inferred` and `recovered`, at ``after`` (the completion
+    of the checkpoint before it, which it followed). No CHECKPOINT_* events: its completion is not
+    known, only that the job commits that offset if it completed."""
+    sent = {tp: o for tp, o in offsets.items() if commit_offset_for(o, source.engine) is not None}
+    detail = {vocab.DETAIL_INFERRED: True, vocab.DETAIL_RECOVERED: True}
+    return source.partition_events(vocab.EVENT_COMMIT_REQUESTED, after, checkpoint_id, sent, detail)
+
+
 def commits_failed(
     source: EventSource,
     stat: CheckpointStat,

@@ -63,11 +63,13 @@ class Prefetcher:
             self._thread.join(10)
 
     def watch(self, directory: str | None, floor: int) -> None:
-        """Scan ``directory`` (a job's checkpoint directory) for checkpoints above ``floor``."""
+        """Scan ``directory`` (a job's checkpoint directory) for checkpoints above ``floor``.
+
+        What was read of the previous directory stays until taken or forgotten: when a killed job
+        is resubmitted from its checkpoint, the sidecar recovers the dead job's last checkpoints
+        from it, though Flink deleted their files since (`watcher.FlinkWatcher._recover`)."""
         local = None if directory is None else local_dir(directory)
         with self._lock:
-            if local != self._directory:
-                self._found.clear()
             self._directory = local
             self._floor = floor
 

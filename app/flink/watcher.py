@@ -29,13 +29,14 @@ import os
 import posixpath
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
 import pyarrow.compute as pc
 
 from app.contracts import vocabulary as vocab
+from app.contracts.instants import instant
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import (
     FlinkCheckpointGoneError,
@@ -70,6 +71,10 @@ from app.stream.recorder import RunRecorder, recovered_mark
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_S = 1.0
+LOST_AT_END = (
+    "completed or failed between the sidecar's last poll of its run and the run's end, and deleted before "
+    "it was read"
+)
 # The columns the ledger reads below filter on: a read returns them with those asked for.
 _FILTERED = ("job_name", "run_id", "event_type")
 
@@ -149,6 +154,28 @@ class FlinkLedger:
             return []
         return sorted({(str(r["topic"]), int(r["partition"])) for r in rows.to_pylist()})
 
+    def latest_completion(self, run_id: str) -> tuple[int, int, dict[TopicPartitionKey, int | None]] | None:
+        """The newest recorded completion of ``run_id``: its checkpoint id, time (epoch ms) and raw
+        offsets."""
+        where = (
+            (pc.field("job_name") == self.job_name)
+            & (pc.field("event_type") == vocab.EVENT_CHECKPOINT_COMPLETED)
+            & (pc.field("run_id") == run_id)
+        )
+        rows = self.table.rows(
+            where, columns=[*_FILTERED, "checkpoint_id", "event_time", "topic", "partition", "raw_offset"]
+        )
+        if rows is None or rows.num_rows == 0:
+            return None
+        found = rows.to_pylist()
+        newest = max(int(r["checkpoint_id"]) for r in found)
+        mine = [r for r in found if int(r["checkpoint_id"]) == newest]
+        when = min(int(instant(r["event_time"]).timestamp() * 1000) for r in mine)
+        offsets = {
+            (r["topic"], int(r["partition"])): r["raw_offset"] for r in mine if r["partition"] is not None
+        }
+        return newest, when, offsets
+
     def last_run_id(self) -> str | None:
         return self.writer("-").facts().last_run_id
 
@@ -206,6 +233,7 @@ class _Run:
     newest: tuple[CheckpointStat, FlinkCheckpointOffsets] | None = None  # recorded, with partitions
     metrics: CommitMetrics | None = None  # where its source counts commits, once found
     commits: CommitCounts | None = None  # the counters at the last sample (None: no baseline yet)
+    failed_ids: set[int] = field(default_factory=set)  # its failed checkpoints: none of them is lost
 
 
 class FlinkWatcher:
@@ -508,8 +536,13 @@ class FlinkWatcher:
         checkpoints: Checkpoints,
     ) -> None:
         """Record the restored checkpoint as the previous run's completion when the ledger lacks it,
-        with the retained checkpoints before it that run did not record either: they completed between
-        its last poll and its end (a process killed moments after a few checkpoints)."""
+        with the checkpoints between that run's last recorded one and it: they completed between its
+        last poll and its end (a process killed moments after a few checkpoints, or a sidecar that
+        fell behind). Each is read from its retained files, else from what the read-ahead decoded
+        before Flink deleted them; one neither holds is lost: named in the restored completion's
+        `missed_checkpoints`, with the commit it may have requested where the checkpoints on both
+        sides agree on a partition's offset (it held that offset too), so the group's commit of it
+        is the job's own and not a FOREIGN_COMMIT."""
         restore = attempt.restore
         if restore is None or ev.restore_source(restore) != vocab.RESTORE_CHECKPOINT:
             return
@@ -518,23 +551,61 @@ class FlinkWatcher:
             return
         extra = recovered_mark(attempt.run_id)
         source = EventSource(self.ledger.job_name, previous, engine, self.group_id)
-        dead = self.ledger.recorder(source)
+        recorder = self.ledger.recorder(source)
+        reads: dict[int, tuple[str, FlinkCheckpointOffsets]] = {}
         for checkpoint_id, path in _retained_between(
             restore.external_path, max(held, default=-1), restore, self.storage_options
         ):
             try:
-                earlier = self.read(path)
+                reads[checkpoint_id] = (path, self.read(path))
             except (FlinkStateError, InfrastructureError) as exc:
                 log.warning(
                     "flink-watch: retained checkpoint %s of run %s not recovered: %s", path, previous, exc
                 )
+        last = self.ledger.latest_completion(previous) if held else None
+        gap = range(last[0] + 1, restore.checkpoint_id) if last is not None else range(0)
+        dead = self.run if self.run is not None and self.run.attempt.run_id == previous else None
+        failed = dead.failed_ids if dead is not None else set()
+        # already named by the run's own polls (a failover's history is still there to read)
+        named = {m.checkpoint_id for m in (dead.counts.missed or [])} if dead is not None else set()
+        for checkpoint_id in gap:
+            ahead = self._read_ahead(restore.external_path, checkpoint_id)
+            if checkpoint_id not in reads and ahead is not None:
+                reads[checkpoint_id] = ahead
+        writes: dict[int, list[LedgerEvent]] = {}
+        lost: list[ev.Missed] = []
+        below = None if last is None else (last[1], last[2])
+        for checkpoint_id in sorted({*reads, *(i for i in gap if i not in failed)}):
+            if checkpoint_id in reads:
+                path, earlier = reads[checkpoint_id]
+                stat = _stat_from_file(checkpoint_id, path, restore.restore_ms, self.storage_options)
+                if below is not None and _modified_ms(path, self.storage_options) is None:
+                    # read ahead, its files deleted since: it completed after the checkpoint below it
+                    stat = replace(stat, trigger_ms=below[0], ack_ms=below[0])
+                writes[checkpoint_id] = ev.checkpoint_events(
+                    for_engine(source, earlier.engine), stat, earlier, commits=False, extra=extra
+                )
+                below = (stat.ack_ms or stat.trigger_ms, {**ev.raw_offsets(earlier)})
                 continue
-            stat = _stat_from_file(checkpoint_id, path, restore.restore_ms, self.storage_options)
-            events = ev.checkpoint_events(
-                for_engine(source, earlier.engine), stat, earlier, commits=False, extra=extra
+            if checkpoint_id not in named:
+                lost.append(ev.Missed(checkpoint_id, vocab.MISSED_FILES_GONE, LOST_AT_END))
+            above = next((ev.raw_offsets(reads[i][1]) for i in sorted(reads) if i > checkpoint_id), restored)
+            if below is not None:
+                agreed = ev.agreed_offsets(below[1], above)
+                writes[checkpoint_id] = ev.lost_commit(source, checkpoint_id, ev.at_ms(below[0]), agreed)
+        for checkpoint_id in sorted(writes):
+            if writes[checkpoint_id]:
+                self.summary.events_written += _written(recorder, checkpoint_id, writes[checkpoint_id])
+        self.summary.checkpoints_recorded += len(reads)
+        for missed in lost:
+            self.summary.missed.append(missed.as_detail())
+            log.warning(
+                "flink-watch: checkpoint %d of run %s not recorded (%s): %s",
+                missed.checkpoint_id,
+                previous,
+                missed.reason,
+                missed.message,
             )
-            self.summary.events_written += _written(dead, checkpoint_id, events)
-            self.summary.checkpoints_recorded += 1
         in_history = next((s for s in checkpoints.history if s.checkpoint_id == restore.checkpoint_id), None)
         # A resubmission's history starts empty: the checkpoint completed before the restore.
         stat = in_history or _stat_from_file(
@@ -546,9 +617,20 @@ class FlinkWatcher:
         decoded = FlinkCheckpointOffsets(
             restore.checkpoint_id, engine, "", restore.external_path or "", offsets
         )
-        events = ev.checkpoint_events(source, stat, decoded, commits=False, extra=extra)
-        self.summary.events_written += _written(dead, restore.checkpoint_id, events)
+        events = ev.checkpoint_events(source, stat, decoded, missed=lost, commits=False, extra=extra)
+        self.summary.events_written += _written(recorder, restore.checkpoint_id, events)
         self.summary.checkpoints_recorded += 1
+
+    def _read_ahead(
+        self, restored_path: str | None, checkpoint_id: int
+    ) -> tuple[str, FlinkCheckpointOffsets] | None:
+        """What the read-ahead decoded of the dead run's `chk-<checkpoint_id>` (beside the restored
+        checkpoint), if it did."""
+        if self.prefetch is None or restored_path is None:
+            return None
+        path = f"{posixpath.dirname(restored_path.rstrip('/'))}/chk-{checkpoint_id}"
+        decoded = self.prefetch.take(path)
+        return None if decoded is None or decoded.checkpoint_id != checkpoint_id else (path, decoded)
 
     def _record(self, checkpoints: Checkpoints, run: _Run, before_ms: int | None = None) -> None:
         """Record ``run``'s checkpoints that completed since the last one handled, in id order."""
@@ -586,6 +668,7 @@ class FlinkWatcher:
         for stat in ready:
             if stat.failed:
                 run.counts.failed += 1
+                run.failed_ids.add(stat.checkpoint_id)
                 self.summary.failed_checkpoints += 1
             elif stat.checkpoint_id in reads:
                 self._write(stat, reads[stat.checkpoint_id], run)

@@ -1,16 +1,19 @@
 """Executing an incident's remedy plan (app.incidents.grouping builds the plan; `repair --execute` runs it).
 
 Only the reference job's raw-record sink (app.contracts.tables.SINK_SCHEMA: coordinates, key, value) can be
-repaired: its rows are exactly the source records, so a gap is closed by reading the records back
-from Kafka, and a duplicate by dropping the extra copies. Any other sink gets the plan only, and a
-job judged by another sink mode than ``coordinates`` is refused before anything runs.
+repaired, Delta or Iceberg alike (through the sink's handle, `storage.handles`): its rows are exactly
+the source records, so a gap is closed by reading the records back from Kafka, and a duplicate by
+dropping the extra copies. Any other sink gets the plan only, and so does an Iceberg sink addressed
+by path (SQL writes an Iceberg table through its catalog); a job judged by another sink mode than
+``coordinates`` is refused before anything runs.
 
 - replay: the ranges are read from Kafka with Spark (read_committed) and appended to the sink in
-  one Delta commit whose transaction id is derived from the incident, so running it again writes
-  nothing; offsets the sink already holds are left out.
-- delete_duplicates: the copies in the ranges are rewritten in one commit (``replaceWhere``) keeping
-  one copy per offset, the first writer's (the oldest data file); the table version before it is
-  the undo (Delta time travel / RESTORE).
+  one commit (a Delta commit, an Iceberg snapshot) whose transaction id is derived from the
+  incident, so running it again writes nothing; offsets the sink already holds are left out.
+- delete_duplicates: the copies in the ranges are rewritten in one commit keeping one copy per
+  offset, the first writer's (the oldest data file: Delta's file time, Iceberg's data sequence
+  number); the table version before it is the undo (Delta's RESTORE, Iceberg's
+  rollback_to_snapshot).
 - reset_offsets: the group's offsets are set through the Admin API, only while the group has no
   active members (a running consumer would overwrite them, or be confused by them), and only when
   they differ from the plan's: a rerun commits nothing.
@@ -50,7 +53,7 @@ from app.incidents.remedy import (
     StepResult,
 )
 from app.kafka.clients import spark_kafka_options
-from app.storage.handles import TableHandle
+from app.storage.handles import FORMAT_NAMES, TableHandle
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +120,7 @@ def replay(
     incident_id: str,
     ranges: Sequence[OffsetRange],
 ) -> Replayed:
-    """Append the ranges' records the sink lacks, in one idempotent Delta commit."""
+    """Append the ranges' records the sink lacks, in one idempotent commit."""
     sink = sink_table.load()
     present = sink.where(_in_ranges(ranges)).select("kafka_topic", "kafka_partition", "kafka_offset")
     records = read_ranges(spark, cfg, bootstrap, ranges).select(
@@ -147,11 +150,9 @@ def replay(
 
 
 def delete_duplicates(sink_table: TableHandle, ranges: Sequence[OffsetRange]) -> DuplicatesDeleted:
-    """Keep one copy per offset in ``ranges``, the first writer's, in one Delta commit."""
+    """Keep one copy per offset in ``ranges``, the first writer's, in one commit."""
     sink = sink_table.load()
-    inside = sink.where(_in_ranges(ranges)).select(
-        "*", F.col("_metadata.file_modification_time").alias("_written")
-    )
+    inside = sink_table.load_with_write_order("_written").where(_in_ranges(ranges))
     first = Window.partitionBy("kafka_topic", "kafka_partition", "kafka_offset").orderBy(
         F.col("_written").asc(), F.col("_checkpoint_id").asc_nulls_last(), F.col("_run_id").asc_nulls_last()
     )
@@ -238,9 +239,13 @@ def execute(
         )
     steps = incident.remedy.steps
     if any(isinstance(s, (ReplayStep, DeleteDuplicatesStep)) for s in steps):
+        refused = sink_table.repair_refusal()
+        if refused is not None:
+            raise UsageError(f"{refused}: only the plan can be produced")
         stored = sink_table.scan()
         if stored is None:
-            raise UsageError(f"no Delta table at {sink_table.location}, the sink of job {incident.job_name}")
+            kind = FORMAT_NAMES[sink_table.table_format]
+            raise UsageError(f"no {kind} table at {sink_table.location}, the sink of job {incident.job_name}")
         columns = stored.columns
         if not is_reference_sink(columns):
             raise UsageError(
@@ -259,8 +264,8 @@ def execute(
         actions.append(done)
         log.info("repair %s: %s", incident.incident_id, done)
     changed = [a.version_before for a in actions if isinstance(a, SinkCommitted) and a.changed]
-    # The version before the first change undoes them all (Delta time travel).
-    undo = [f"RESTORE TABLE delta.`{sink_table.location}` TO VERSION AS OF {min(changed)}"] if changed else []
+    # The version before the first change undoes them all (Delta time travel, Iceberg rollback).
+    undo = [sink_table.undo_statement(min(changed))] if changed else []
     return RepairOutcome(tuple(actions), tuple(undo))
 
 

@@ -24,7 +24,10 @@ from app.config import AppConfig
 from app.contracts.findings import StoredFinding
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
 from app.contracts.vocabulary import (
+    BATCH_SINK_MODES,
     COMMAND_RECONCILE,
+    DETAIL_EXTERNAL_PATH,
+    DETAIL_FLINK_JOB_ID,
     DETAIL_QUERY_ID,
     DUPLICATE,
     EVENT_RUN_STARTED,
@@ -32,6 +35,7 @@ from app.contracts.vocabulary import (
     SEVERITIES,
     SINK_COORDINATES,
     SINK_DELTA_BATCHES,
+    SINK_ICEBERG_SNAPSHOTS,
     SINK_NONE,
     severity_at_least,
 )
@@ -61,6 +65,7 @@ from app.reconcile.outputs import (
     resolve_scope,
 )
 from app.reconcile.sink import batches as sb
+from app.reconcile.sink import snapshots as snap
 from app.reconcile.sink.coordinates import (
     SinkReader,
     _rows_to_ranges,
@@ -68,7 +73,7 @@ from app.reconcile.sink.coordinates import (
     sink_columns,
 )
 from app.reconcile.sink.offsets import PartitionSink
-from app.storage.handles import AuditTables
+from app.storage.handles import DELTA, FORMAT_NAMES, ICEBERG, AuditTables
 
 log = logging.getLogger(__name__)
 
@@ -253,8 +258,8 @@ def _sink_and_restart_findings(
         mode = p.cfg.reconcile.sink_mode_for(job)
         if mode == SINK_NONE:
             continue  # ledger x group commits only: the sink is not read at all
-        if mode == SINK_DELTA_BATCHES:
-            sink_rows += _delta_batch_findings(p, job)
+        if mode in BATCH_SINK_MODES:
+            sink_rows += _batch_findings(p, job, mode)
             continue
         sink_table = tables.sink_for(job)
         df = sink_table.scan()
@@ -262,7 +267,8 @@ def _sink_and_restart_findings(
             # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
             raise ConfigError(
                 tables.sink_key_for(job),
-                f"no Delta table at {sink_table.location} (the sink of job {job}); nothing was written",
+                f"no {FORMAT_NAMES[sink_table.table_format]} table at {sink_table.location} (the sink "
+                f"of job {job}); nothing was written",
             )
         sink = SinkReader(df, cols)
         outcome = examine_sink(spark, sink, by_job.get(job, []), active.get(job))
@@ -301,30 +307,37 @@ def _sink_and_restart_findings(
 
 
 def _judged_from_source(cfg: AppConfig, restart: Mapping[str, Any]) -> bool:
-    """A skip of a job whose sink cannot show missing records (`delta_batches`, `none`); a
-    `coordinates` sink's GAPs inside the skipped range tell what it lacks (and a repair mends)."""
+    """A skip of a job whose sink cannot show missing records (`delta_batches`, `iceberg_snapshots`,
+    `none`); a `coordinates` sink's GAPs inside the skipped range tell what it lacks (and a repair
+    mends)."""
     return (
         restart["classification"] == RESTART_SKIPPED
         and cfg.reconcile.sink_mode_for(restart["job_name"]) != SINK_COORDINATES
     )
 
 
-def _delta_batch_findings(p: _Pass, job: str) -> list[Finding]:
-    """``job``'s completed batches against its Delta sink's commits (app.reconcile.sink.batches)."""
+def _batch_findings(p: _Pass, job: str, mode: str) -> list[Finding]:
+    """``job``'s completed batches against its sink's log: a Delta sink's commits
+    (app.reconcile.sink.batches), an Iceberg sink's snapshots (app.reconcile.sink.snapshots)."""
     r, window, sink = p.cfg.reconcile, p.audit.window, p.tables.sink_for(job)
+    iceberg = mode == SINK_ICEBERG_SNAPSHOTS
+    _require_format(p, job, mode, ICEBERG if iceberg else DELTA)
     since = None if window.since is None else window.since - timedelta(days=r.baseline_lookback_days)
-    log_ = sink.sink_log(since)
-    if log_ is None:
+    whole = sink.sink_log(since)
+    if whole is None:
         # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
-        where = f"no Delta table at {sink.location} (the sink of job {job}); nothing was written"
+        kind = "Iceberg" if iceberg else "Delta"
+        where = f"no {kind} table at {sink.location} (the sink of job {job}); nothing was written"
         raise ConfigError(p.tables.sink_key_for(job), where)
     checkpoints = [c for c in p.audit.checkpoints() if c["job_name"] == job]
     fixed = r.sink_app_id_by_job.get(job)
     query_ids = p.audit.run_detail(DETAIL_QUERY_ID)
+    # A Flink job's snapshots name its Flink job id (iceberg_snapshots only: Delta has no Flink sink here).
+    flink_ids = {k: v for k, v in p.audit.run_detail(DETAIL_FLINK_JOB_ID).items() if iceberg and k[0] == job}
     app_ids = {
         run: app_id
         for run in {str(c["run_id"]) for c in checkpoints}
-        if (app_id := fixed or query_ids.get((job, run))) is not None
+        if (app_id := fixed or query_ids.get((job, run)) or flink_ids.get((job, run))) is not None
     }
     if checkpoints and not app_ids:
         log.warning(
@@ -337,11 +350,37 @@ def _delta_batch_findings(p: _Pass, job: str) -> list[Finding]:
     restored = {(run, t, part): o for (j, run, t, part), o in p.audit.restored_offsets().items() if j == job}
     batches = sb.batches_of(checkpoints, app_ids, restored, _queries(job, query_ids, p.audit.run_starts()))
     in_flight: dict[str, int] = {}
-    if job in p.audit.active_runs():
+    unsettled: dict[str, int] = {}
+    active = p.audit.active_runs().get(job)
+    if active is not None:
         # A running job commits a batch to the sink before its checkpoint completes.
         for b in batches:
             in_flight[b.app_id] = max(in_flight.get(b.app_id, 0), b.batch_id + 1)
-    return sb.batch_findings(batches, log_, window, in_flight)
+        if (job, active) in flink_ids:
+            # Flink commits a checkpoint to Iceberg once it completed: the newest may not be there yet.
+            unsettled[flink_ids[(job, active)]] = in_flight.get(flink_ids[(job, active)], 1) - 1
+    if not iceberg:
+        return sb.batch_findings(batches, whole, window, in_flight)
+    restored_runs = {run for (j, run) in p.audit.run_detail(DETAIL_EXTERNAL_PATH) if j == job}
+    flink_runs = {run for _, run in flink_ids}
+    return snap.snapshot_findings(
+        batches, whole, window, since, flink_runs, restored_runs, in_flight, unsettled
+    )
+
+
+def _require_format(p: _Pass, job: str, mode: str, expected: str) -> None:
+    """Fail, naming the mode's key, when ``job``'s sink is of another format than its mode reads."""
+    sink = p.tables.sink_for(job)
+    if sink.table_format == expected or (expected == ICEBERG and not sink.exists()):
+        return  # a missing Iceberg sink is said as a missing sink is
+    by_job = job in p.cfg.reconcile.sink_mode_by_job
+    key = f"reconcile.sink_mode_by_job.{job}" if by_job else "reconcile.sink_mode"
+    fitting = SINK_ICEBERG_SNAPSHOTS if sink.table_format == ICEBERG else SINK_DELTA_BATCHES
+    raise ConfigError(
+        key,
+        f"sink mode {mode} reads a {expected} sink; the sink of job {job} ({sink.location}) is "
+        f"{sink.table_format}: set {fitting}",
+    )
 
 
 def _queries(

@@ -81,9 +81,10 @@ def completeness_rows(
     """Share of the records that should be in the sink and are: distinct sink offsets against
     those plus the offsets of unresolved GAP findings (``missing``, per job/topic/partition).
 
-    A job whose sink rows are not counted (sink mode `delta_batches` or `none`: its summary's
-    ``sink_distinct`` is null) has no share at all: ``present`` and ``completeness`` are None, shown
-    as "not counted", since 0 present would read as everything lost and 100% as all verified."""
+    A job whose sink rows are not counted (sink mode `delta_batches`, `iceberg_snapshots` or `none`:
+    its summary's ``sink_distinct`` is null) has no share at all: ``present`` and ``completeness``
+    are None, shown as "not counted", since 0 present would read as everything lost and 100% as all
+    verified."""
     out = []
     for r in summary:
         key = (r["job_name"], r["topic"], r["partition"])

@@ -20,7 +20,11 @@ def spark_session(cfg: AppConfig) -> SparkSession:
     on_cluster = cfg.spark.mode == "cluster" or (cfg.spark.mode == "auto" and running_under_spark_submit())
     jars = [] if on_cluster else jvm.spark_extra_jars(cfg.paths.cache_dir)
     return build_spark_session(
-        cfg.spark, jars, cfg.paths.under("warehouse"), storage_options=cfg.storage.options
+        cfg.spark,
+        jars,
+        cfg.paths.under("warehouse"),
+        storage_options=cfg.storage.options,
+        iceberg=cfg.iceberg,
     )
 
 

@@ -1,4 +1,6 @@
-"""The one place a SparkSession is made: Delta enabled, Kafka connector on the classpath, UTC.
+"""The one place a SparkSession is made: Delta and Iceberg enabled (one Spark catalog per catalog of
+`iceberg.catalogs`, so a user's job and the audit name the same tables), Kafka connector on the
+classpath, UTC.
 
 Locally it is sized for a small machine. Under spark-submit on a real cluster (mode 'auto' detects it,
 'cluster' forces it) the session the launcher configured is taken as it is: we add only the SQL
@@ -19,7 +21,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
-from app.config import SparkConfig
+from app.config import IcebergCatalogConfig, IcebergConfig, SparkConfig
 from app.runtime.child_processes import Preexec, chain_preexec, parent_death_preexec
 from app.runtime.log_config import driver_log_options
 
@@ -27,6 +29,10 @@ log = logging.getLogger(__name__)
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+ICEBERG_EXTENSION = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+ICEBERG_CATALOG = "org.apache.iceberg.spark.SparkCatalog"
+# Iceberg's Spark catalog types by the config's (a SQL catalog is Iceberg's JDBC catalog).
+_SPARK_CATALOG_TYPES: Mapping[str, str] = {"hadoop": "hadoop", "sql": "jdbc", "rest": "rest"}
 
 # Settings the application's logic relies on, in every mode.
 REQUIRED_SQL_CONF: Mapping[str, str] = {
@@ -44,8 +50,47 @@ def running_under_spark_submit(environ: Mapping[str, str] | None = None) -> bool
     return "PYSPARK_GATEWAY_PORT" in env
 
 
+def jdbc_uri(uri: str) -> str:
+    """A SQL catalog's SQLAlchemy URI (what pyiceberg takes) as the JDBC URL Iceberg's JDBC catalog
+    takes: sqlite:////abs/catalog.db -> jdbc:sqlite:/abs/catalog.db, postgresql+psycopg://h/db ->
+    jdbc:postgresql://h/db; a jdbc: URL as it stands."""
+    if uri.startswith("jdbc:"):
+        return uri
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return uri
+    scheme = scheme.split("+", 1)[0]
+    if scheme == "sqlite":
+        return f"jdbc:sqlite:{rest[1:] if rest.startswith('/') else rest}"
+    return f"jdbc:{scheme}://{rest}"
+
+
+def catalog_conf(name: str, catalog: IcebergCatalogConfig) -> dict[str, str]:
+    """The Spark settings of one Iceberg catalog of `iceberg.catalogs`."""
+    prefix = f"spark.sql.catalog.{name}"
+    conf = {prefix: ICEBERG_CATALOG, f"{prefix}.type": _SPARK_CATALOG_TYPES[catalog.type]}
+    if catalog.warehouse:
+        conf[f"{prefix}.warehouse"] = catalog.warehouse
+    if catalog.uri:
+        conf[f"{prefix}.uri"] = jdbc_uri(catalog.uri) if catalog.type == "sql" else catalog.uri
+    conf.update({f"{prefix}.{key}": value for key, value in catalog.properties.items()})
+    return conf
+
+
+def iceberg_conf(iceberg: IcebergConfig) -> dict[str, str]:
+    """Every configured Iceberg catalog as a Spark catalog of the same name."""
+    conf: dict[str, str] = {}
+    for name, catalog in sorted(iceberg.catalogs.items()):
+        conf.update(catalog_conf(name, catalog))
+    return conf
+
+
 def local_conf(
-    cfg: SparkConfig, jars: Sequence[Path], warehouse_dir: str, log_level: int = logging.INFO
+    cfg: SparkConfig,
+    jars: Sequence[Path],
+    warehouse_dir: str,
+    log_level: int = logging.INFO,
+    iceberg: IcebergConfig | None = None,
 ) -> dict[str, str]:
     """Everything a local session needs, as plain key/values so tests can check it without a JVM.
 
@@ -59,7 +104,8 @@ def local_conf(
         "spark.driver.memory": cfg.driver_memory,
         "spark.sql.shuffle.partitions": str(cfg.shuffle_partitions),
         "spark.default.parallelism": str(cfg.shuffle_partitions),
-        "spark.sql.extensions": DELTA_EXTENSION,
+        # Both formats' SQL (Delta's RESTORE, Iceberg's CALL ... system.*): the jars are on the classpath.
+        "spark.sql.extensions": f"{DELTA_EXTENSION},{ICEBERG_EXTENSION}",
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
         "spark.sql.warehouse.dir": warehouse_dir,
         "spark.ui.enabled": "false",
@@ -78,6 +124,7 @@ def local_conf(
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     }
     conf.update(REQUIRED_SQL_CONF)
+    conf.update(iceberg_conf(iceberg or IcebergConfig()))
     conf.update(cfg.conf)  # the user's spark.conf wins over our defaults
     return conf
 
@@ -88,12 +135,18 @@ def build_spark_session(
     warehouse_dir: str = "data/warehouse",
     environ: Mapping[str, str] | None = None,
     storage_options: Mapping[str, str] | None = None,
+    iceberg: IcebergConfig | None = None,
 ) -> SparkSession:
     on_cluster = cfg.mode == "cluster" or (cfg.mode == "auto" and running_under_spark_submit(environ))
     if on_cluster:
         log.info("using the SparkSession configured by spark-submit (cluster mode)")
         spark = SparkSession.builder.appName(cfg.app_name).getOrCreate()
-        for key, value in {**REQUIRED_SQL_CONF, **cfg.conf}.items():
+        # A catalog is loaded on its first use: settable on a running session, unlike extensions.
+        for key, value in {
+            **REQUIRED_SQL_CONF,
+            **iceberg_conf(iceberg or IcebergConfig()),
+            **cfg.conf,
+        }.items():
             if key.startswith("spark.sql."):
                 spark.conf.set(key, value)
         _require_delta(spark)
@@ -102,7 +155,7 @@ def build_spark_session(
     # Local Python workers (mapInArrow, UDFs) must run this interpreter, not whatever 'python3' is on
     # PATH, to see the same packages (pyarrow, app). SparkContext reads only the environment for this.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = local_conf(cfg, jars, warehouse_dir, logging.getLogger().getEffectiveLevel())
+    conf = local_conf(cfg, jars, warehouse_dir, logging.getLogger().getEffectiveLevel(), iceberg)
     # Spark picks its own host from this variable, or warns that the machine's name resolves to a
     # loopback address and takes another interface; the driver binds to loopback anyway.
     os.environ.setdefault("SPARK_LOCAL_IP", conf["spark.driver.bindAddress"])

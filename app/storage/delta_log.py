@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -40,6 +40,10 @@ class SinkCommit:
     ``txns``: the (app id, version) of its ``txn`` actions. ``rows_added``: records in its added
     files (their stats' numRecords), else the rows its commitInfo's metrics count, else unknown.
     ``restored_to``/``restored_at``: for a RESTORE, the version or instant the table went back to.
+    An Iceberg sink's snapshot is one too (`storage.iceberg.sink_log_of`): its version is the
+    snapshot id, its txn the Spark query's id and epoch of its summary, and ``flink`` the Flink
+    committer's (job id, operator id, max committed checkpoint id), which covers every checkpoint of
+    that job above the one its previous snapshot covered.
     """
 
     version: int
@@ -49,21 +53,42 @@ class SinkCommit:
     rows_added: int | None = None
     restored_to: int | None = None
     restored_at: datetime | None = None
+    flink: tuple[str, str, int] | None = None
 
 
 @dataclass(frozen=True)
 class SinkLog:
     """The commits read, by version, and the oldest version whose commit file still exists (older
-    ones were cleaned past log retention: None when the log holds no commit file at all)."""
+    ones were cleaned past log retention: None when the log holds no commit file at all).
+
+    An Iceberg sink's log (`storage.iceberg.sink_log_of`) says itself what a Delta log's RESTOREs
+    and first version say: ``taken_back``, the snapshots a rollback took out of the table's current
+    history (-> the current snapshot), and ``expired_before``, when its history starts after an
+    expiry. ``version_key``/``undone_key``: the evidence keys that name its versions and what took
+    them back (a Delta version and its RESTORE, an Iceberg snapshot id and the current snapshot)."""
 
     commits: tuple[SinkCommit, ...]
     first_version: int | None
+    taken_back: Mapping[int, int] | None = None
+    expired_before: datetime | None = None
+    version_key: str = "sink_versions"
+    undone_key: str = "removed_by_restore"
+    gone_meaning: str = "the sink's commit files of this time were cleaned (log retention)"
+    # The app ids the whole log names, where its commits were read from a point on (Iceberg: the
+    # summaries of older snapshots are skipped, not their writers' names); None: the commits' txns.
+    named_apps: frozenset[str] | None = None
+
+    def undone(self) -> dict[int, int]:
+        """Version -> what took its output out of the table (`undone_versions` for Delta)."""
+        return dict(self.taken_back) if self.taken_back is not None else undone_versions(self.commits)
 
     @property
     def starts_at(self) -> datetime | None:
         """When the oldest commit file left was written, when log cleanup removed older ones;
         None for a complete log (it starts at version 0) or one whose first commit was not read.
         A batch completed before it may have had a commit that is gone: unverifiable, not lost."""
+        if self.expired_before is not None:
+            return self.expired_before
         if self.first_version in (None, 0):
             return None
         first = next((c for c in self.commits if c.version == self.first_version), None)
@@ -245,3 +270,11 @@ def output_kept(commits: Sequence[SinkCommit], undone: Mapping[int, int]) -> boo
     RESTORE (``undone``) took back added no rows (an empty batch: nothing was lost)."""
     taken = [c for c in commits if c.version in undone]
     return len(taken) < len(commits) or (bool(taken) and not any(c.rows_added for c in taken))
+
+
+def commits_since(log: SinkLog, since: datetime | None) -> SinkLog:
+    """The log's commits made at or after ``since`` (all of them for None, and the undated)."""
+    if since is None:
+        return log
+    kept = tuple(c for c in log.commits if c.timestamp is None or c.timestamp >= since)
+    return replace(log, commits=kept)

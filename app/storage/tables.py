@@ -10,7 +10,7 @@ from typing import Final
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from app.config import AppConfig, PathsConfig
+from app.config import ICEBERG_PREFIX, AppConfig, IcebergConfig, PathsConfig, check_iceberg_address
 from app.errors import (
     InfrastructureError,
 )
@@ -36,9 +36,10 @@ TABLE_NAMES: Final = (
 
 def resolve(paths: PathsConfig, value: str, name: str) -> str:
     """The location of table ``name`` configured as ``value``: "" is <data_dir>/tables/<name>, a bare
-    name lives under <data_dir>/tables, anything with a slash is a path or URI as it stands."""
+    name lives under <data_dir>/tables, anything with a slash is a path or URI as it stands, and so
+    is an Iceberg catalog address (iceberg:<catalog>.<namespace>.<table>)."""
     chosen = value or name
-    return chosen if "/" in chosen else paths.under("tables", chosen)
+    return chosen if "/" in chosen or chosen.startswith(ICEBERG_PREFIX) else paths.under("tables", chosen)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ class Tables:
     completeness: str
     sink_by_job: Mapping[str, str] = field(default_factory=dict)
     sink_key: str = "tables.sink"
+    # The catalogs an Iceberg sink's address names (`iceberg.catalogs`).
+    iceberg: IcebergConfig = field(default_factory=IcebergConfig)
 
     def sink_for(self, job: str) -> str:
         return self.sink_by_job.get(job, self.sink)
@@ -82,11 +85,13 @@ def tables_from_config(cfg: AppConfig, sink_override: str | None = None) -> Tabl
     t, p = cfg.tables, cfg.paths
     located = {name: resolve(p, getattr(t, name), name) for name in TABLE_NAMES}
     if sink_override:
+        check_iceberg_address(sink_override, cfg.iceberg, "--sink")
         located["sink"] = sink_override
     return Tables(
         **located,
         sink_by_job={} if sink_override else {job: resolve(p, v, "sink") for job, v in t.sink_by_job.items()},
         sink_key="--sink" if sink_override else "tables.sink",
+        iceberg=cfg.iceberg,
     )
 
 

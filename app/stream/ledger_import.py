@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
 
+from app.config import IcebergConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import EventSource, LedgerEvent, TopicPartitionKey
 from app.errors import UsageError
@@ -124,7 +125,10 @@ def no_checkpoint(directory: str) -> UsageError:
 
 
 def no_sink_table(path: str) -> UsageError:
-    return UsageError(f"--sink {path}: no Delta table there (no commit file in {path}/_delta_log)")
+    return UsageError(
+        f"--sink {path}: no Delta table there (no commit file in {path}/_delta_log) nor Iceberg table "
+        "(no metadata file in its metadata/)"
+    )
 
 
 def checkpoint_query_id(checkpoint: CheckpointFiles) -> str:
@@ -135,7 +139,11 @@ def checkpoint_query_id(checkpoint: CheckpointFiles) -> str:
 
 
 def check_inputs(
-    storage: StorageSettings, directory: str, sink: str | None = None, sink_app_id: str | None = None
+    storage: StorageSettings,
+    directory: str,
+    sink: str | None = None,
+    sink_app_id: str | None = None,
+    catalogs: IcebergConfig | None = None,
 ) -> None:
     """The checks `import_checkpoint` makes before it writes anything, made without a JVM where
     the checkpoint is read on the driver (`driver_files`: a local disk, an S3 store), so a wrong
@@ -151,7 +159,7 @@ def check_inputs(
     if sink is None:
         return
     app_id = sink_app_id or parse_query_id(metadata)
-    held = open_handle("sink", sink, storage).holds_txn_of(app_id)
+    held = open_handle("sink", sink, storage, catalogs).holds_txn_of(app_id)
     if held is None:
         raise no_sink_table(sink)
     if not held and batch_ids(checkpoint.names(COMMITS)):
@@ -190,13 +198,16 @@ def import_checkpoint(
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     sink: str | None = None,
     sink_app_id: str | None = None,
+    catalogs: IcebergConfig | None = None,
 ) -> ImportResult:
     """Write the ledger events of ``checkpoint``'s retained batches that the ledger at ``ledger``
     lacks, as job ``job_name``; ``progress(done, total)`` every ``progress_every`` batches.
 
     ``storage``: the ledger's and the sink's storage settings (the session, or a `StorageConfig`),
     by default the checkpoint's session. ``sink``: the query's Delta sink, whose commits carry the
-    txn app id ``sink_app_id`` (default: the query's id, as Spark's Delta sink writes it). A
+    txn app id ``sink_app_id`` (default: the query's id, as Spark's Delta sink writes it), or its
+    Iceberg sink (a path, or an ``iceberg:`` address of ``catalogs``), whose snapshots carry the
+    query's id and the batch id in their summaries (`storage.iceberg`). A
     missing checkpoint, a sink that is no Delta table or holds no commit of the app id is a
     UsageError, raised before anything is written; an unreachable ledger raises the storage's error
     (an infrastructure error)."""
@@ -206,7 +217,7 @@ def import_checkpoint(
     settings = checkpoint.spark if storage is None else storage
     evidence = None
     if sink is not None:
-        evidence = read_sink(settings, sink, sink_app_id or query_id)
+        evidence = read_sink(settings, sink, sink_app_id or query_id, catalogs)
         require_commits(evidence, committed, sink_app_id is not None)
     writer = LedgerWriter(
         checkpoint.spark if storage is None else storage,
@@ -256,9 +267,12 @@ def import_checkpoint(
     return _with_sink_counts(result, checkpoint, evidence, statuses, committed)
 
 
-def read_sink(storage: StorageSettings, path: str, app_id: str) -> SinkEvidence:
-    """The sink's log, for the commits of ``app_id``; a UsageError when ``path`` is no Delta table."""
-    log_ = open_handle("sink", path, storage).sink_log()
+def read_sink(
+    storage: StorageSettings, path: str, app_id: str, catalogs: IcebergConfig | None = None
+) -> SinkEvidence:
+    """The sink's log (a Delta table's commits, an Iceberg table's snapshots), for the commits of
+    ``app_id``; a UsageError when ``path`` is neither."""
+    log_ = open_handle("sink", path, storage, catalogs).sink_log()
     if log_ is None:
         raise no_sink_table(path)
     return SinkEvidence.of(path, app_id, log_)

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Final
 
 from app.errors import UsageError
-from app.storage.delta_log import SinkCommit, SinkLog, commits_by_txn, output_kept, undone_versions
+from app.storage.delta_log import SinkCommit, SinkLog, commits_by_txn, output_kept
 
 HELD: Final = "held"
 LACKED: Final = "lacked"
@@ -46,7 +46,7 @@ class SinkEvidence:
     def of(cls, path: str, app_id: str, log: SinkLog) -> SinkEvidence:
         by_txn = commits_by_txn(log.commits)
         batches = {v: tuple(cs) for (a, v), cs in by_txn.items() if a == app_id}
-        return cls(path, app_id, log, batches, undone_versions(log.commits))
+        return cls(path, app_id, log, batches, log.undone())
 
     def committed_at(self, batch: int) -> datetime | None:
         """When the sink first committed ``batch``'s output: Spark's Delta sink commits it just

@@ -204,12 +204,14 @@ class JobSpec:
     num_retained: int = 3
     interval_ms: int = 1000
     parallelism: int = 2
+    record_delay_ms: int = 0  # a slow operator chained to the source: milliseconds a record
 
     def args(self) -> list[str]:
         return [
             "--bootstrap", self.bootstrap, "--topic", self.topic, "--group", self.group,
             "--source", self.source, "--start", self.start, "--num-retained", str(self.num_retained),
             "--interval-ms", str(self.interval_ms), "--parallelism", str(self.parallelism),
+            "--record-delay-ms", str(self.record_delay_ms),
         ]  # fmt: skip
 
 

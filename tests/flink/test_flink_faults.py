@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
@@ -32,6 +32,7 @@ from tests.flink.watching import (
     restart_on_same_port,
     start_sidecar,
     stop_sidecar,
+    wait_group,
     wait_recorded,
 )
 from tests.support.kafka_admin import alter_group
@@ -245,25 +246,3 @@ def delete_records(admin: AdminClient, topic: str, before: dict[int, int]) -> No
         f"deleting the records of {topic}",
         KAFKA_TIMEOUT_S,
     )
-
-
-def wait_group(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    """Until the group's committed offsets are ``offsets``, asked through one consumer of the group
-    that never joins it."""
-    consumer = Consumer(plain_conf(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
-    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-
-    def committed() -> dict[int, int]:
-        found = retry_kafka(
-            lambda left: consumer.committed(partitions, timeout=left),
-            f"reading the offsets of {group}",
-            KAFKA_TIMEOUT_S,
-        )
-        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
-
-    try:
-        wait_for(
-            lambda: True if committed() == offsets else None, LEDGER_WAIT_S, f"{group} at {offsets}", 1.0
-        )
-    finally:
-        consumer.close()

@@ -26,10 +26,12 @@ from tests.flink.watching import (
     Processes,
     audit_config,
     completions,
+    evidence,
     flink_import,
     processes,  # noqa: F401 (a fixture)
     reconcile_findings,
     restart_on_same_port,
+    serious,
     start_sidecar,
     stop_sidecar,
     wait_recorded,
@@ -129,9 +131,7 @@ def test_a_killed_flink_job_restored_from_its_latest_checkpoint_is_an_exact_resu
     cfg = audit_config(tmp_path, bootstrap, ledger, JOB, ["reconcile.confirm_gaps=false"])
     now = datetime.now(UTC)
     found = reconcile_findings(spark, cfg, bootstrap, group, since, now, "rec-flink")
-    assert [
-        (f.finding_type, f.severity) for f in found if vocab.severity_at_least(f.severity, vocab.WARN)
-    ] == []
+    assert serious(found) == [], evidence(found)
     types = {f.finding_type for f in found}
     assert vocab.FOREIGN_COMMIT not in types  # the group's commits are the job's own
     assert vocab.UNCLEAN_STOP in types  # the kill was seen, and judged harmless (info)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from deltalake import DeltaTable
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
@@ -23,12 +24,14 @@ from pyspark.sql import functions as F
 from app import cli
 from app.config import AppConfig, load_config
 from app.contracts import vocabulary as vocab
+from app.kafka.clients import plain_conf, retry_kafka
 from app.offsets_topic.run import ingest_offsets
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.runtime.child_processes import parent_death_preexec
 from app.storage.tables import tables_from_config
 from tests.flink.harness import FlinkJob, JobSpec, wait_for
+from tests.support.streaming import KAFKA_TIMEOUT_S
 
 FLINK_JOB_NAME = "offset-audit-flink-test"  # what the test job runner names its job
 LEDGER_WAIT_S = 120.0
@@ -155,6 +158,22 @@ def reconcile_findings(
     return findings.where(F.col("reconcile_run_id") == run_id).collect()
 
 
+def serious(found: Sequence[Row], at_least: str = vocab.WARN) -> list[tuple[str, str]]:
+    """(finding type, severity) of the findings at ``at_least`` or above."""
+    return [(f.finding_type, f.severity) for f in found if vocab.severity_at_least(f.severity, at_least)]
+
+
+def evidence(found: Sequence[Row], at_least: str = vocab.WARN) -> str:
+    """The full rows of the findings at ``at_least`` or above, evidence included: what a failed
+    assertion prints, so a failure on a CI machine says which commit or checkpoint it was about."""
+    rows = [
+        {**f.asDict(), "evidence": json.loads(f.evidence or "{}")}
+        for f in found
+        if vocab.severity_at_least(f.severity, at_least)
+    ]
+    return json.dumps(rows, indent=1, default=str, sort_keys=True)
+
+
 def flink_import(path: Path, ledger: Path, job_name: str, group: str) -> dict[str, Any]:
     """`flink-import` of ``path``: its `--json` summary. The tail of a job whose process ended with it:
     what completed after the sidecar's last poll is retained (RETAIN_ON_CANCELLATION)."""
@@ -165,3 +184,25 @@ def flink_import(path: Path, ledger: Path, job_name: str, group: str) -> dict[st
     assert code == 0
     result: dict[str, Any] = json.loads(buffer.getvalue())
     return result
+
+
+def wait_group(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Until the group's committed offsets are ``offsets``, asked through one consumer of the group
+    that never joins it."""
+    consumer = Consumer(plain_conf(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
+    partitions = [TopicPartition(topic, p) for p in sorted(offsets)]
+
+    def committed() -> dict[int, int]:
+        found = retry_kafka(
+            lambda left: consumer.committed(partitions, timeout=left),
+            f"reading the offsets of {group}",
+            KAFKA_TIMEOUT_S,
+        )
+        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+
+    try:
+        wait_for(
+            lambda: True if committed() == offsets else None, LEDGER_WAIT_S, f"{group} at {offsets}", 1.0
+        )
+    finally:
+        consumer.close()

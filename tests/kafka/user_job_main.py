@@ -5,12 +5,14 @@ topics TOPIC matches (`subscribePattern`), the others TOPIC itself.
 
     python -m tests.kafka.user_job_main BOOTSTRAP TOPIC CHECKPOINT SINK LEDGER JOB DATA_DIR [a|b|c]
         [--session] [--group GROUP --commit-to SERVERS] [--to-end] [--log FILE]
+        [--iceberg-warehouse DIR]
 
 --session audits through `attach_session` (the query attached at its first progress report)
 instead of `attach` right after `start()`; --group commits each batch to GROUP through the
 brokers SERVERS; --to-end reads what the topic holds and ends (availableNow), the audit closed by
 its `with` block; --log is the application configuring Python logging (every record of level INFO
-and up, as `name|level|message` lines in FILE); without it the application configures none.
+and up, as `name|level|message` lines in FILE); without it the application configures none;
+--iceberg-warehouse gives the session the Hadoop catalog `lake` at DIR (job (i) writes SINK in it).
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="user_job_main")
     for name in ("bootstrap", "topic", "checkpoint", "sink", "ledger", "job", "data_dir"):
         parser.add_argument(name)
-    parser.add_argument("kind", nargs="?", default="a", choices=("a", "b", "c"))
+    parser.add_argument("kind", nargs="?", default="a", choices=("a", "b", "c", "i"))
     parser.add_argument("--session", action="store_true")
     parser.add_argument("--group")
     parser.add_argument("--commit-to")
     parser.add_argument("--to-end", action="store_true")
     parser.add_argument("--log")
+    parser.add_argument("--iceberg-warehouse")
     return parser.parse_args(argv)
 
 
@@ -47,7 +50,13 @@ def main(argv: list[str]) -> int:
     args = arguments(argv)
     if args.log:
         logging.basicConfig(filename=args.log, level=logging.INFO, format=LOG_FORMAT)
-    cfg = load_config("local", overrides=[f"paths.data_dir={args.data_dir}"], environ={})
+    catalog = []
+    if args.iceberg_warehouse:
+        catalog = [
+            "iceberg.catalogs.lake.type=hadoop",
+            f"iceberg.catalogs.lake.warehouse={args.iceberg_warehouse}",
+        ]
+    cfg = load_config("local", overrides=[f"paths.data_dir={args.data_dir}", *catalog], environ={})
     spark_cfg = SparkConfig(
         **{
             **cfg.spark.__dict__,
@@ -58,7 +67,8 @@ def main(argv: list[str]) -> int:
         }
     )
     warehouse = str(Path(args.data_dir) / "warehouse")
-    spark = build_spark_session(spark_cfg, jvm.spark_extra_jars(cfg.paths.cache_dir), warehouse, environ={})
+    jars = jvm.spark_extra_jars(cfg.paths.cache_dir)
+    spark = build_spark_session(spark_cfg, jars, warehouse, environ={}, iceberg=cfg.iceberg)
     commits: dict[str, Any] = {}
     if args.group:
         commits = {"group_id": args.group, "kafka_options": {"bootstrap.servers": args.commit_to}}

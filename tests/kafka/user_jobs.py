@@ -8,7 +8,9 @@ test_user_job_faults.py):
 (b) the same payments upserted by a `foreachBatch` MERGE keyed by the payment id, made idempotent
     with Delta's txn settings (`merge_payments`);
 (c) a 1:1 copy of the records with their coordinates under the team's own column names
-    (`COPY_COLUMNS`), through Spark's Delta sink (`copy_records`).
+    (`COPY_COLUMNS`), through Spark's Delta sink (`copy_records`);
+(i) the payments of (a) into an Iceberg table through Iceberg's streaming sink (`toTable` on a
+    catalog's table name: the sink argument).
 """
 
 from __future__ import annotations
@@ -126,8 +128,9 @@ def merge_payments(sink: Path | str, app_id: str = MERGE_APP_ID) -> Callable[[Da
 def start_job(
     kind: str, raw: DataFrame, checkpoint: Path | str, sink: Path | str, trigger: dict[str, Any] | None = None
 ) -> StreamingQuery:
-    """Job ``kind`` ('a', 'b' or 'c') over the Kafka source ``raw``; ``trigger``: Spark's
-    `trigger(...)` keywords (default: availableNow). Job (b)'s sink table must exist."""
+    """Job ``kind`` ('a', 'b', 'c' or 'i') over the Kafka source ``raw``; ``trigger``: Spark's
+    `trigger(...)` keywords (default: availableNow). Job (b)'s sink table must exist; job (i)'s
+    ``sink`` is an Iceberg table's name in a catalog of the session."""
     how = trigger or {"availableNow": True}
     if kind == "a":
         return payments_query(raw, Path(checkpoint), Path(sink), trigger=how)
@@ -137,7 +140,11 @@ def start_job(
     if kind == "c":
         writer = copy_records(raw).writeStream.format("delta").option("checkpointLocation", str(checkpoint))
         return writer.trigger(**how).start(str(sink))
-    raise ValueError(f"no user job {kind!r}: a, b or c")
+    if kind == "i":
+        writer = payments(raw).writeStream.format("iceberg").outputMode("append")
+        writer = writer.option("checkpointLocation", str(checkpoint)).trigger(**how)
+        return writer.toTable(str(sink))
+    raise ValueError(f"no user job {kind!r}: a, b, c or i")
 
 
 def failing_query(raw: DataFrame, checkpoint: Path | str, name: str | None = None) -> StreamingQuery:

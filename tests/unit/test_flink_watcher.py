@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+import os
+import shutil
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -25,11 +28,12 @@ from app.flink.rest import (
     commit_metric_ids,
     parse_commit_counts,
 )
-from app.flink.watcher import FlinkLedger
+from app.flink.watcher import FlinkLedger, FlinkWatcher
 from app.reconcile import findings as rc
 from app.reconcile.ledger import audit as la
 from app.reconcile.ledger import commit_rules
 from app.stream.recorder import RunRecorder
+from tests.support import ledger_data
 from tests.support.flink_watcher import (
     JOB_A,
     JOB_B,
@@ -588,3 +592,118 @@ def test_a_sources_commit_counters_are_found_by_their_names_under_any_operator_p
         metrics,
     ) == CommitCounts(40, 2)
     assert parse_commit_counts([], metrics) is None
+
+
+def _kill_scene(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path, prefetch: Any = None
+) -> tuple[FlinkWatcher, Path, Callable[[int], None]]:
+    """Job A records checkpoint 1 (orders-0 at 30, orders-1 at 5); checkpoints 2 and 3 complete
+    while its sidecar is behind and are deleted once 4 and 5 complete (orders-1 at 9); the process
+    is killed and job B restored from 5. Returns the watcher (one poll before the kill), the ledger
+    and a function writing a retained `chk-N` of job A (deleted again by the test)."""
+    from tests.unit import flink_bytes as fb
+
+    offsets = {1: (30, 5), 2: (30, 7), 3: (30, 8), 4: (30, 9), 5: (30, 9)}
+    root = tmp_path / "checkpoints"
+    flink.config.append({"key": "execution.checkpointing.dir", "value": f"file:{root}"})
+
+    def retain(checkpoint_id: int) -> None:
+        chk = root / JOB_A / f"chk-{checkpoint_id}"
+        chk.mkdir(parents=True)
+        o0, o1 = offsets[checkpoint_id]
+        splits = [[("orders", 0, o0)], [("orders", 1, o1)]]
+        (chk / "_metadata").write_bytes(fb.kafka_source_checkpoint(4, checkpoint_id, splits))
+        done_s = (T0 + checkpoint_id * 1000 + 40) / 1000  # Flink writes _metadata at the completion
+        os.utime(chk / "_metadata", (done_s, done_s))
+
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0, name="payments")
+    w = watcher(flink, ledger, clock, flink_job_id=None, flink_job_name="payments", prefetch=prefetch)
+    w.read = read_checkpoint
+    w.start()
+    retain(1)
+    flink.complete(JOB_A, 1, T0 + 1000, {})
+    flink.history[JOB_A][-1]["external_path"] = f"file:{root / JOB_A / 'chk-1'}"
+    w.poll_once()
+    return w, ledger, retain
+
+
+def _restore_b(flink: FakeFlink, tmp_path: Path) -> None:
+    flink.jobs.clear()
+    flink.submit(JOB_B, T0 + 9000, name="payments")
+    flink.restore(JOB_B, 5, T0 + 9500)
+    restored = tmp_path / "checkpoints" / JOB_A / "chk-5"
+    flink.restored[JOB_B]["external_path"] = f"file:{restored}"  # type: ignore[index]
+
+
+def _job_commits() -> pa.Table:
+    """What job A's source committed, 100 ms after each completion: orders-1 moved from 5 to 9
+    across the checkpoints 2 and 3."""
+    shift = T0 / 1000 - ledger_data.T0.timestamp()
+    commits = {1: (30, 5), 2: (30, 7), 3: (30, 8), 4: (30, 9), 5: (30, 9)}
+    return commits_table(
+        *(
+            ledger_data.gc(shift + i + 0.14, p, commits[i][p], group="payments-group")
+            for i in sorted(commits)
+            for p in (0, 1)
+        )
+    )
+
+
+def test_checkpoints_a_sidecar_behind_a_killed_job_never_saw_are_named_missed_and_their_commits_the_jobs(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    w, ledger, retain = _kill_scene(flink, clock, tmp_path)
+    retain(4)
+    retain(5)  # 2 and 3 were deleted as 4 and 5 completed: the sidecar never saw them
+    _restore_b(flink, tmp_path)
+    w.poll_once()
+
+    # Never silent: both are named, on the summary and on the restored checkpoint's completion.
+    assert sorted((m["id"], m[vocab.DETAIL_REASON]) for m in w.summary.missed) == [
+        (2, vocab.MISSED_FILES_GONE),
+        (3, vocab.MISSED_FILES_GONE),
+    ]
+    completed = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, JOB_A)
+    assert sorted({r["checkpoint_id"] for r in completed}) == [1, 4, 5]
+    restored = [json.loads(r["detail"]) for r in completed if r["checkpoint_id"] == 5]
+    assert {tuple(m["id"] for m in d[vocab.DETAIL_MISSED_CHECKPOINTS]) for d in restored} == {(2, 3)}
+    # orders-0 was at 30 on both sides of them, so they held 30 too and committed it if they
+    # completed; orders-1 moved (5, then 9): where they were is not known.
+    requested = of(ledger, vocab.EVENT_COMMIT_REQUESTED, JOB_A)
+    assert sorted((r["checkpoint_id"], r["partition"], r["offset"]) for r in requested) == [
+        (1, 0, 30), (1, 1, 5), (2, 0, 30), (3, 0, 30),
+    ]  # fmt: skip
+
+    table = DeltaTable(str(ledger)).to_pyarrow_table()
+    window = rc.AuditWindow(until=datetime.now(UTC) + timedelta(hours=1))
+    found = commit_rules.foreign_commits(la.LedgerAudit(table, _job_commits(), window, RULES))
+    assert sorted((f.partition, f.offset_start) for f in found) == [(1, 7), (1, 8)]
+
+
+def test_checkpoints_read_ahead_before_flink_deleted_them_are_recovered_after_a_kill(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    from app.flink.prefetch import Prefetcher
+
+    prefetch = Prefetcher(read_checkpoint)  # scanned by hand below: no thread, no timing
+    w, ledger, retain = _kill_scene(flink, clock, tmp_path, prefetch)
+    retain(2)
+    retain(3)
+    assert prefetch.scan_once() == 2  # read as they appeared, though the sidecar's loop was behind
+    retain(4)
+    retain(5)
+    for gone in (2, 3):
+        shutil.rmtree(tmp_path / "checkpoints" / JOB_A / f"chk-{gone}")
+    _restore_b(flink, tmp_path)
+    w.poll_once()
+
+    assert w.summary.missed == []
+    completed = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, JOB_A)
+    assert sorted((r["checkpoint_id"], r["partition"], r["offset"]) for r in completed) == [
+        (i, p, o) for i, pair in enumerate([(30, 5), (30, 7), (30, 8), (30, 9), (30, 9)], 1)
+        for p, o in enumerate(pair)
+    ]  # fmt: skip
+    table = DeltaTable(str(ledger)).to_pyarrow_table()
+    window = rc.AuditWindow(until=datetime.now(UTC) + timedelta(hours=1))
+    assert commit_rules.foreign_commits(la.LedgerAudit(table, _job_commits(), window, RULES)) == []

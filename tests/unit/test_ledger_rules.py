@@ -698,3 +698,36 @@ def test_a_first_run_is_not_a_restart() -> None:
     window = rc.AuditWindow(until=at(100))
     audit = la.LedgerAudit(ledger, commits_table(gc(1, 0, 0)), window, rc.MatchRules())
     assert audit.restarts() == []
+
+
+def test_a_flink_jobs_inferred_commit_covered_by_a_later_one_is_a_superseded_skip_at_info() -> None:
+    """The legacy FlinkKafkaConsumer's "Skipping commit of previous offsets": checkpoints 2 and 3
+    completed while the commit of 1 was in flight, their commits were replaced by 4's; the sidecar
+    wrote each checkpoint's request as `inferred`. Checkpoint 5's commit never came and nothing
+    covers it: still a warning."""
+    inferred = {vocab.DETAIL_INFERRED: True}
+    events = [ev("RUN_STARTED", 0, engine=vocab.ENGINE_FLINK_LEGACY)]
+    for cp, raw in [(1, 9), (2, 19), (3, 29), (4, 39), (5, 49)]:
+        kw: dict[str, Any] = dict(cp=cp, offsets={0: raw}, engine=vocab.ENGINE_FLINK_LEGACY)
+        events.append(ev("CHECKPOINT_SNAPSHOT", cp * 10, **kw))
+        events.append(ev("CHECKPOINT_COMPLETED", cp * 10 + 1, **kw))
+        events.append(ev("COMMIT_REQUESTED", cp * 10 + 1, detail=inferred, **kw))
+    commits = commits_table(gc(12, 0, 10), gc(42, 0, 40))
+    got = [
+        (
+            f["checkpoint_id"],
+            f["evidence"]["reason"],
+            f["evidence"]["superseded_by"],
+            f["severity"],
+            f["status"],
+        )
+        for f in findings(
+            commit_rules.skipped_commits(audit(ledger_table(*events), commits), horizon=at(5000)),
+            vocab.SKIPPED_COMMIT,
+        )
+    ]
+    assert got == [
+        (2, vocab.SKIPPED_SUPERSEDED, 4, vocab.INFO, vocab.BENIGN),
+        (3, vocab.SKIPPED_SUPERSEDED, 4, vocab.INFO, vocab.BENIGN),
+        (5, vocab.SKIPPED_NEVER_ATTEMPTED, None, vocab.WARN, vocab.OPEN),
+    ]

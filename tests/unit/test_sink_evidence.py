@@ -92,7 +92,7 @@ def test_counts() -> None:
     ("extra", "message"),
     [
         (["--sink-app-id", "upsert"], "--sink-app-id needs --sink"),
-        (["--sink", "/"], "--sink must name the sink's Delta table"),
+        (["--sink", "/"], "--sink must name the sink's Delta or Iceberg table"),
     ],
 )
 def test_sink_options_are_checked_before_anything_starts(

@@ -35,9 +35,9 @@ from app.contracts.findings import StoredFinding
 from app.contracts.instants import instant
 from app.contracts.vocabulary import (
     BATCH_NOT_IN_SINK,
+    BATCH_SINK_MODES,
     RESTART_SKIP,
     SINK_COORDINATES,
-    SINK_DELTA_BATCHES,
     UNVERIFIABLE,
 )
 from app.errors import ConfigError
@@ -48,7 +48,7 @@ from app.reconcile.completeness.stats import StatsPlan, window_stats, window_sta
 from app.reconcile.ledger import audit as la
 from app.reconcile.sink.coordinates import SinkColumns, sink_columns
 from app.routes import DRIVER, examine_route, examine_tasks
-from app.storage.handles import AuditTables
+from app.storage.handles import FORMAT_NAMES, AuditTables
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ def _windows(
             plan.facts[(tp, w.start)] = facts
     if plan.mode == SINK_COORDINATES and sink_df is not None:
         plan.sink = _sink_windows(p, sink_df, plan.facts, parts)
-    if plan.mode == SINK_DELTA_BATCHES:
+    if plan.mode in BATCH_SINK_MODES:
         plan.lost_batches, plan.unverifiable_batches = _batches_not_in_sink(p, job)
     if plan.mode != SINK_COORDINATES:
         # A coordinates sink lacks the skipped offsets, which its missing ranges already hold.
@@ -216,7 +216,8 @@ def _sink(p: CompletenessPass, job: str) -> DataFrame:
     df = sink.scan()
     if df is None:
         # Not an empty sink: the audit cannot see, so it claims nothing (CONTRACTS.md section 5).
-        where = f"no Delta table at {sink.location} (the sink of job {job}); nothing was written"
+        kind = FORMAT_NAMES[sink.table_format]
+        where = f"no {kind} table at {sink.location} (the sink of job {job}); nothing was written"
         raise ConfigError(p.tables.sink_key_for(job), where)
     return df
 
@@ -422,7 +423,7 @@ def _rows(p: CompletenessPass, jobs: Sequence[_Job]) -> list[dict[str, Any]]:
             judged = verdicts.get((job.name, cell), cw.Verdicts())
             if job.mode == SINK_COORDINATES:
                 counts = cw.coordinates_counts(facts, job.sink.get(cell, cw.SinkWindow()), judged)
-            elif job.mode == SINK_DELTA_BATCHES:
+            elif job.mode in BATCH_SINK_MODES:
                 counts = cw.batches_counts(
                     facts,
                     [*job.lost_batches.get(tp, []), *job.skipped.get(tp, [])],

@@ -204,7 +204,10 @@ def skipped_commits(audit: LedgerQueries, horizon: datetime | None) -> list[Find
     Whatever the reason (superseded, failed, never attempted), a checkpoint whose offsets a
     later commit of the same job covered (a group commit of that job's own, ``ensure_matched``, at or
     beyond its offset, by the horizon) is benign (info); one nothing covered is a warning;
-    commit_disabled is information.
+    commit_disabled is information. A request the ledger infers (a Flink job's, which the sidecar
+    does not see: ``detail.inferred``) that a later commit covered is superseded by that commit's
+    checkpoint: Flink's committers replace a pending commit by a newer one, and a failed one is named
+    as failed by the source's counter.
     """
     if horizon is None:
         return []
@@ -263,7 +266,9 @@ def skipped_commits(audit: LedgerQueries, horizon: datetime | None) -> list[Find
         ), outcome AS (
             SELECT {key}, topic, "partition",
                    bool_or(event_type = '{vocab.EVENT_COMMIT_REQUESTED}') AS requested,
-                   bool_or(event_type = '{vocab.EVENT_COMMIT_SUCCEEDED}') AS acknowledged
+                   bool_or(event_type = '{vocab.EVENT_COMMIT_SUCCEEDED}') AS acknowledged,
+                   bool_or(event_type = '{vocab.EVENT_COMMIT_REQUESTED}'
+                           AND {sql_detail(vocab.DETAIL_INFERRED)} = 'true') AS inferred
             FROM events
             WHERE event_type IN ('{vocab.EVENT_COMMIT_REQUESTED}', '{vocab.EVENT_COMMIT_SUCCEEDED}')
             GROUP BY {key}, topic, "partition"
@@ -278,7 +283,7 @@ def skipped_commits(audit: LedgerQueries, horizon: datetime | None) -> list[Find
             ) GROUP BY job_name, run_id, checkpoint_id
         ), joined AS (
             SELECT u.*, s.skip_reason, s.superseded_by, d.discarded_by, f.error, o.requested,
-                   o.acknowledged, v.covered_at, v.covered_by_offset, v.covered_by_checkpoint
+                   o.acknowledged, o.inferred, v.covered_at, v.covered_by_offset, v.covered_by_checkpoint
             FROM unreached u
             LEFT JOIN skipped s
               ON u.job_name = s.job_name AND u.run_id = s.run_id AND u.checkpoint_id = s.checkpoint_id
@@ -299,6 +304,10 @@ def skipped_commits(audit: LedgerQueries, horizon: datetime | None) -> list[Find
             WHEN skip_reason IN ({superseded}) OR discarded_by IS NOT NULL
                  THEN '{vocab.SKIPPED_SUPERSEDED}'
             WHEN skip_reason = '{vocab.SKIP_COMMIT_DISABLED}' THEN '{vocab.SKIPPED_DISABLED}'
+            -- A request the job makes by design, unseen (Flink's, written by flink-watch), that a
+            -- later commit of the job covered: a newer checkpoint's commit took its place (the
+            -- legacy consumer's "Skipping commit of previous offsets"), as a failure is named above.
+            WHEN inferred AND covered_at IS NOT NULL THEN '{vocab.SKIPPED_SUPERSEDED}'
             WHEN acknowledged THEN '{vocab.SKIPPED_ACKNOWLEDGED_NOT_FOUND}'
             ELSE '{vocab.SKIPPED_NEVER_ATTEMPTED}' END AS reason
         FROM joined
@@ -308,6 +317,8 @@ def skipped_commits(audit: LedgerQueries, horizon: datetime | None) -> list[Find
     for r in rows:
         benign = r["covered_at"] is not None
         superseded_by = to_int(r["superseded_by"])
+        if superseded_by is None and r["inferred"] and benign and r["reason"] == vocab.SKIPPED_SUPERSEDED:
+            superseded_by = to_int(r["covered_by_checkpoint"])
         out.append(
             Finding.of(
                 vocab.SKIPPED_COMMIT,

@@ -1,5 +1,8 @@
 """The ``delta_batches`` sink mode: every completed checkpoint mapped to the sink commits that hold
 its output, by the ``txn`` (app id, version) of the sink's commit files (CONTRACTS.md sections 4, 5).
+The ``iceberg_snapshots`` mode runs the same rules over an Iceberg sink's snapshots
+(`reconcile.sink.snapshots` turns them into the same log): a snapshot id for a version, a rollback
+for a RESTORE, an expiry for log cleanup.
 
 Pure: the ledger's completed batches (``batches_of``) and the sink's commits
 (``app.storage.delta_log``) come in, typed ``Finding``s go out.
@@ -44,7 +47,7 @@ from app.contracts.vocabulary import (
     WARN,
 )
 from app.reconcile.findings import AuditWindow, Finding
-from app.storage.delta_log import SinkCommit, SinkLog, commits_by_txn, output_kept, undone_versions
+from app.storage.delta_log import SinkCommit, SinkLog, commits_by_txn, output_kept
 
 _WHERE: Final = ("job_name", "group_id", "topic", "partition", "run_id", "checkpoint_id")
 
@@ -134,7 +137,7 @@ def batches_of(
     return out
 
 
-def _in_window(when: datetime | None, window: AuditWindow) -> bool:
+def in_window(when: datetime | None, window: AuditWindow) -> bool:
     return when is not None and when < window.until and (window.since is None or when >= window.since)
 
 
@@ -149,7 +152,7 @@ def _where(batch: CompletedBatch, r: BatchRange | None) -> dict[str, Any]:
     }
 
 
-def _per_partition(
+def per_partition(
     finding_type: str, severity: str, status: str, batch: CompletedBatch, evidence: Mapping[str, Any]
 ) -> list[Finding]:
     """One finding per partition the batch read offsets of (the ranges a replay names)."""
@@ -227,19 +230,23 @@ def batch_findings(
     log: SinkLog,
     window: AuditWindow,
     in_flight: Mapping[str, int] | None = None,
+    unsettled: Mapping[str, int] | None = None,
 ) -> list[Finding]:
     """BATCH_NOT_IN_SINK and BATCH_WRITTEN_TWICE for the batches completed in ``window``, and
     SINK_COMMIT_UNEXPLAINED for the window's commits of their app ids that no completed batch
     explains. ``batches`` may reach before the window (they explain older commits);
-    ``in_flight``: app id -> the batch a running job may have committed but not yet completed."""
-    undone = undone_versions(log.commits)
+    ``in_flight``: app id -> the batch a running job may have committed but not yet completed;
+    ``unsettled``: app id -> the first batch whose commit may still follow its completion (a running
+    Flink job commits a checkpoint once Flink says it completed): not called lost yet."""
+    undone = log.undone()
+    versions, undone_by = log.version_key, log.undone_key
     every = commits_by_txn(log.commits)
     live = {k: [c for c in v if c.version not in undone] for k, v in every.items()}
     owners = _Owners.of(batches)
     log_from = log.starts_at
     out: list[Finding] = []
     for batch in batches:
-        if not _in_window(batch.completed_at, window):
+        if not in_window(batch.completed_at, window):
             continue
         key = (batch.app_id, batch.batch_id)
         mine, earlier = owners.split(batch, every.get(key, []))
@@ -250,14 +257,16 @@ def batch_findings(
             evidence = {
                 "app_id": batch.app_id,
                 "batch_id": batch.batch_id,
-                "sink_versions": [c.version for c in with_rows],
+                versions: [c.version for c in with_rows],
                 "rows_added": [c.rows_added for c in with_rows],
                 "meaning": "offsets re-processed: the batch's output was committed more than once",
                 "completed_at": batch.completed_at,
             }
-            out += _per_partition(BATCH_WRITTEN_TWICE, ERROR, CONFIRMED, batch, evidence)
+            out += per_partition(BATCH_WRITTEN_TWICE, ERROR, CONFIRMED, batch, evidence)
         if output_kept(mine, undone):
             continue  # in the table, or an empty batch a RESTORE took back: nothing was lost
+        if not mine and batch.batch_id >= (unsettled or {}).get(batch.app_id, batch.batch_id + 1):
+            continue  # its commit may still come
         evidence = {
             "app_id": batch.app_id,
             "batch_id": batch.batch_id,
@@ -273,15 +282,15 @@ def batch_findings(
                 "Delta skipped this query's write as already applied"
             )
         if taken:
-            evidence["sink_versions"] = [c.version for c in taken]
-            evidence["removed_by_restore"] = sorted({undone[c.version] for c in taken})
-            out += _per_partition(BATCH_NOT_IN_SINK, CRITICAL, CONFIRMED, batch, evidence)
+            evidence[versions] = [c.version for c in taken]
+            evidence[undone_by] = sorted({undone[c.version] for c in taken})
+            out += per_partition(BATCH_NOT_IN_SINK, CRITICAL, CONFIRMED, batch, evidence)
         elif not earlier and log_from is not None and batch.completed_at < log_from:
             evidence["log_starts_at"] = log_from
-            evidence["meaning"] = "the sink's commit files of this time were cleaned (log retention)"
-            out += _per_partition(BATCH_NOT_IN_SINK, ERROR, UNVERIFIABLE, batch, evidence)
+            evidence["meaning"] = log.gone_meaning
+            out += per_partition(BATCH_NOT_IN_SINK, ERROR, UNVERIFIABLE, batch, evidence)
         else:
-            out += _per_partition(BATCH_NOT_IN_SINK, CRITICAL, CONFIRMED, batch, evidence)
+            out += per_partition(BATCH_NOT_IN_SINK, CRITICAL, CONFIRMED, batch, evidence)
     out += _unexplained(batches, log, window, in_flight or {})
     return out
 
@@ -296,7 +305,7 @@ def _unexplained(
         owner[b.app_id] = b
     out: list[Finding] = []
     for c in log.commits:
-        if not _in_window(c.timestamp, window):
+        if not in_window(c.timestamp, window):
             continue
         for app_id, version in c.txns:
             ids = known.get(app_id)
@@ -313,7 +322,7 @@ def _unexplained(
                     {
                         "app_id": app_id,
                         "batch_id": version,
-                        "sink_version": c.version,
+                        log.version_key.removesuffix("s"): c.version,
                         "operation": c.operation,
                         "rows_added": c.rows_added,
                         "committed_at": c.timestamp,

@@ -2,8 +2,9 @@
 cost of about one scan.
 
 The sink is the only large input. It is read in full once, and only for the partitions and
-offset ranges the window's checkpoints cover, through filters on its coordinate columns so Delta's
-per-file min/max statistics skip every file outside them:
+offset ranges the window's checkpoints cover, through filters on its coordinate columns so the
+format's per-file statistics skip every file outside them (Delta's min/max in its log; an Iceberg
+sink's partition values and column bounds in its manifests, the filter pushed into Iceberg's scan):
 
 1. one aggregate per (topic, partition): rows, min, max and a fingerprint, the XOR of xxhash64 of
    every offset (``app.reconcile.sink.offsets.sink_fingerprints``). Compared with the fingerprint of
@@ -98,7 +99,8 @@ def sink_columns(cfg: AppConfig) -> SinkColumns:
 
 
 class SinkReader:
-    """The sink of one job, read through coordinate filters (Delta file skipping) and renamed."""
+    """The sink of one job, read through coordinate filters (file skipping by the table format's
+    statistics, Delta's or Iceberg's) and renamed."""
 
     def __init__(self, df: DataFrame, cols: SinkColumns) -> None:
         missing = [c for c in (cols.topic, cols.partition, cols.offset) if c not in df.columns]

@@ -307,7 +307,7 @@
         // is no share to draw (0% would say everything is lost, 100% that everything was checked).
         if (c === null) {
           return {label: label, value: 0, note: "not counted" + (p.missing ? " · " + p.missing + " missing" : ""),
-            title: "sink rows not counted (sink mode delta_batches or none), " + p.missing + " missing"};
+            title: "sink rows not counted (sink mode delta_batches, iceberg_snapshots or none), " + p.missing + " missing"};
         }
         return {label: label, value: c, note: pct(c),
           color: c >= 1 ? "#2e9d5b" : (c >= 0.999 ? "#f2c12e" : "#b3261e"),

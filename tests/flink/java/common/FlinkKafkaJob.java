@@ -5,6 +5,7 @@ import java.util.Map;
 import java.util.Properties;
 
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.api.common.serialization.SimpleStringSchema;
 import org.apache.flink.configuration.ConfigOptions;
 import org.apache.flink.configuration.Configuration;
@@ -21,7 +22,8 @@ import org.apache.kafka.clients.consumer.OffsetResetStrategy;
  *
  * <p>Arguments are --key value pairs: bootstrap, topic, group, source (kafkasource|legacy), start
  * (earliest|latest|committed), checkpoint-dir, rest-port, num-retained (3), interval-ms (1000),
- * restore (a checkpoint or savepoint dir, optional), parallelism (2). The job id goes to stdout as
+ * restore (a checkpoint or savepoint dir, optional), parallelism (2), record-delay-ms (0: a slow
+ * operator after the source, that many milliseconds a record). The job id goes to stdout as
  * "JOB_ID <hex>"; the process ends when the job ends (cancelled, failed or finished).
  */
 public final class FlinkKafkaJob {
@@ -42,6 +44,11 @@ public final class FlinkKafkaJob {
         Configuration conf = configuration(args);
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
         DataStream<String> records = "legacy".equals(args.get("source")) ? legacySource(env, args) : kafkaSource(env, args);
+        long delayMs = Long.parseLong(args.getOrDefault("record-delay-ms", "0"));
+        if (delayMs > 0) {
+            // chained to the source: the source's thread spends delayMs on each record it emits
+            records = records.map(new Slow(delayMs)).name("slow");
+        }
         records.sinkTo(new DiscardingSink<>()).name("discard");
         JobClient client = env.executeAsync("offset-audit-flink-test");
         System.out.println("JOB_ID " + client.getJobID());
@@ -57,6 +64,21 @@ public final class FlinkKafkaJob {
         }
         System.out.flush();
         System.exit(code);
+    }
+
+    /** A slow step of the job (an enrichment call, say): backpressure on the source's thread. */
+    static final class Slow implements MapFunction<String, String> {
+        private final long delayMs;
+
+        Slow(long delayMs) {
+            this.delayMs = delayMs;
+        }
+
+        @Override
+        public String map(String value) throws Exception {
+            Thread.sleep(delayMs);
+            return value;
+        }
     }
 
     static Map<String, String> parseArgs(String[] argv) {

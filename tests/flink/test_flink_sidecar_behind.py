@@ -1,0 +1,107 @@
+"""A sidecar that fell behind a job killed moments later (the legacy `FlinkKafkaConsumer` on Flink
+1.20, the real broker): the checkpoints Flink completed and deleted while the sidecar was not
+looking are named as missed, and the commits the job made of them are its own, not a
+FOREIGN_COMMIT.
+
+The window is stretched by events, not by time: the sidecar is stopped (SIGSTOP) once it recorded
+a checkpoint, the job completes more checkpoints than it retains (so the first of them are
+deleted), is killed, and only then the sidecar resumes and follows the restore."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from app.contracts import vocabulary as vocab
+from tests.flink.harness import FlinkJob, FlinkStack, JobSpec, wait_for
+from tests.flink.watching import (
+    Processes,
+    audit_config,
+    evidence,
+    processes,  # noqa: F401 (a fixture)
+    reconcile_findings,
+    recorded_ids,
+    restart_on_same_port,
+    serious,
+    start_sidecar,
+    stop_sidecar,
+    wait_group,
+    wait_recorded,
+)
+from tests.support.streaming import create_topic, produce
+
+pytestmark = [pytest.mark.flink, pytest.mark.kafka, pytest.mark.spark]
+
+JOB = "flink-behind"
+PARTITIONS = 2
+RETAINED = 3
+
+
+def test_checkpoints_deleted_while_the_sidecar_was_behind_a_killed_job_are_named_and_committed_as_its_own(
+    spark: SparkSession,
+    bootstrap: str,
+    unique: str,
+    tmp_path: Path,
+    flink_stacks: Callable[[str], FlinkStack],
+    processes: Processes,  # noqa: F811
+) -> None:
+    jobs, sidecars = processes
+    topic, group = f"flink-behind-{unique}", f"flink-behind-{unique}-group"
+    ledger, log = tmp_path / "ledger", tmp_path / "flink-watch.log"
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topic, 200, PARTITIONS)
+    spec = JobSpec(bootstrap, topic, group, source="legacy", num_retained=RETAINED)
+    job = FlinkJob(flink_stacks("1.20"), spec, tmp_path / "flink", on_start=jobs.append)
+    watcher = start_sidecar(job, JOB, group, ledger, log)
+    sidecars.append(watcher)
+    job.start()
+    job.wait_records_read(200)
+    reached = job.checkpoint_after_now()
+    wait_recorded(ledger, job.job_id, {int(reached["id"])})
+    wait_group(bootstrap, group, topic, {0: 100, 1: 100})
+
+    # The sidecar stops looking; the job completes more checkpoints than it retains, then dies.
+    os.kill(watcher.pid, signal.SIGSTOP)
+    try:
+        # The signal is delivered asynchronously: what it recorded is read once it stands still.
+        wait_for(lambda: True if process_state(watcher.pid) == "T" else None, 30.0, "the sidecar stopped")
+        seen = max(i for j, i in recorded_ids(ledger) if j == job.job_id)
+        job.wait_checkpoints(RETAINED + 2, after_id=seen)
+        job.kill9()
+    finally:
+        os.kill(watcher.pid, signal.SIGCONT)
+    retained = [int(p.name.removeprefix("chk-")) for p in job.retained()]
+    gone = set(range(seen + 1, retained[0]))
+    assert len(gone) >= 2, (seen, retained)
+
+    second = restart_on_same_port(job, job.retained()[-1])
+    after = second.wait_checkpoints(2, after_id=retained[-1])
+    wait_recorded(ledger, second.job_id, {int(c["id"]) for c in after})
+    wait_recorded(ledger, job.job_id, set(retained))
+    second.cancel()
+    summary = json.loads(stop_sidecar(watcher, log))
+
+    # Never silent: the deleted checkpoints are named (a checkpoint that failed unseen is too).
+    missed = {m["id"]: m[vocab.DETAIL_REASON] for m in summary["missed"]}
+    assert gone <= set(missed) <= set(range(seen + 1, retained[-1])), (gone, missed)
+    assert set(missed.values()) == {vocab.MISSED_FILES_GONE}
+    # The job read nothing while they completed: each held 100 a partition, and committed it.
+    cfg = audit_config(tmp_path, bootstrap, ledger, JOB, ["reconcile.confirm_gaps=false"])
+    found = reconcile_findings(spark, cfg, bootstrap, group, since, datetime.now(UTC), "rec-behind")
+    assert serious(found) == [], evidence(found)
+    assert vocab.FOREIGN_COMMIT not in {f.finding_type for f in found}
+    assert vocab.UNCLEAN_STOP in {f.finding_type for f in found}
+
+
+def process_state(pid: int) -> str:
+    """The process's state letter in /proc (T: stopped by a signal)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0]
