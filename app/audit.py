@@ -35,8 +35,7 @@ from app import __version__
 from app.config import KafkaConfig, StorageConfig
 from app.errors import AttachError, FlinkRestError, FlinkStateError, OffsetAuditError
 from app.flink.import_ import FlinkImportResult, import_retained
-from app.flink.rest import FlinkRest
-from app.flink.watcher import DEFAULT_POLL_S, FlinkLedger, FlinkWatcher, Stop, WatchSummary
+from app.flink.watcher import DEFAULT_POLL_S, FlinkLedger, Stop, WatchSummary
 from app.stream.attach import Attachment, SessionAudit, attach, attach_session
 from app.stream.checkpoint import CheckpointFiles
 from app.stream.ledger_import import ImportResult
@@ -123,34 +122,31 @@ def watch_flink_job(
     properties of the ledger's object store. Raises FlinkRestError when the REST API cannot be
     reached at the start, within ``wait_s`` seconds (later outages are retried), and UsageError for
     an unknown job id."""
-    from app.flink.metadata import read_checkpoint
-    from app.flink.positions import BrokerPositions
-    from app.flink.prefetch import Prefetcher
+    from app.flink.follower import SidecarSettings, open_sidecar
     from app.runtime.signals import StopSignal
 
-    positions = None if bootstrap is None else BrokerPositions(kafka or KafkaConfig(), bootstrap)
-    prefetch = Prefetcher(lambda path: read_checkpoint(path, storage_options)).start()
-    watcher = FlinkWatcher(
-        FlinkRest(rest),
-        FlinkLedger(_storage(storage_options), ledger, job_name),
-        flink_job_id=flink_job_id,
-        flink_job_name=flink_job_name,
-        group_id=group_id,
-        poll_s=poll_s,
-        startup_mode=startup_mode,
-        startup_key=startup_key,
-        positions=positions,
-        storage_options=storage_options,
-        prefetch=prefetch,
+    sidecar = open_sidecar(
+        SidecarSettings(
+            rest,
+            job_name,
+            ledger,
+            flink_job_id=flink_job_id,
+            flink_job_name=flink_job_name,
+            group_id=group_id,
+            poll_s=poll_s,
+            startup_mode=startup_mode,
+            startup_key=startup_key,
+            kafka=kafka,
+            bootstrap=bootstrap,
+            storage_options=storage_options,
+        )
     )
     stop = stop or StopSignal()
     try:
-        watcher.start(wait_s, stop)
-        return watcher.follow(stop, max_polls)
+        sidecar.watcher.start(wait_s, stop)
+        return sidecar.watcher.follow(stop, max_polls)
     finally:
-        prefetch.close()
-        if positions is not None:
-            positions.close()
+        sidecar.close()
 
 
 def import_flink_checkpoints(

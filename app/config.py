@@ -462,6 +462,52 @@ class AlertsConfig:
 
 
 @dataclass(frozen=True)
+class FlinkJobConfig:
+    """One Flink job `watch` follows, as `flink-watch` does (README "Audit a Flink job"): its JobManager's
+    REST address, the Flink job by id or by name, the job name its ledger events carry, its group."""
+
+    rest: str = ""  # http://jobmanager:8081
+    job: str = ""  # the job name of its ledger events (as reconcile.jobs names it)
+    job_id: str | None = None  # follow this Flink job id until it ends ...
+    job_name: str | None = None  # ... or the newest Flink job of this name, and each resubmission
+    group_id: str | None = None  # the group its Kafka source commits to
+    poll_s: float = 1.0  # seconds between two polls: well inside checkpoint interval x retained
+    starting_offsets: str | None = None  # where its sources start without state (a STARTUP_MODES word)
+    starting_offsets_key: str | None = None  # the job parameter naming that mode; wins over it
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    """What `watch` follows besides the ledger its jobs write: Flink jobs, each brought into the ledger
+    by a sidecar thread of the watch process (`app.watch.flink`)."""
+
+    flink_jobs: list[FlinkJobConfig] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        names: set[str] = set()
+        for i, job in enumerate(self.flink_jobs):
+            where = f"watch.flink_jobs[{i}]"
+            if not job.rest.startswith(("http://", "https://")):
+                raise ConfigError(f"{where}.rest", f"must be an http:// or https:// URL, got {job.rest!r}")
+            if not job.job.strip():
+                raise ConfigError(f"{where}.job", "required: the job name its ledger events carry")
+            if (job.job_id is None) == (job.job_name is None):
+                raise ConfigError(f"{where}.job_id", "set job_id or job_name (exactly one of them)")
+            if not job.poll_s > 0:
+                raise ConfigError(
+                    f"{where}.poll_s", f"must be a positive number of seconds, got {job.poll_s}"
+                )
+            if job.starting_offsets is not None and job.starting_offsets not in STARTUP_MODES:
+                raise ConfigError(
+                    f"{where}.starting_offsets",
+                    f"must be one of {', '.join(STARTUP_MODES)}, got {job.starting_offsets!r}",
+                )
+            if job.job in names:
+                raise ConfigError(f"{where}.job", f"{job.job!r} is followed twice")
+            names.add(job.job)
+
+
+@dataclass(frozen=True)
 class RetentionConfig:
     """Days each table we write keeps its rows (`maintain`), by the table's own time column; 0 keeps
     them forever. Whatever these say, no row an open incident cites is deleted (README, "Maintenance
@@ -564,6 +610,7 @@ class AppConfig:
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     completeness: CompletenessConfig = field(default_factory=CompletenessConfig)
     iceberg: IcebergConfig = field(default_factory=IcebergConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:

@@ -1,6 +1,7 @@
 """Time to detect: how long after a restart from `latest` that skips records `watch` knows and tells.
 
     .venv/bin/python -m bench.detect [--injections 5] [--interval 30] [--idle-s 300] [--work-dir DIR]
+                                     [--engine spark|flink] [--spread]
 
 1. A private single-node broker (its own data directory, stopped at the end), a topic of 3
    partitions fed by a producer at --rate records/s, the reference job (`offset-audit stream`, its
@@ -18,6 +19,13 @@
 4. Resident memory of watch and its JVM, sampled every cycle over the whole run: first, last,
    max and the first and last quarters' medians (their ratio says whether the level grows).
 
+With ``--engine flink`` the job is a real Flink job instead (Flink 1.20's `KafkaSource` in a
+MiniCluster JVM, checkpoints every second, 3 retained, as tests/flink/ run it), followed by the watch
+itself (config `watch.flink_jobs`, no `flink-watch` beside it): each injection cancels it, waits
+--down-s seconds and resubmits it without state from `latest`, and the clock starts at the resubmitted
+job's first CHECKPOINT_COMPLETED in the ledger (Flink's trigger time). Its output is discarded (sink
+mode `none`): the loss is read back from the source.
+
 The figures are printed with the input (records produced, injections, interval) and the machine's
 load average, which a shared machine moves.
 """
@@ -28,6 +36,7 @@ import argparse
 import json
 import math
 import os
+import random
 import re
 import shutil
 import signal
@@ -38,6 +47,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -49,6 +59,8 @@ from deltalake import DeltaTable
 
 from app.demo.local_kafka import LocalKafka
 from app.runtime import jvm
+from tests.flink.harness import FlinkJob, JobSpec, compile_stack
+from tests.flink.watching import FLINK_JOB_NAME
 
 TOPIC, GROUP, JOB = "orders", "bench-detect-orders", "bench-detect-job"
 PARTITIONS = 3
@@ -223,16 +235,16 @@ class Bench:
         self.rss.append((time.monotonic() - started, rss_mb(watch.pid)))
 
     def inject(
-        self, number: int, job: subprocess.Popen[bytes], watch: subprocess.Popen[bytes], started: float
-    ) -> tuple[subprocess.Popen[bytes], float, float]:
-        """One restart from latest; (the new job, seconds to the incident row, seconds to the POST)."""
-        self.stop_job(job)
+        self, number: int, engine: SparkEngine | FlinkEngine, watch: subprocess.Popen[bytes], started: float
+    ) -> tuple[float, float]:
+        """One restart from latest; (seconds to the incident row, seconds to the POST)."""
+        if self.args.spread:
+            # Each injection follows the previous one's detection, which a cycle made: without a
+            # random wait every restart lands at the same moment of a cycle.
+            time.sleep(random.uniform(0.0, self.args.interval))
         known = self.loss_incidents()
         posts_before = len(self.webhook.received)
-        time.sleep(self.args.down_s)  # downtime on purpose: the records produced now are skipped
-        shutil.rmtree(self.data / "checkpoints" / JOB)
-        run_id = f"inject-{number}"
-        job = self.start_job(run_id, "latest")
+        run_id = engine.restart_from_latest(number)
         first = wait_for(lambda: self.first_completion(run_id), 600, f"a checkpoint of {run_id}")
         t0 = first.timestamp()
         row_at: float | None = None
@@ -254,7 +266,86 @@ class Bench:
             if not self.rss or time.monotonic() - started - self.rss[-1][0] >= self.args.interval:
                 self.sample_rss(watch, started)
             time.sleep(self.args.poll_s)
-        return job, row_at - t0, post_at - t0
+        return row_at - t0, post_at - t0
+
+
+class SparkEngine:
+    """The reference job (`offset-audit stream`), restarted from `latest` without its checkpoint."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.job: subprocess.Popen[bytes] | None = None
+
+    def settings(self) -> list[str]:
+        return []
+
+    def start(self) -> str:
+        self.job = self.bench.start_job("initial", "earliest")
+        return "initial"
+
+    def stop(self) -> None:
+        if self.job is not None:
+            self.bench.stop_job(self.job)
+            self.job = None
+
+    def restart_from_latest(self, number: int) -> str:
+        self.stop()
+        time.sleep(self.bench.args.down_s)  # downtime on purpose: the records produced now are skipped
+        shutil.rmtree(self.bench.data / "checkpoints" / JOB)
+        run_id = f"inject-{number}"
+        self.job = self.bench.start_job(run_id, "latest")
+        return run_id
+
+    def kill(self) -> None:
+        if self.job is not None and self.job.poll() is None:
+            self.job.send_signal(signal.SIGTERM)
+            try:
+                self.job.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.job.pid, signal.SIGKILL)
+
+
+class FlinkEngine:
+    """A Flink 1.20 `KafkaSource` job that the watch follows (`watch.flink_jobs`), cancelled and
+    resubmitted without state from `latest`, its REST API on the same port each time."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.stack = compile_stack("1.20", jvm.default_cache_dir())
+        self.spec = JobSpec(bench.bootstrap, TOPIC, GROUP, start="earliest")
+        self.job = FlinkJob(self.stack, self.spec, bench.work / "flink")
+
+    def settings(self) -> list[str]:
+        followed = {
+            "rest": self.job.rest_url,
+            "job_name": FLINK_JOB_NAME,
+            "job": JOB,
+            "group_id": GROUP,
+            "starting_offsets_key": "start",
+        }
+        return [
+            f"watch.flink_jobs=[{json.dumps(followed)}]",
+            f"reconcile.jobs=[{JOB}]",
+            f"reconcile.sink_mode_by_job.{JOB}=none",
+        ]
+
+    def start(self) -> str:
+        self.job.start()
+        return self.job.job_id
+
+    def stop(self) -> None:
+        self.job.cancel()
+
+    def restart_from_latest(self, _number: int) -> str:
+        self.job.cancel()
+        time.sleep(self.bench.args.down_s)  # downtime on purpose: the records produced now are skipped
+        again = FlinkJob(self.stack, replace(self.spec, start="latest"), self.job.work_dir)
+        again.port, again.rest_url = self.job.port, self.job.rest_url  # where the watch asks
+        self.job = again.start()
+        return self.job.job_id
+
+    def kill(self) -> None:
+        self.job.stop()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -287,6 +378,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--down-s", type=float, default=5.0, help="job downtime per injection")
     parser.add_argument("--poll-s", type=float, default=1.0, help="how often the incidents table is polled")
     parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument(
+        "--spread",
+        action="store_true",
+        help="wait a random 0..--interval seconds before each injection: restarts land anywhere in a cycle",
+    )
+    parser.add_argument(
+        "--engine", choices=("spark", "flink"), default="spark", help="the job restarted: Spark's or Flink's"
+    )
     args = parser.parse_args(argv)
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="bench-detect-"))
@@ -295,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(broker.data_dir, ignore_errors=True)
     bootstrap = broker.start().bootstrap_servers
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    job = watch = None
+    engine: SparkEngine | FlinkEngine | None = None
+    watch = None
     try:
         admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: a collected client fails its futures
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(120)
@@ -303,14 +403,15 @@ def main(argv: list[str] | None = None) -> int:
         bench = Bench(args, work, bootstrap, webhook)
         feed = Feed(bootstrap, args.rate)
         feed.thread.start()
-        job = bench.start_job("initial", "earliest")
-        wait_for(lambda: bench.first_completion("initial"), 600, "the job's first checkpoint")
-        watch = bench.start(
-            "watch",
-            ["--interval", str(args.interval)],
-            [*bench.settings, f"alerts.webhook_url={webhook.url}"],
-            "watch.log",
-        )
+        engine = FlinkEngine(bench) if args.engine == "flink" else SparkEngine(bench)
+        watch_settings = [*bench.settings, *engine.settings(), f"alerts.webhook_url={webhook.url}"]
+        if args.engine == "flink":
+            # The watch first, so its follower reads the job's checkpoints from the first one on.
+            watch = bench.start("watch", ["--interval", str(args.interval)], watch_settings, "watch.log")
+        initial = engine.start()
+        wait_for(lambda: bench.first_completion(initial), 600, "the job's first checkpoint")
+        if watch is None:
+            watch = bench.start("watch", ["--interval", str(args.interval)], watch_settings, "watch.log")
         started = time.monotonic()
         wait_for(
             lambda: True if re.search(r"^cycle 1 \S+ ok: ", (work / "watch.log").read_text(), re.M) else None,
@@ -320,12 +421,12 @@ def main(argv: list[str] | None = None) -> int:
         bench.sample_rss(watch, started)
         to_row, to_post = [], []
         for number in range(1, args.injections + 1):
-            job, row_s, post_s = bench.inject(number, job, watch, started)
+            row_s, post_s = bench.inject(number, engine, watch, started)
             to_row.append(row_s)
             to_post.append(post_s)
             print(f"injection {number}: incident row {row_s:.1f}s, webhook POST {post_s:.1f}s", flush=True)
-        bench.stop_job(job)
-        job = None
+        engine.stop()
+        engine = None
         feed.stop.set()
         feed.thread.join(60)
         # Idle: nothing new arrives; watch keeps cycling.
@@ -340,9 +441,11 @@ def main(argv: list[str] | None = None) -> int:
                 "records_produced": feed.sent,
                 "partitions": PARTITIONS,
                 "rate_per_s": args.rate,
+                "engine": args.engine,
                 "injections": args.injections,
                 "interval_s": args.interval,
                 "down_s": args.down_s,
+                "spread": args.spread,
                 "watch_cycles_ok": cycles,
             },
             "to_incident_row_s": {
@@ -374,13 +477,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
         return 0
     finally:
-        for proc in (job, watch):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(120)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+        if engine is not None:
+            engine.kill()
+        if watch is not None and watch.poll() is None:
+            watch.send_signal(signal.SIGTERM)
+            try:
+                watch.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(watch.pid, signal.SIGKILL)
         broker.stop()
 
 

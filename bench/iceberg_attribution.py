@@ -12,9 +12,10 @@ size, in alternating order:
 - the baseline: ``json.loads`` of the metadata file (what any reader of the snapshots pays);
 - a first run: the sink's log read through its handle (list ``metadata/``, read, parse) and every
   batch attributed (the window covers the whole history);
-- an incremental run: the same read, then only what changed since the previous run: the batches of
-  the last ``--window-minutes`` and the snapshots since the window's start less ``--lookback-hours``
-  (`reconcile.baseline_lookback_days`, in hours here).
+- an incremental run, as a reconcile after the previous one reads and judges: the same file read and
+  parsed, the summaries kept only from the window's start less ``--lookback-hours``
+  (`reconcile.baseline_lookback_days`, in hours here), and only the batches of the last
+  ``--window-minutes`` judged against those snapshots.
 
 Printed: the input size (snapshots, metadata bytes, batches), medians with min and max, the ratio
 to the baseline, the findings (none: every batch is in its snapshot), and the growth from the
@@ -145,7 +146,7 @@ def measure(directory: Path, size: int, args: argparse.Namespace) -> dict[str, f
         return snapshot_findings(batches, log, window_all)
 
     def incremental() -> object:
-        log = handle.sink_log()
+        log = handle.sink_log(since)  # as reconcile reads it: the summaries from ``since`` on
         assert log is not None
         return snapshot_findings(recent, log, window_new, since)
 

@@ -33,13 +33,18 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     stop = StopSignal()
     stop.install()  # before the session starts: a stop during start-up ends before the first cycle
     ctx = open_context(cfg)
-    ctx.start_spark()  # once, before the first cycle: every cycle uses it
 
     def say(line: str) -> None:
         print(line, flush=True)
 
     watch = Watch(ctx, args.interval, stop, say)
-    cycles = watch.run(args.max_cycles)
+    try:
+        # The Flink followers first: Flink deletes checkpoints while the session starts.
+        watch.flink.start()
+        ctx.start_spark()  # once, before the first cycle: every cycle uses it
+        cycles = watch.run(args.max_cycles)
+    finally:
+        watch.flink.close()
     if len(cycles) == 1 and cycles[0].error_kind == "usage":
         return EXIT_USAGE  # a configuration error, found by the first cycle
     return EXIT_OK

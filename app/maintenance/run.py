@@ -23,17 +23,21 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from app.config import AppConfig, RetentionConfig
 from app.contracts.instants import instant
 from app.contracts.vocabulary import INCIDENT_OPEN
 from app.maintenance import plan
 from app.storage.backend import StorageSettings
-from app.storage.handles import AuditTables, TableHandle
+from app.storage.handles import ICEBERG, AuditTables, TableHandle
 from app.storage.tables import TABLE_NAMES
 
 log = logging.getLogger(__name__)
+
+# The audit commits to an Iceberg sink only a repair's snapshots: expiry and compaction of a table
+# other writers commit to (and whose snapshots attribute their batches) stay with whoever runs it.
+OWNERS_UPKEEP: Final = "an Iceberg sink: its snapshot expiry and compaction are its owner's"
 
 
 @dataclass
@@ -50,6 +54,7 @@ class TableOutcome:
     append_only_restored: bool = False
     seconds: float = 0.0
     missing: bool = False  # no table yet: nothing to do
+    skipped: str | None = None  # why the table was left alone (an Iceberg sink: its owner's upkeep)
 
 
 @dataclass
@@ -107,7 +112,7 @@ def maintain(
         outcome = maintain_table(tables.named(name), cfg, now, keep, runs)
         outcome.seconds = round(time.monotonic() - started, 2)
         result.tables.append(outcome)
-        if outcome.missing:
+        if outcome.missing or outcome.skipped:
             continue
         log.info(
             "maintain %s: files %d -> %d, %d rows past retention deleted, %d files compacted, "
@@ -136,6 +141,9 @@ def maintain_table(
 ) -> TableOutcome:
     """Maintain one table; ``runs`` are the audit runs (`read_audit_runs`) read before any retention."""
     m, name = cfg.maintenance, table.name
+    if table.table_format == ICEBERG:
+        log.info("maintain %s: skipped, %s", name, OWNERS_UPKEEP)
+        return TableOutcome(name, skipped=OWNERS_UPKEEP)
     files = table.files_by_partition()
     if files is None:
         log.info("maintain %s: no table yet", name)
@@ -223,6 +231,9 @@ def summary_text(result: MaintenanceResult) -> str:
     for t in result.tables:
         if t.missing:
             lines.append(f"  {t.table:<20} no table yet")
+            continue
+        if t.skipped:
+            lines.append(f"  {t.table:<20} skipped: {t.skipped}")
             continue
         lines.append(
             f"  {t.table:<20} files {t.files_before:>6,d} -> {t.files_after:<6,d} "

@@ -2,7 +2,8 @@
 between cycles.
 
 A cycle is a list of steps (``Watch.steps``), run in order, each a step of `app.pipeline.steps` over
-the cycle, returning a small summary: ingest the new ``__consumer_offsets`` records, reconcile the
+the cycle, returning a small summary: bring each followed Flink job's new checkpoints into the
+ledger (`watch.flink_jobs`, `app.watch.flink`), ingest the new ``__consumer_offsets`` records, reconcile the
 ledger window since the last successful cycle (findings and incidents are MERGEd by deterministic
 ids), alert incidents that opened or whose impact changed, refresh the dashboard. The reconcile run
 of a cycle is recorded ``pending`` and confirmed only when every step succeeded, like a night's: a
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from app.contracts import vocabulary as vocab
 from app.contracts.vocabulary import COMMAND_RECONCILE, RUN_PENDING
 from app.errors import describe_error, error_kind
 from app.pipeline import steps
@@ -27,9 +29,11 @@ from app.pipeline.context import AuditContext
 from app.reconcile.outputs import AuditRun, confirm_runs
 from app.runtime.signals import StopSignal
 from app.storage.handles import AuditTables
+from app.watch.flink import FlinkFollowers
 
 log = logging.getLogger(__name__)
 
+FOLLOW_FLINK = "follow-flink"
 Step = tuple[str, Callable[["Cycle"], dict[str, Any]]]
 
 
@@ -63,8 +67,21 @@ class Cycle:
             f"cycle {self.number} {self.cycle_id} ok: window [{rec.get('since') or 'beginning'}, "
             f"{rec.get('until')}), findings new {rec.get('new_findings', 0)}, completeness windows "
             f"{rec.get('completeness_windows')}, incidents opened "
-            f"{alerts.get('opened', 0)} changed {alerts.get('changed', 0)}, {self.seconds:.1f}s"
+            f"{alerts.get('opened', 0)} changed {alerts.get('changed', 0)}"
+            f"{flink_part(self.summaries.get(FOLLOW_FLINK))}, {self.seconds:.1f}s"
         )
+
+
+def flink_part(followed: dict[str, Any] | None) -> str:
+    """The Flink jobs' share of a cycle's line: how many answered, their checkpoints recorded and
+    missed since the watch started (empty without `watch.flink_jobs`)."""
+    if not followed:
+        return ""
+    jobs = list(followed.values())
+    answered = sum(1 for j in jobs if j["followed"])
+    recorded = sum(j.get(vocab.DETAIL_CHECKPOINTS_RECORDED, 0) for j in jobs)
+    missed = sum(j.get("missed", 0) for j in jobs)
+    return f", Flink jobs followed {answered}/{len(jobs)} checkpoints recorded {recorded} missed {missed}"
 
 
 class Watch:
@@ -83,8 +100,12 @@ class Watch:
         self.out = out
         # The cycle's steps, in order, each the pipeline's step over the cycle. A step that fails
         # ends the cycle; the next cycle starts again from the first step. Another source of the
-        # ledger followed each cycle (a Flink job) is one more entry before the judging steps.
+        # ledger followed each cycle is one more entry before the judging steps: the Flink jobs of
+        # `watch.flink_jobs`, whose followers poll between cycles too (`app.watch.flink`).
+        self.flink = FlinkFollowers(ctx, list(ctx.cfg.watch.flink_jobs))
+        follow: list[Step] = [(FOLLOW_FLINK, self._follow_flink)] if self.flink.jobs else []
         self.steps: list[Step] = [
+            *follow,
             ("ingest-offsets", self._ingest),
             (COMMAND_RECONCILE, self._reconcile),
             # Reconcile writes the completeness table too (its windows not yet final): before the
@@ -102,6 +123,15 @@ class Watch:
         """Cycles every ``interval_s`` (measured start to start) until a stop or ``max_cycles``;
         ends after a first cycle that failed for a usage reason."""
         cycles: list[Cycle] = []
+        try:
+            self._cycles(cycles, max_cycles)
+        finally:
+            self.flink.close()  # the Flink followers stop with the watch
+        if self.stop.requested is not None:
+            log.info("stopped by signal %d between cycles", self.stop.requested)
+        return cycles
+
+    def _cycles(self, cycles: list[Cycle], max_cycles: int | None) -> None:
         while self.stop.requested is None and (max_cycles is None or len(cycles) < max_cycles):
             started = time.monotonic()
             cycle = self.cycle(len(cycles) + 1)
@@ -115,9 +145,6 @@ class Watch:
                 break
             if self.stop.wait(self.interval_s - (time.monotonic() - started)):
                 break
-        if self.stop.requested is not None:
-            log.info("stopped by signal %d between cycles", self.stop.requested)
-        return cycles
 
     def cycle(self, number: int) -> Cycle:
         now = self.ctx.now()
@@ -136,6 +163,9 @@ class Watch:
         return cycle
 
     # --- steps: each the pipeline's, its outcome made the cycle's summary --------------------------
+    def _follow_flink(self, _cycle: Cycle) -> dict[str, Any]:
+        return self.flink.step()
+
     def _ingest(self, cycle: Cycle) -> dict[str, Any]:
         outcome = steps.ingest(self.ctx, f"{cycle.cycle_id}-ingest")
         return {"total": outcome.total, "inserted": outcome.inserted}

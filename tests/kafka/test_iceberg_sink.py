@@ -9,12 +9,17 @@ Then more batches, and the table's owner damages it as owners do: a rollback to 
 batch (that batch lost, with its snapshot id and its offsets), a retry of an earlier batch by a
 writer that does not skip an epoch it committed (written twice, both snapshots named), and the
 oldest snapshots expired (their batches unverifiable, never lost). `ledger-import --sink` on the
-same table counts the same: held, lacked, unverifiable.
+same table counts the same: held, lacked, unverifiable. Last, the job's checkpoint deleted while
+records arrive and the job restarted from `latest`: RESTART_SKIP over exactly the ranges it passed
+over, their records read back from the source and counted lost (the snapshots cannot show what no
+batch read), and the new query's batches attributed to its own snapshots; the earlier phases'
+findings stay as they were.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,12 +29,20 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from app.attach import attach
 from app.config import IcebergCatalogConfig, IcebergConfig
 from app.contracts import vocabulary as vocab
+from app.contracts.findings import skipped_counts
+from app.incidents.incident import StoredIncident
+from app.kafka.gaps import kafka_gap_confirmer
+from app.kafka.times import KafkaTimes
+from app.reconcile.outputs import AuditRun
+from app.reconcile.run import run_reconcile
 from app.runtime.spark import catalog_conf
 from app.storage.handles import IcebergHandle, open_handle
+from app.storage.tables import tables_from_config
 from app.stream.checkpoint import CheckpointFiles
 from app.stream.ledger_import import ImportResult, import_checkpoint
 from tests.kafka.user_jobs import (
@@ -59,7 +72,7 @@ ADDRESS = f"iceberg:{TABLE}"
 class Scenario:
     topic: str
     query_id: str
-    checkpoint: Path
+    checkpoint: Path  # the first query's checkpoint, as it was before the job's was deleted
     clean: list[Any]
     found: list[Any]
     last_clean_batch: int  # the last batch before the second phase
@@ -68,6 +81,10 @@ class Scenario:
     retried: int  # the snapshot of the batch written again
     expired: set[int]  # the batches whose snapshots expired
     imported: ImportResult
+    restarted: list[Any]  # the findings once the job restarted from `latest` on a new checkpoint
+    restart_incidents: list[StoredIncident]
+    skips: dict[int, tuple[int, int]]  # partition -> [from, to) the restart passed over
+    skipped_in_source: dict[int, int]  # partition -> the records the source holds in that range
 
 
 def snapshots_by_batch(handle: IcebergHandle, query_id: str) -> dict[int, list[int]]:
@@ -82,10 +99,26 @@ def snapshots_by_batch(handle: IcebergHandle, query_id: str) -> dict[int, list[i
     return out
 
 
-def run_attached(spark: SparkSession, bootstrap: str, topic: str, root: Path) -> str:
-    query = start_job("i", kafka(spark, bootstrap, "subscribe", topic), root / "cp", TABLE)
+def run_attached(
+    spark: SparkSession, bootstrap: str, topic: str, root: Path, starting: str = "earliest"
+) -> str:
+    query = start_job("i", kafka(spark, bootstrap, "subscribe", topic, starting), root / "cp", TABLE)
     run_to_end(query, attach(query, job_name=JOB, ledger=str(root / "ledger")))
     return str(query.id)
+
+
+def records_in(
+    spark: SparkSession, bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]]
+) -> dict[int, int]:
+    """partition -> the records the source holds in its [from, to), read back as a user would."""
+
+    def bound(side: int) -> str:
+        return json.dumps({topic: {str(p): r[side] for p, r in ranges.items()}})
+
+    read = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    read = read.option("assign", json.dumps({topic: sorted(ranges)}))
+    rows = read.option("startingOffsets", bound(0)).option("endingOffsets", bound(1)).load()
+    return {r["partition"]: r["count"] for r in rows.groupBy("partition").count().collect()}
 
 
 def at_ms(when: datetime) -> str:
@@ -175,10 +208,37 @@ def scenario(
         sink=ADDRESS,
         catalogs=catalogs,
     )
+
+    # The checkpoint deleted while records arrive, and the job restarted from `latest`: a new query
+    # (batch ids from 0 again) writing into the same table, passing over what arrived in between.
+    first_checkpoint = root / "cp-first"
+    shutil.copytree(checkpoint, first_checkpoint)
+    reached = checkpoint_batches(checkpoint)[last]
+    shutil.rmtree(checkpoint)
+    skipped = PER_TRIGGER
+    produce_payments(bootstrap, topic, skipped, start=11 * PER_TRIGGER)
+    # `latest` resolves to the log's end when the job starts: given as those offsets, since the
+    # records produced next for the new query would otherwise race it.
+    latest = {p: reached[(topic, p)] + skipped // PARTITIONS for p in range(PARTITIONS)}
+    produce_payments(bootstrap, topic, 2 * PER_TRIGGER, start=12 * PER_TRIGGER)
+    second = run_attached(
+        spark, bootstrap, topic, root, json.dumps({topic: {str(p): o for p, o in latest.items()}})
+    )
+    assert second != query_id  # a new checkpoint is a new query
+    skips = {p: (reached[(topic, p)], latest[p]) for p in range(PARTITIONS)}
+    judged = run_reconcile(
+        spark,
+        cfg,
+        AuditRun(run_id="rec-restart", now=datetime.now(UTC), since=since),
+        confirmer=kafka_gap_confirmer(cfg.kafka, bootstrap, max_records=10_000, timeout_s=60),
+        times=KafkaTimes(cfg.kafka, bootstrap, 60),
+    )
+    stored = spark.read.format("delta").load(tables_from_config(cfg).findings)
+    restarted = stored.where(F.col("reconcile_run_id") == "rec-restart").collect()
     yield Scenario(
         topic=topic,
         query_id=query_id,
-        checkpoint=checkpoint,
+        checkpoint=first_checkpoint,
         clean=clean,
         found=found,
         last_clean_batch=last_clean,
@@ -187,6 +247,10 @@ def scenario(
         retried=retried[0],
         expired={0, 1},
         imported=imported,
+        restarted=restarted,
+        restart_incidents=[i for i in judged.incidents if i.kind == vocab.INCIDENT_RESTART],
+        skips=skips,
+        skipped_in_source=records_in(spark, bootstrap, topic, skips),
     )
     for key in spark_conf:
         spark.conf.unset(key)
@@ -247,3 +311,33 @@ def test_ledger_import_reads_the_iceberg_sink_as_a_delta_one(scenario: Scenario)
     completed = len(checkpoint_batches(scenario.checkpoint))
     assert (result.sink_lacks, result.sink_unverifiable) == (1, len(scenario.expired))
     assert result.sink_holds == completed - 1 - len(scenario.expired)
+
+
+def test_a_restart_from_latest_names_the_skipped_ranges_and_counts_their_records(
+    scenario: Scenario,
+) -> None:
+    skips = [f for f in scenario.restarted if f.finding_type == vocab.RESTART_SKIP]
+    assert {f.partition: (f.offset_start, f.offset_end) for f in skips} == scenario.skips
+    assert len(skips) == len(scenario.skips)
+    assert {f.severity for f in skips} == {vocab.CRITICAL}
+    # Read back from the source as a gap is: every record of the range lost, none unverifiable.
+    assert sum(scenario.skipped_in_source.values()) == PER_TRIGGER
+    assert {f.partition: skipped_counts(ev(f), f.record_count) for f in skips} == {
+        p: (n, 0) for p, n in scenario.skipped_in_source.items()
+    }
+    (incident,) = scenario.restart_incidents
+    effect = incident.impact
+    assert (incident.severity, effect.records_lost, effect.records_unverifiable) == (
+        vocab.CRITICAL,
+        PER_TRIGGER,
+        0,
+    )
+
+
+def test_a_restart_from_latest_adds_nothing_else(scenario: Scenario) -> None:
+    """The new query's batches are in its own snapshots (no batch lost, none unexplained), and the
+    earlier faults are named as before."""
+    assert sorted(at_least_warn(scenario.restarted)) == sorted(
+        at_least_warn(scenario.found) + [(vocab.RESTART_SKIP, vocab.CRITICAL)] * PARTITIONS
+    )
+    assert of_type(scenario.restarted, vocab.SINK_COMMIT_UNEXPLAINED) == []

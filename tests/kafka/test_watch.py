@@ -35,27 +35,12 @@ from app.stream.job import StopWhen, StreamJob
 from tests.kafka.processes import cli, wait_for
 from tests.support.http_server import Request, recording_server
 from tests.support.streaming import create_topic, job_config, produce, until_all_read
+from tests.support.watch_cycles import CYCLE_TIMEOUT_S, lost_posts, ok_cycles, wait_cycles
 
 pytestmark = pytest.mark.kafka
 
 PARTITIONS = 3
 BEFORE, DOWN, AFTER = 30, 20, 10  # per partition: read by run-1, skipped by run-2, read by run-2
-CYCLE_TIMEOUT_S = 300  # a cycle takes seconds; a shared, slow machine gets room
-CYCLE_OK = re.compile(r"^cycle (\d+) (watch-\S+) ok: ", re.MULTILINE)
-
-
-def ok_cycles(log_path: Path) -> int:
-    return len(CYCLE_OK.findall(log_path.read_text(errors="replace")))
-
-
-def wait_cycles(proc: subprocess.Popen[bytes], log_path: Path, count: int) -> None:
-    """Until ``count`` cycles have succeeded in the output at ``log_path``; fails if the watch ends."""
-
-    def probe() -> bool | None:
-        assert proc.poll() is None, f"watch ended ({proc.returncode}):\n{log_path.read_text()[-4000:]}"
-        return True if ok_cycles(log_path) >= count else None
-
-    wait_for(probe, CYCLE_TIMEOUT_S, f"{count} successful watch cycles", step_s=0.2)
 
 
 def start_watch(data_dir: Path, overrides: list[str], log_path: Path) -> subprocess.Popen[bytes]:
@@ -85,17 +70,6 @@ def kill_mid_cycle(proc: subprocess.Popen[bytes], log_path: Path) -> int:
             return number
         os.killpg(proc.pid, signal.SIGCONT)
     raise AssertionError("no cycle was caught at work in 20 tries")
-
-
-def lost_posts(received: list[Request], incident_id: str) -> list[dict[str, Any]]:
-    """The POSTs that alerted ``incident_id`` with records lost."""
-    payloads = [json.loads(r.body) for r in received if r.method == "POST"]
-    return [
-        p
-        for p in payloads
-        for i in p["opened"] + p["changed"]
-        if i["incident_id"] == incident_id and i["impact"]["records_lost"]
-    ]
 
 
 def assert_no_alert_repeated(received: list[Request]) -> None:
