@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config import AppConfig, SparkConfig, load_config
+from app.config import AppConfig, SparkConfig
 from app.demo.local_kafka import LocalKafka
 from app.kafka.local_broker import BrokerState
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session
+from tests.support.config import build_config
 
 # Every test states its instants in UTC and some render local times (the timeline, the dashboard):
 # pin the process's zone so a developer's TZ cannot change an expected string.
@@ -34,15 +35,7 @@ def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def app_config(session_dir: Path) -> AppConfig:
-    return load_config(
-        "local",
-        overrides=[
-            f"paths.data_dir={session_dir / 'data'}",
-            "spark.driver_memory=2g",
-            "spark.shuffle_partitions=2",
-        ],
-        environ={},
-    )
+    return build_config("spark.driver_memory=2g", "spark.shuffle_partitions=2", data_dir=session_dir / "data")
 
 
 @pytest.fixture(scope="session")

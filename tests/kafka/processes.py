@@ -9,15 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from tests.support.config import set_options
+
 T = TypeVar("T")
 
 
 def cli(command: str, data_dir: Path, *overrides: str, args: tuple[str, ...] = ()) -> list[str]:
     """`offset-audit <command>` as this interpreter runs it, with its data under `data_dir`."""
-    argv = [sys.executable, "-m", "app.cli", command, *args, "--set", f"paths.data_dir={data_dir}"]
-    for item in overrides:
-        argv += ["--set", item]
-    return argv
+    return [sys.executable, "-m", "app.cli", command, *args, *set_options(*overrides, data_dir=data_dir)]
 
 
 def parent_pid(pid: int) -> int | None:

@@ -22,7 +22,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 import app.stream.attach as attach_module
 from app import audit
-from app.attach import attach
+from app.audit import attach
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import LedgerEvent
 from app.stream.ledger import LedgerWriter

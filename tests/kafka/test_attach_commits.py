@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 import app.stream.attach as attach_module
-from app.attach import attach
+from app.audit import attach
 from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import LedgerEvent

@@ -1,20 +1,30 @@
 """`attach_session`: the queries a session starts after it are attached by their query name, those
-reading Kafka only (real broker, Spark, Delta)."""
+reading Kafka only (real broker, Spark, Delta).
+
+One job lives one life per module (`restart`): audited through `attach_session` in a driver of its
+own (its query attached at its first progress report, after its first batch completed), killed with
+SIGKILL, then started again on its checkpoint in this process under its query name, beside a query
+that reads files, in a session audited the same way. Each test asserts one claim on what it left.
+"""
 
 from __future__ import annotations
 
 import json
+import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from app.attach import attach_session
+from app.audit import attach_session
 from app.contracts import vocabulary as vocab
+from app.contracts.offsets import TopicPartitionKey
 from app.reconcile.forensics.run import run_forensics
 from app.reconcile.outputs import AuditRun
 from tests.kafka.user_jobs import (
@@ -34,64 +44,39 @@ from tests.kafka.user_jobs import (
     reconcile,
     run_events,
     run_then_kill,
-    start_job,
 )
 from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
 
+BATCHES = 12  # one a second: the driver is killed long before it read them all
 
-def test_session_attaches_each_kafka_query_it_starts_under_its_query_name(
-    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
-) -> None:
-    topic = f"pay-s-{unique}"
+
+@dataclass(frozen=True)
+class Restart:
+    reached: dict[int, dict[TopicPartitionKey, int]]  # the checkpoint's batches when the driver died
+    batches: dict[int, dict[TopicPartitionKey, int]]  # and once the restart read everything
+    attachments: list[str]
+    closed: bool  # the session's audit closed in time
+    payments: str  # the restart's run id
+    files: str  # the run id of the query that reads files
+    ledger: DataFrame
+    found: list[Any]
+    restarts: list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def restart(spark: SparkSession, bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Restart:
+    root = tmp_path_factory.mktemp("session")
+    topic = f"pay-k-{uuid.uuid4().hex[:10]}"
     create_topic(bootstrap, topic, PARTITIONS)
-    produce_payments(bootstrap, topic, 100)
-    files = tmp_path / "files"
+    produce_payments(bootstrap, topic, BATCHES * PER_TRIGGER)
+    checkpoint, sink, ledger_path = root / "cp", root / "payments", root / "ledger"
+    files = root / "files"
     files.mkdir()
     (files / "part-0.json").write_text(json.dumps({"id": 1, "amount": 1.5, "kind": "payment"}) + "\n")
-    ledger_path = str(tmp_path / "ledger")
-
-    audit = attach_session(spark, ledger=ledger_path)
-    raw = kafka(spark, bootstrap, "subscribe", topic)
-    payments = payments_query(raw, tmp_path / "cp", tmp_path / "payments", name="payments")
-    not_kafka = (
-        spark.readStream.schema(PAYMENT_SCHEMA)
-        .json(str(files))
-        .writeStream.format("delta")
-        .queryName("json-files")
-        .option("checkpointLocation", str(tmp_path / "cp-files"))
-        .trigger(availableNow=True)
-        .start(str(tmp_path / "copied"))
-    )
-    for query in (payments, not_kafka):
-        assert query.awaitTermination(QUERY_TIMEOUT_S), "the query did not end in time"
-        assert query.exception() is None
-    assert audit.close(QUERY_TIMEOUT_S)
-
-    assert list(audit.attachments) == [str(payments.runId)]
-    ledger = spark.read.format("delta").load(ledger_path)
-    assert {r.job_name for r in ledger.select("job_name").distinct().collect()} == {"payments"}
-    batches = checkpoint_batches(tmp_path / "cp")
-    assert events_by_batch(ledger, "CHECKPOINT_COMPLETED") == batches
-    assert ledger.where(F.col("event_type") == "RUN_STOPPED").count() == 1
-
-
-def test_an_exact_restart_of_a_session_attached_job_killed_with_sigkill_is_judged_exact(
-    spark: SparkSession, bootstrap: str, unique: str, tmp_path: Path
-) -> None:
-    """The job audited through `attach_session` (its query attached at its first progress report,
-    after its first batch completed), killed with SIGKILL, then started again on its checkpoint
-    and attached the same way: the restart resumed exactly where the last committed batch ended,
-    so nothing is at warn or above and forensics says exact on every partition. The new run's start
-    is dated before its first batch's completion, however late the attach came."""
-    topic = f"pay-k-{unique}"
-    create_topic(bootstrap, topic, PARTITIONS)
-    batches = 20  # one a second: the driver is killed long before it read them all
-    produce_payments(bootstrap, topic, batches * PER_TRIGGER)
-    checkpoint, sink, ledger_path = tmp_path / "cp", tmp_path / "payments", tmp_path / "ledger"
     since = datetime.now(UTC) - timedelta(minutes=1)
-    args = [bootstrap, topic, str(checkpoint), str(sink), str(ledger_path), JOB, str(tmp_path / "driver")]
+    args = [bootstrap, topic, str(checkpoint), str(sink), str(ledger_path), JOB, str(root / "driver")]
 
     def two_batches_in_the_ledger() -> bool | None:
         """Two committed batches and the killed run's start and first batch in its ledger (its
@@ -104,29 +89,89 @@ def test_an_exact_restart_of_a_session_attached_job_killed_with_sigkill_is_judge
 
     run_then_kill([*args, "a", "--session"], two_batches_in_the_ledger, "two batches of the driver")
     reached = checkpoint_batches(checkpoint)
-    assert len(reached) < batches  # killed before it read everything
 
-    with attach_session(spark, ledger=str(ledger_path), job_name=lambda _query: JOB) as audit:
-        query = start_job("a", kafka(spark, bootstrap, "subscribe", topic), checkpoint, sink)
-        assert query.awaitTermination(QUERY_TIMEOUT_S), "the query did not read everything in time"
-    assert list(audit.attachments) == [str(query.runId)]
-    resumed_at = reached[max(reached)]
+    # Restarted under its query name (the job's name), with no namer: the session's default.
+    audit = attach_session(spark, ledger=str(ledger_path))
+    payments = payments_query(kafka(spark, bootstrap, "subscribe", topic), checkpoint, sink, name=JOB)
+    not_kafka = (
+        spark.readStream.schema(PAYMENT_SCHEMA)
+        .json(str(files))
+        .writeStream.format("delta")
+        .queryName("json-files")
+        .option("checkpointLocation", str(root / "cp-files"))
+        .trigger(availableNow=True)
+        .start(str(root / "copied"))
+    )
+    for query in (payments, not_kafka):
+        assert query.awaitTermination(QUERY_TIMEOUT_S), "the query did not end in time"
+        assert query.exception() is None
+    closed = audit.close(QUERY_TIMEOUT_S)
 
-    ledger = spark.read.format("delta").load(str(ledger_path))
-    restart = ledger.where(F.col("run_id") == str(query.runId))
-    [started] = restart.where(F.col("event_type") == "RUN_STARTED").collect()
-    completions = restart.where(F.col("event_type") == "CHECKPOINT_COMPLETED")
+    cfg = audit_config(root, bootstrap, sink, ledger_path)
+    found = reconcile(spark, cfg, "rec-session-kill", since)
+    restarts = run_forensics(spark, cfg, AuditRun(run_id="fx-session", now=datetime.now(UTC), since=since))
+    return Restart(
+        reached,
+        checkpoint_batches(checkpoint),
+        list(audit.attachments),
+        closed,
+        str(payments.runId),
+        str(not_kafka.runId),
+        spark.read.format("delta").load(str(ledger_path)),
+        found,
+        restarts.restarts,
+    )
+
+
+def test_the_driver_was_killed_before_it_read_everything(restart: Restart) -> None:
+    assert len(restart.reached) < BATCHES
+
+
+def test_session_attaches_each_kafka_query_it_starts_and_no_other(restart: Restart) -> None:
+    assert restart.closed
+    assert restart.attachments == [restart.payments]
+    runs = {r.run_id for r in restart.ledger.select("run_id").distinct().collect()}
+    assert restart.files not in runs
+
+
+def test_session_attaches_a_query_under_its_query_name(restart: Restart) -> None:
+    restarted = restart.ledger.where(F.col("run_id") == restart.payments)
+    assert {r.job_name for r in restarted.select("job_name").distinct().collect()} == {JOB}
+
+
+def test_the_restart_records_every_batch_it_completed_and_its_stop_once(restart: Restart) -> None:
+    restarted = restart.ledger.where(F.col("run_id") == restart.payments)
+    done = {b: ends for b, ends in restart.batches.items() if b > max(restart.reached)}
+    assert done  # else the test would prove nothing
+    assert events_by_batch(restarted, "CHECKPOINT_COMPLETED") == done
+    assert restarted.where(F.col("event_type") == "RUN_STOPPED").count() == 1
+
+
+def test_the_restarts_start_is_dated_before_its_first_batch_however_late_the_attach_came(
+    restart: Restart,
+) -> None:
+    restarted = restart.ledger.where(F.col("run_id") == restart.payments)
+    [started] = restarted.where(F.col("event_type") == "RUN_STARTED").collect()
+    completions = restarted.where(F.col("event_type") == "CHECKPOINT_COMPLETED")
     [(first_completed,)] = completions.agg(F.min("event_time")).collect()
     assert started.event_time <= first_completed
-    restored = run_events(restart, "OFFSETS_RESTORED")
-    assert {(r.topic, r.partition): r.offset for r in restored} == resumed_at
 
-    cfg = audit_config(tmp_path, bootstrap, sink, ledger_path)
-    found = reconcile(spark, cfg, "rec-session-kill", since)
-    assert at_least_warn(found) == []
-    assert vocab.UNCLEAN_STOP in {f.finding_type for f in found}  # the kill was seen, and judged harmless
-    restarts = run_forensics(spark, cfg, AuditRun(run_id="fx-session", now=datetime.now(UTC), since=since))
-    assert {(r["partition"], r["classification"]) for r in restarts.restarts} == {
+
+def test_the_restart_restores_where_the_last_committed_batch_ended(restart: Restart) -> None:
+    restarted = restart.ledger.where(F.col("run_id") == restart.payments)
+    restored = run_events(restarted, "OFFSETS_RESTORED")
+    assert {(r.topic, r.partition): r.offset for r in restored} == restart.reached[max(restart.reached)]
+
+
+def test_an_exact_restart_of_a_session_attached_job_killed_with_sigkill_is_judged_exact(
+    restart: Restart,
+) -> None:
+    """Nothing at warn or above, and forensics says exact on every partition."""
+    assert at_least_warn(restart.found) == []
+    assert vocab.UNCLEAN_STOP in {
+        f.finding_type for f in restart.found
+    }  # the kill was seen, and judged harmless
+    assert {(r["partition"], r["classification"]) for r in restart.restarts} == {
         (p, vocab.RESTART_EXACT) for p in range(PARTITIONS)
     }
 

@@ -11,8 +11,9 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
-from app.config import AppConfig, KafkaConfig
+from app.config import KafkaConfig
 from app.kafka.gaps import kafka_gap_confirmer
+from tests.support.config import build_config
 from tests.support.ledger_data import (
     checkpoint,
     commits_table,
@@ -23,14 +24,14 @@ from tests.support.ledger_data import (
     sink_table,
     with_topic,
 )
-from tests.support.reconcile import config_for, read, reconcile, save
+from tests.support.reconcile import read, reconcile, save
 from tests.support.streaming import TRANSACTIONS, produce_transactions
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
 def test_markers_and_aborted_records_are_one_benign_gap_per_partition(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path, bootstrap: str, unique: str
+    spark: SparkSession, tmp_path: Path, bootstrap: str, unique: str
 ) -> None:
     topic = f"orders-{unique}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -38,7 +39,7 @@ def test_markers_and_aborted_records_are_one_benign_gap_per_partition(
     committed = produce_transactions(bootstrap, topic, unique)
     end = 3 * TRANSACTIONS
 
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     save(
         with_topic(
             ledger_table(

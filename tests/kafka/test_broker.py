@@ -16,6 +16,7 @@ from app.config import KafkaConfig
 from app.demo.local_kafka import LocalKafka, free_port
 from app.errors import KafkaUnavailableError
 from app.kafka.clients import check_reachable, plain_conf, retry_kafka, spark_kafka_options
+from tests.support.config import set_options
 from tests.support.streaming import KAFKA_TIMEOUT_S, create_topic, group_offsets
 
 pytestmark = pytest.mark.kafka
@@ -84,7 +85,7 @@ def test_cli_manages_a_broker_and_leaves_no_jvm(tmp_path: Path) -> None:
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "app.cli", "kafka-local", *args, "--json"]
-        cmd += ["--set", f"paths.data_dir={tmp_path}"]
+        cmd += set_options(data_dir=tmp_path)
         return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
 
     started = cli("start")

@@ -9,7 +9,6 @@ their own."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,7 +20,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
-from app.config import AppConfig, CompletenessConfig, KafkaConfig
+from app.config import AppConfig, KafkaConfig
 from app.contracts.offsets import EventSource, LedgerEvent
 from app.contracts.tables import LEDGER_SCHEMA, SINK_SCHEMA
 from app.contracts.vocabulary import SINK_DELTA_BATCHES
@@ -32,8 +31,9 @@ from app.reconcile.completeness.windows import window_of
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
+from tests.support.config import build_config
 from tests.support.ledger_data import contract_table
-from tests.support.reconcile import config_for, read, save
+from tests.support.reconcile import read, save
 from tests.support.streaming import produce_transactions
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -124,9 +124,7 @@ class Story:
 
 
 @pytest.fixture(scope="module")
-def story(
-    spark: SparkSession, app_config: AppConfig, tmp_path_factory: pytest.TempPathFactory, bootstrap: str
-) -> Story:
+def story(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, bootstrap: str) -> Story:
     """4 windows of 5 records (offsets 0-19); the sink lacks offset 7 (window 1) and holds offset 12
     twice (window 2). Checkpoint 1 completes at 21 minutes (offset 10), checkpoint 2 at 40:30
     (offset 20)."""
@@ -135,7 +133,7 @@ def story(
     base = window_of(datetime.now(UTC) - timedelta(minutes=100), 10).start
     times = [base + w * WINDOW + timedelta(seconds=30 + 60 * i) for w in range(4) for i in range(PER_WINDOW)]
     produce_at(bootstrap, topic, times)
-    cfg = config_for(app_config, tmp_path_factory.mktemp("completeness"))
+    cfg = build_config(data_dir=tmp_path_factory.mktemp("completeness"))
     cks = [(1, 10, base + timedelta(minutes=21)), (2, 20, base + timedelta(minutes=40, seconds=30))]
     sink = [(o, times[o]) for o in range(20) if o != 7] + [(12, times[12])]
     write_inputs(spark, cfg, topic, ledger(topic, base, cks), sink)
@@ -198,12 +196,13 @@ def test_rerunning_reconcile_yields_the_same_rows(story: Story) -> None:
 
 
 def test_a_delta_batches_sink_counts_the_records_of_its_lost_batch_and_never_rows(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path, bootstrap: str, story: Story
+    spark: SparkSession, tmp_path: Path, bootstrap: str, story: Story
 ) -> None:
     """The story's topic read in 4 batches of 5 offsets, one per window; the sink (Spark's Delta
     writer with txn ids) holds batches 1, 3 and 4: batch 2's records (window 1) are lost."""
-    cfg = config_for(
-        app_config, tmp_path, sink_mode=SINK_DELTA_BATCHES, sink_app_id_by_job={JOB: "orders-app"}
+    cfg = build_config(
+        data_dir=tmp_path,
+        reconcile={"sink_mode": SINK_DELTA_BATCHES, "sink_app_id_by_job": {JOB: "orders-app"}},
     )
     base = story.base
     cks = [(b, 5 * b, base + b * WINDOW + timedelta(seconds=1)) for b in range(1, 5)]
@@ -239,7 +238,7 @@ def test_a_delta_batches_sink_counts_the_records_of_its_lost_batch_and_never_row
 
 
 def test_aborted_records_and_markers_are_not_expected(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path, bootstrap: str
+    spark: SparkSession, tmp_path: Path, bootstrap: str
 ) -> None:
     """20 transactions of 2 records, every odd one aborted: offsets 0-59 hold 20 committed records,
     20 aborted ones and 20 markers. Produced now (a marker is stamped with the broker's time)."""
@@ -247,7 +246,7 @@ def test_aborted_records_and_markers_are_not_expected(
     create_topic(bootstrap, topic)
     committed = produce_transactions(bootstrap, topic, topic)
     started = datetime.now(UTC)
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     write_inputs(
         spark, cfg, topic, ledger(topic, started, [(1, 60, started)]), [(o, None) for o in committed]
     )
@@ -267,7 +266,7 @@ def test_aborted_records_and_markers_are_not_expected(
 
 
 def test_a_window_older_than_retention_is_bounded_by_the_sink_and_unverifiable(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path, bootstrap: str
+    spark: SparkSession, tmp_path: Path, bootstrap: str
 ) -> None:
     """Two windows of 5 records; retention moves the log start to 7; the sink lacks offsets 2 and 3."""
     topic = f"completeness-ret-{datetime.now(UTC):%H%M%S%f}"
@@ -278,8 +277,7 @@ def test_a_window_older_than_retention_is_bounded_by_the_sink_and_unverifiable(
     admin = AdminClient(plain_conf(bootstrap))
     (deleted,) = admin.delete_records([TopicPartition(topic, 0, 7)]).values()
     deleted.result(30)
-    cfg = config_for(app_config, tmp_path)
-    cfg = dataclasses.replace(cfg, completeness=CompletenessConfig(lateness_seconds=LATE_S))
+    cfg = build_config(data_dir=tmp_path, completeness={"lateness_seconds": LATE_S})
     sink = [(o, times[o]) for o in range(10) if o not in (2, 3)]
     write_inputs(spark, cfg, topic, ledger(topic, base, [(1, 10, base + timedelta(minutes=21))]), sink)
 

@@ -15,7 +15,6 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.config import AppConfig, load_config
 from app.contracts import vocabulary as vocab
 from app.demo.story import USER_JOB, USER_TOPIC, WARN_OR_ABOVE, Demo, DemoScale
 from app.incidents import repair
@@ -29,10 +28,11 @@ from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 from app.stream.job import StreamJob
 from tests.kafka.processes import cli
+from tests.support.config import build_config
 from tests.support.http_server import recording_server
 from tests.support.metrics import samples
 from tests.support.stderr import RAW_LIBRDKAFKA
-from tests.support.streaming import create_topic, produce, until_all_read
+from tests.support.streaming import create_topic, job_config, produce, until_all_read
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -102,7 +102,7 @@ def test_demo_tells_its_story_in_few_lines_and_finds_exactly_the_injected_incide
         assert sum(int(n) for n in re.findall(r"(\d+) in \d\d:\d\d", line)) == scale.downtime_per_partition
 
     # The findings behind the verdict, read back from the demo's tables.
-    demo = Demo(load_config("local", [f"paths.data_dir={tmp_path}"], environ={}), spark, scale)
+    demo = Demo(build_config(data_dir=tmp_path), spark, scale)
     # Offsets produced while the job was down: after the first records and three rounds of the
     # outage and reset steps.
     skip_lo = scale.initial_per_partition + 3 * scale.outage_per_partition
@@ -223,20 +223,15 @@ def test_clean_run_reports_nothing_at_warn_or_above(
     topic, group, job = f"clean-{unique}", f"clean-{unique}", f"clean-{unique}"
     create_topic(bootstrap, topic, 2)
     produce(bootstrap, topic, 400, 2)
-    cfg: AppConfig = load_config(
-        "local",
-        [
-            f"paths.data_dir={tmp_path}",
-            f"kafka.bootstrap_servers={bootstrap}",
-            f"stream.topics=[{topic}]",
-            f"stream.group_id={group}",
-            f"stream.job_name={job}",
-            "stream.trigger_interval=1 second",
-            "stream.max_offsets_per_trigger=150",
-            f"ingest.groups=[{group}]",
-            f"reconcile.jobs=[{job}]",
-        ],
-        environ={},
+    cfg = job_config(
+        tmp_path,
+        bootstrap,
+        topic,
+        group,
+        job,
+        "stream.max_offsets_per_trigger=150",
+        f"ingest.groups=[{group}]",
+        f"reconcile.jobs=[{job}]",
     )
     StreamJob(spark, cfg, bootstrap, run_id="clean-1").run(until_all_read(bootstrap, topic, 2))
     produce(bootstrap, topic, 100, 2, start=400)

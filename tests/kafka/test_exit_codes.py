@@ -37,6 +37,7 @@ from app import cli
 from app.commands import outcome
 from app.runtime.jvm import REPO_ROOT
 from tests.support.audit_tables import AuditTables, write_audit_tables
+from tests.support.config import set_options
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -69,12 +70,12 @@ def cases(audit: AuditTables, out: Path) -> dict[str, Case]:
 
 
 def overrides(data_dir: Path, servers: str) -> list[str]:
-    return [
-        *("--set", f"paths.data_dir={data_dir}"),
-        *("--set", f"kafka.bootstrap_servers={servers}"),
-        *("--set", f"kafka.request_timeout_s={KAFKA_TIMEOUT_S}"),
-        *("--set", f"reconcile.confirm_timeout_s={KAFKA_TIMEOUT_S}"),
-    ]
+    return set_options(
+        f"kafka.bootstrap_servers={servers}",
+        f"kafka.request_timeout_s={KAFKA_TIMEOUT_S}",
+        f"reconcile.confirm_timeout_s={KAFKA_TIMEOUT_S}",
+        data_dir=data_dir,
+    )
 
 
 def console_script_target() -> str:

@@ -10,7 +10,6 @@ sink lacking offset 7 and holding offset 12 twice (the second copy by another wr
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app import cli
-from app.config import AppConfig, IcebergCatalogConfig, IcebergConfig, KafkaConfig
+from app.config import AppConfig, IcebergCatalogConfig, KafkaConfig
 from app.contracts.offsets import EventSource, LedgerEvent
 from app.contracts.tables import LEDGER_SCHEMA
 from app.incidents.incident import StoredIncident
@@ -40,8 +39,9 @@ from app.runtime.spark import catalog_conf
 from app.storage.handles import AuditTables, IcebergHandle
 from app.storage.tables import tables_from_config
 from app.stream.startup import to_sink_rows
+from tests.support.config import build_config
 from tests.support.ledger_data import contract_table
-from tests.support.reconcile import config_for, read, save
+from tests.support.reconcile import read, save
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -112,9 +112,7 @@ def reconcile(
 
 
 @pytest.fixture(scope="module")
-def story(
-    spark: SparkSession, app_config: AppConfig, tmp_path_factory: pytest.TempPathFactory, bootstrap: str
-) -> Story:
+def story(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, bootstrap: str) -> Story:
     tag = uuid.uuid4().hex[:10]
     topic, catalog = f"iceberg-coords-{tag}", f"ice_{tag}"
     admin = AdminClient(plain_conf(bootstrap))
@@ -134,13 +132,14 @@ def story(
     assert producer.flush(30) == 0
 
     root = tmp_path_factory.mktemp("iceberg-coords")
-    delta = config_for(app_config, root / "delta")
+    delta = build_config(data_dir=root / "delta")
     lake = IcebergCatalogConfig(type="hadoop", warehouse=str(root / "warehouse"))
     sink_name = f"{catalog}.{NAMESPACE}.{TABLE}"
-    iceberg = dataclasses.replace(
-        config_for(app_config, root / "iceberg"),
-        iceberg=IcebergConfig({catalog: lake}),
-        tables=dataclasses.replace(app_config.tables, sink=f"iceberg:{sink_name}"),
+    iceberg = build_config(
+        f"iceberg.catalogs.{catalog}.type={lake.type}",
+        f"iceberg.catalogs.{catalog}.warehouse={lake.warehouse}",
+        f"tables.sink=iceberg:{sink_name}",
+        data_dir=root / "iceberg",
     )
     # The audit's catalog, as every session of the application registers it, and the user's job's
     # own (another instance over the same warehouse, with its own cache, as another process has).

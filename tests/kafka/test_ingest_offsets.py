@@ -8,7 +8,6 @@ offsets) and with Kafka's console consumer + OffsetsMessageFormatter (record by 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import subprocess
@@ -26,7 +25,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.cli import main
-from app.config import AppConfig, IngestConfig, KafkaConfig, PathsConfig, TablesConfig
+from app.config import AppConfig
 from app.demo.local_kafka import free_port
 from app.kafka.clients import plain_conf, retry_kafka
 from app.offsets_topic.decoded import DECODED_SCHEMA, TIMESTAMP_MAX_MS, TIMESTAMP_MIN_MS
@@ -41,6 +40,7 @@ from app.runtime import jvm
 from app.storage import delta_rows
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
+from tests.support.config import build_config
 from tests.support.streaming import KAFKA_TIMEOUT_S, create_topic
 from tests.unit.kafka_bytes import offset_commit_key, offset_commit_value
 
@@ -193,12 +193,12 @@ class Scenario:
         return [self.classic, self.offset_only, self.new_protocol, self.tx, self.doomed]
 
 
-def ingest_config(base: AppConfig, data_dir: Path, bootstrap: str, groups: list[str]) -> AppConfig:
-    return dataclasses.replace(
-        base,
-        paths=PathsConfig(data_dir=str(data_dir), cache_dir=base.paths.cache_dir),
-        kafka=KafkaConfig(bootstrap_servers=bootstrap, request_timeout_s=30),
-        ingest=IngestConfig(groups=groups),
+def ingest_config(data_dir: Path, bootstrap: str, groups: list[str], *extra: str) -> AppConfig:
+    return build_config(
+        *extra,
+        data_dir=data_dir,
+        kafka={"bootstrap_servers": bootstrap, "request_timeout_s": 30},
+        ingest={"groups": groups},
     )
 
 
@@ -210,9 +210,7 @@ def table_rows(spark: SparkSession, cfg: AppConfig, name: str) -> list[dict[str,
 
 
 @pytest.fixture(scope="module")
-def scenario(
-    spark: SparkSession, bootstrap: str, app_config: AppConfig, tmp_path_factory: pytest.TempPathFactory
-) -> Scenario:
+def scenario(spark: SparkSession, bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Scenario:
     u = tmp_path_factory.mktemp("ingest").name[-6:] + str(time.time_ns())[-6:]
     topic = f"audited-{u}"
     create_topic(bootstrap, topic, 2)
@@ -241,7 +239,7 @@ def scenario(
         KAFKA_TIMEOUT_S,
     )
 
-    cfg = ingest_config(app_config, tmp_path_factory.mktemp("ingest-data"), bootstrap, list(s.values()))
+    cfg = ingest_config(tmp_path_factory.mktemp("ingest-data"), bootstrap, list(s.values()))
     result = ingest_offsets(spark, cfg, bootstrap, cfg.ingest.groups, run_id="run-1")
     return Scenario(
         cfg=cfg, bootstrap=bootstrap, topic=topic, result=result,
@@ -370,7 +368,7 @@ def test_ingesting_again_adds_nothing_then_exactly_the_new_commits(
 def test_crash_between_data_and_positions_neither_loses_nor_duplicates(
     spark: SparkSession, scenario: Scenario, tmp_path: Path
 ) -> None:
-    cfg = ingest_config(scenario.cfg, tmp_path, scenario.bootstrap, scenario.groups)
+    cfg = ingest_config(tmp_path, scenario.bootstrap, scenario.groups)
     # The crashed run: data written, positions never stored.
     plan = plan_ingest(spark, cfg, scenario.bootstrap, "crashed", cfg.ingest.groups)
     write_decoded(spark, cfg, scenario.bootstrap, plan)
@@ -394,8 +392,8 @@ def test_a_run_crashed_on_the_spark_path_is_finished_on_the_driver_path(
     """Both paths append under the same Delta transaction id and run marker: a run whose group_commits
     the Spark path wrote before it died is finished by the driver path (the CLI's with a local master)
     without writing that table twice, and the tables it lacked get their rows."""
-    cfg = ingest_config(scenario.cfg, tmp_path, scenario.bootstrap, scenario.groups)
-    on_spark = dataclasses.replace(cfg, ingest=dataclasses.replace(cfg.ingest, decode_on="spark"))
+    cfg = ingest_config(tmp_path, scenario.bootstrap, scenario.groups)
+    on_spark = ingest_config(tmp_path, scenario.bootstrap, scenario.groups, "ingest.decode_on=spark")
     plan = plan_ingest(spark, on_spark, scenario.bootstrap, "crashed", cfg.ingest.groups)
     write_decoded(spark, on_spark, scenario.bootstrap, plan, [GROUP_COMMITS])  # died after one table
     before = len(table_rows(spark, cfg, GROUP_COMMITS))
@@ -416,8 +414,10 @@ def test_a_capped_read_stops_at_each_ranges_end_and_the_next_run_continues_there
     spark: SparkSession, scenario: Scenario, tmp_path: Path
 ) -> None:
     """The driver path's consumer stops at the planned end of every range, also when the log goes on."""
-    cfg = ingest_config(scenario.cfg, tmp_path, scenario.bootstrap, scenario.groups)
-    capped = dataclasses.replace(cfg, ingest=dataclasses.replace(cfg.ingest, max_records_per_partition=2))
+    cfg = ingest_config(tmp_path, scenario.bootstrap, scenario.groups)
+    capped = ingest_config(
+        tmp_path, scenario.bootstrap, scenario.groups, "ingest.max_records_per_partition=2"
+    )
     first = ingest_offsets(spark, capped, scenario.bootstrap, cfg.ingest.groups, run_id="capped")
     # read_committed: a range's transaction markers and aborted records are never read, so up to 2.
     assert all(p["read"] <= p["end"] - p["start"] <= 2 for p in first.partitions)
@@ -428,7 +428,7 @@ def test_a_capped_read_stops_at_each_ranges_end_and_the_next_run_continues_there
     }
     rows = table_rows(spark, cfg, GROUP_COMMITS)
     assert len(rows) == len({(r["log_partition"], r["log_offset"]) for r in rows}), "no record twice"
-    uncapped = ingest_config(scenario.cfg, tmp_path / "uncapped", scenario.bootstrap, scenario.groups)
+    uncapped = ingest_config(tmp_path / "uncapped", scenario.bootstrap, scenario.groups)
     ingest_offsets(spark, uncapped, scenario.bootstrap, cfg.ingest.groups, run_id="uncapped")
     whole = {(r["log_partition"], r["log_offset"]) for r in table_rows(spark, uncapped, GROUP_COMMITS)}
     assert {(r["log_partition"], r["log_offset"]) for r in rows} == whole, "and none missing"
@@ -449,7 +449,7 @@ def test_undecodable_record_is_quarantined_with_bytes_and_reason(spark: SparkSes
 
 @pytest.mark.parametrize("decode_on", ["driver", "spark"])
 def test_a_commit_time_beyond_timestamp_range_keeps_its_row_with_a_null_time_and_warns(
-    spark: SparkSession, bootstrap: str, app_config: AppConfig, tmp_path: Path, unique: str, decode_on: str
+    spark: SparkSession, bootstrap: str, tmp_path: Path, unique: str, decode_on: str
 ) -> None:
     """Crafted commit values (a client may send any commit timestamp) in a topic laid out as
     __consumer_offsets: the run succeeds on either path, every commit keeps its row and offset, a time
@@ -465,9 +465,8 @@ def test_a_commit_time_beyond_timestamp_range_keeps_its_row_with_a_null_time_and
     ]):  # fmt: skip
         producer.produce(topic, key=offset_commit_key(group, "t", p), value=value, partition=0)
     assert producer.flush(30) == 0
-    base = ingest_config(app_config, tmp_path, bootstrap, [group])
-    cfg = dataclasses.replace(
-        base, ingest=dataclasses.replace(base.ingest, offsets_topic=topic, decode_on=decode_on)
+    cfg = ingest_config(
+        tmp_path, bootstrap, [group], f"ingest.offsets_topic={topic}", f"ingest.decode_on={decode_on}"
     )
     result = ingest_offsets(spark, cfg, bootstrap, [group], run_id="odd")
     dataset = delta_rows.dataset(spark, tables_from_config(cfg).named(GROUP_COMMITS))
@@ -492,7 +491,7 @@ def test_a_commit_time_beyond_timestamp_range_keeps_its_row_with_a_null_time_and
 def test_snapshot_mode_records_current_offsets_and_says_history_is_missing(
     spark: SparkSession, scenario: Scenario, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cfg = ingest_config(scenario.cfg, tmp_path, scenario.bootstrap, [scenario.offset_only, scenario.classic])
+    cfg = ingest_config(tmp_path, scenario.bootstrap, [scenario.offset_only, scenario.classic])
     with caplog.at_level(logging.WARNING, logger="app.offsets_topic.snapshot"):
         ingest_offsets(
             spark,
@@ -531,8 +530,7 @@ def test_reconcile_reads_group_commits_where_ingest_writes_them_when_the_table_i
 ) -> None:
     """One key per table: `tables.group_commits` moves the table for ingest-offsets and reconcile alike."""
     elsewhere = tmp_path / "elsewhere" / "commits"
-    base = ingest_config(scenario.cfg, tmp_path, scenario.bootstrap, scenario.groups)
-    cfg = dataclasses.replace(base, tables=TablesConfig(group_commits=str(elsewhere)))
+    cfg = ingest_config(tmp_path, scenario.bootstrap, scenario.groups, f"tables.group_commits={elsewhere}")
     ingest_offsets(spark, cfg, scenario.bootstrap, cfg.ingest.groups, run_id="moved")
     assert not (tmp_path / "tables" / GROUP_COMMITS).exists()
     read = read_group_commit_rows(

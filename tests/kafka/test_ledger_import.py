@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from app import cli
-from app.attach import attach
+from app.audit import attach
 from app.contracts.offsets import TopicPartitionKey
 from tests.kafka.user_jobs import (
     PARTITIONS,
@@ -37,6 +37,7 @@ from tests.kafka.user_jobs import (
     run_events,
     run_to_end,
 )
+from tests.support.config import set_options
 from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
@@ -54,8 +55,7 @@ def import_checkpoint(checkpoint: Path, ledger: Path, tmp_path: Path, *extra: st
             "payments",
             "--ledger",
             str(ledger),
-            "--set",
-            f"paths.data_dir={tmp_path / 'data'}",
+            *set_options(data_dir=tmp_path / "data"),
             *extra,
         ]
     )

@@ -20,6 +20,7 @@ from deltalake import DeltaTable
 from app.runtime.jvm import REPO_ROOT
 from app.storage.tables import TABLE_NAMES
 from tests.support.audit_tables import write_audit_tables
+from tests.support.config import set_options
 from tests.support.maintenance import FILES_PER_DAY, NOW, files_per_day, write_days
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -31,12 +32,10 @@ CLOSED = [date(2026, 3, d) for d in range(5, 15)]  # closed, kept, FILES_PER_DAY
 
 
 def cli(data_dir: Path, *argv: str, bootstrap: str = "127.0.0.1:1") -> list[str]:
-    overrides = [
-        f"paths.data_dir={data_dir}",
-        f"kafka.bootstrap_servers={bootstrap}",
-        "reconcile.confirm_gaps=false",
-    ]
-    return [sys.executable, "-m", "app.cli", *argv, *(a for o in overrides for a in ("--set", o))]
+    settings = set_options(
+        f"kafka.bootstrap_servers={bootstrap}", "reconcile.confirm_gaps=false", data_dir=data_dir
+    )
+    return [sys.executable, "-m", "app.cli", *argv, *settings]
 
 
 def environment() -> dict[str, str]:

@@ -26,8 +26,9 @@ from app.kafka.gaps import kafka_gap_confirmer
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 from app.stream.startup import to_sink_rows
+from tests.support.config import build_config, set_options
 from tests.support.ledger_data import GROUP, at, checkpoint, commits_table, ev, gc, ledger_table, with_topic
-from tests.support.reconcile import config_for, read, reconcile, save
+from tests.support.reconcile import read, reconcile, save
 from tests.support.streaming import create_topic, group_offsets
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -42,7 +43,6 @@ def cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[
 
 def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     spark: SparkSession,
-    app_config: AppConfig,
     tmp_path: Path,
     bootstrap: str,
     unique: str,
@@ -55,7 +55,7 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
         producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=0)
     assert producer.flush(30) == 0
 
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     save(
         with_topic(
             ledger_table(
@@ -97,7 +97,7 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
         "second_writer": ("error", 0, 5),
         "external_offset_change": ("error", 0, 0),
     }
-    common = ["--set", f"paths.data_dir={tmp_path}", "--set", f"kafka.bootstrap_servers={bootstrap}"]
+    common = set_options(f"kafka.bootstrap_servers={bootstrap}", data_dir=tmp_path)
 
     gap_id = by_kind["gap"].incident_id
     code, plan = cli_json(capsys, "repair", "--incident", gap_id, *common)
@@ -171,7 +171,9 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     read(spark, cfg, "sink").select("kafka_topic", "kafka_partition", "kafka_offset").write.format(
         "delta"
     ).save(narrow)
-    code = cli.main(["repair", "--incident", gap_id, "--execute", *common, "--set", f"tables.sink={narrow}"])
+    code = cli.main(
+        ["repair", "--incident", gap_id, "--execute", *common, *set_options(f"tables.sink={narrow}")]
+    )
     assert code == 2
     assert "only the plan can be produced" in capsys.readouterr().err
     assert spark.read.format("delta").load(narrow).count() == RECORDS + 5
@@ -179,7 +181,6 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
 
 def test_a_repaired_restart_stays_as_it_was_written_and_fails_no_later_run(
     spark: SparkSession,
-    app_config: AppConfig,
     tmp_path: Path,
     bootstrap: str,
     unique: str,
@@ -197,7 +198,7 @@ def test_a_repaired_restart_stays_as_it_was_written_and_fails_no_later_run(
         producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=0)
     assert producer.flush(30) == 0
 
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     save(
         with_topic(
             ledger_table(
@@ -231,7 +232,7 @@ def test_a_repaired_restart_stays_as_it_was_written_and_fails_no_later_run(
     (restart,) = reconcile(spark, cfg, "rec-1", confirmer=confirm).incidents
     assert (restart.kind, restart.severity, restart.impact.records_lost) == ("restart", "critical", 10)
 
-    common = ["--set", f"paths.data_dir={tmp_path}", "--set", f"kafka.bootstrap_servers={bootstrap}"]
+    common = set_options(f"kafka.bootstrap_servers={bootstrap}", data_dir=tmp_path)
     code, done = cli_json(capsys, "repair", "--incident", restart.incident_id, "--execute", *common)
     assert (code, done["actions"][0]["records_appended"]) == (0, 10)
     (repaired,) = [
@@ -274,7 +275,7 @@ def sink_rows(spark: SparkSession, cfg: AppConfig) -> list[tuple[Any, ...]]:
 
 
 def test_offsets_are_reset_only_while_the_group_has_no_active_member(
-    app_config: AppConfig, bootstrap: str, unique: str
+    tmp_path: Path, bootstrap: str, unique: str
 ) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -284,7 +285,7 @@ def test_offsets_are_reset_only_while_the_group_has_no_active_member(
 
     topic, group = f"reset-{unique}", f"grp-{unique}"
     create_topic(bootstrap, topic, 1)
-    cfg = dataclasses_replace_kafka(app_config, bootstrap)
+    cfg = build_config(f"kafka.bootstrap_servers={bootstrap}", data_dir=tmp_path)
 
     reset_offsets(cfg, bootstrap, group, [PartitionOffset(topic, 0, 0)])
     assert group_offsets(bootstrap, group, topic, 1) == {0: 0}
@@ -301,9 +302,3 @@ def test_offsets_are_reset_only_while_the_group_has_no_active_member(
             reset_offsets(cfg, bootstrap, group, [PartitionOffset(topic, 0, 0)])
     finally:
         member.close()
-
-
-def dataclasses_replace_kafka(app_config: AppConfig, bootstrap: str) -> AppConfig:
-    import dataclasses
-
-    return dataclasses.replace(app_config, kafka=KafkaConfig(bootstrap_servers=bootstrap))

@@ -46,6 +46,7 @@ from app.stream.ledger import event_key_column
 from app.stream.startup import parse_initial_offsets
 from tests.kafka.processes import cli as cli_argv
 from tests.kafka.processes import wait_for
+from tests.support.config import set_options
 from tests.support.streaming import (
     create_topic,
     duplicated_sink_coordinates,
@@ -172,8 +173,7 @@ def life(spark: SparkSession, bootstrap: str, tmp_path_factory: pytest.TempPathF
             JOB,
             "--ledger",
             ledger_path,
-            "--set",
-            f"paths.data_dir={data_dir}",
+            *set_options(data_dir=data_dir),
         ]
     )
     after_import = ledger_state(ledger_path)

@@ -5,29 +5,33 @@ topics TOPIC matches (`subscribePattern`), the others TOPIC itself.
 
     python -m tests.kafka.user_job_main BOOTSTRAP TOPIC CHECKPOINT SINK LEDGER JOB DATA_DIR [a|b|c]
         [--session] [--group GROUP --commit-to SERVERS] [--to-end] [--log FILE]
-        [--iceberg-warehouse DIR]
+        [--iceberg-warehouse DIR] [--also KIND TOPIC CHECKPOINT SINK LEDGER]...
 
 --session audits through `attach_session` (the query attached at its first progress report)
 instead of `attach` right after `start()`; --group commits each batch to GROUP through the
 brokers SERVERS; --to-end reads what the topic holds and ends (availableNow), the audit closed by
 its `with` block; --log is the application configuring Python logging (every record of level INFO
 and up, as `name|level|message` lines in FILE); without it the application configures none;
---iceberg-warehouse gives the session the Hadoop catalog `lake` at DIR (job (i) writes SINK in it).
+--iceberg-warehouse gives the session the Hadoop catalog `lake` at DIR (job (i) writes SINK in it);
+--also runs one more job in the same driver (attached with `attach`, under the job name JOB, to its
+own ledger), so that one kill crashes several jobs for the price of one driver's start.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 from app import audit
-from app.config import SparkConfig, load_config
+from app.config import SparkConfig
 from app.runtime import jvm
 from app.runtime.spark import build_spark_session
 from tests.kafka.user_jobs import kafka, start_job
+from tests.support.config import build_config
 
 LOG_FORMAT = "%(name)s|%(levelname)s|%(message)s"
 
@@ -43,6 +47,7 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--to-end", action="store_true")
     parser.add_argument("--log")
     parser.add_argument("--iceberg-warehouse")
+    parser.add_argument("--also", nargs=5, action="append", default=[], metavar="JOB_ARG")
     return parser.parse_args(argv)
 
 
@@ -56,7 +61,7 @@ def main(argv: list[str]) -> int:
             "iceberg.catalogs.lake.type=hadoop",
             f"iceberg.catalogs.lake.warehouse={args.iceberg_warehouse}",
         ]
-    cfg = load_config("local", overrides=[f"paths.data_dir={args.data_dir}", *catalog], environ={})
+    cfg = build_config(*catalog, data_dir=args.data_dir)
     spark_cfg = SparkConfig(
         **{
             **cfg.spark.__dict__,
@@ -84,8 +89,13 @@ def main(argv: list[str]) -> int:
             query.awaitTermination()
         return 0
     query = start_job(args.kind, raw, args.checkpoint, args.sink, trigger)
-    with audit.attach(query, job_name=args.job, ledger=args.ledger, **commits):
-        query.awaitTermination()
+    with contextlib.ExitStack() as attached:
+        attached.enter_context(audit.attach(query, job_name=args.job, ledger=args.ledger, **commits))
+        for kind, topic, checkpoint, sink, ledger in args.also:
+            source = kafka(spark, args.bootstrap, "subscribePattern" if kind == "c" else "subscribe", topic)
+            more = start_job(kind, source, checkpoint, sink, trigger)
+            attached.enter_context(audit.attach(more, job_name=args.job, ledger=ledger))
+        spark.streams.awaitAnyTermination()
     return 0
 
 

@@ -29,8 +29,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from app.attach import Attachment
-from app.config import AppConfig, load_config
+from app.audit import Attachment
+from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import TopicPartitionKey
 from app.demo.user_job import (
@@ -49,6 +49,7 @@ from app.storage.tables import tables_from_config
 from app.stream.ledger import event_key_column
 from app.stream.startup import parse_offset_log
 from tests.kafka.processes import wait_for
+from tests.support.config import build_config
 
 __all__ = [
     "COPY_COLUMNS",
@@ -199,19 +200,15 @@ def audit_config(
     tmp_path: Path, bootstrap: str, sink: Path, ledger: Path, *extra: str, mode: str = "delta_batches"
 ) -> AppConfig:
     """The audit of job ``JOB`` (its ledger and sink), in sink mode ``mode``."""
-    return load_config(
-        "local",
-        overrides=[
-            f"paths.data_dir={tmp_path / 'audit'}",
-            f"kafka.bootstrap_servers={bootstrap}",
-            f"tables.ledger={ledger}",
-            f"tables.sink_by_job.{JOB}={sink}",
-            f"reconcile.jobs=[{JOB}]",
-            f"reconcile.sink_mode_by_job.{JOB}={mode}",
-            "reconcile.confirm_gaps=false",
-            *extra,
-        ],
-        environ={},
+    return build_config(
+        f"kafka.bootstrap_servers={bootstrap}",
+        f"tables.ledger={ledger}",
+        f"tables.sink_by_job.{JOB}={sink}",
+        f"reconcile.jobs=[{JOB}]",
+        f"reconcile.sink_mode_by_job.{JOB}={mode}",
+        "reconcile.confirm_gaps=false",
+        *extra,
+        data_dir=tmp_path / "audit",
     )
 
 

@@ -19,8 +19,9 @@ from app.reconcile.outputs import AuditRun, confirm_runs, last_window_end
 from app.reconcile.run import run_reconcile
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
+from tests.support.config import build_config, set_options
 from tests.support.ledger_data import at, checkpoint, ev, ledger_table, sink_rows, sink_table
-from tests.support.reconcile import a_job_with_a_gap, config_for, read, reconcile, save
+from tests.support.reconcile import a_job_with_a_gap, read, reconcile, save
 
 pytestmark = pytest.mark.spark
 
@@ -34,9 +35,9 @@ def tables_written(cfg: AppConfig) -> set[str]:
 
 
 def test_a_missing_sink_table_exits_2_naming_path_and_key_and_writes_nothing(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     a_job_with_a_gap(cfg, sink=False)
     missing = tmp_path / "no-such-sink"
     with pytest.raises(ConfigError) as raised:
@@ -44,9 +45,7 @@ def test_a_missing_sink_table_exits_2_naming_path_and_key_and_writes_nothing(
     assert raised.value.key == "tables.sink"
     assert tables_written(cfg) == set()
 
-    code = cli.main(
-        ["reconcile", "--set", f"paths.data_dir={tmp_path}", "--sink", str(missing), "--no-confirm"]
-    )
+    code = cli.main(["reconcile", *set_options(data_dir=tmp_path), "--sink", str(missing), "--no-confirm"])
     err = capsys.readouterr().err
     assert code == 2
     assert "--sink" in err
@@ -55,9 +54,9 @@ def test_a_missing_sink_table_exits_2_naming_path_and_key_and_writes_nothing(
 
 
 def test_a_failed_gap_confirmation_writes_no_finding_and_does_not_move_the_window(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+    spark: SparkSession, tmp_path: Path
 ) -> None:
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     a_job_with_a_gap(cfg)
     unreachable = kafka_gap_confirmer(
         KafkaConfig(bootstrap_servers="127.0.0.1:1", request_timeout_s=2),
@@ -86,9 +85,9 @@ def test_a_failed_gap_confirmation_writes_no_finding_and_does_not_move_the_windo
 
 
 def test_a_nightly_step_moves_the_window_only_once_its_night_has_finished(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+    spark: SparkSession, tmp_path: Path
 ) -> None:
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     a_job_with_a_gap(cfg)
     runs = AuditTables.from_config(cfg, spark).audit_runs
     run_reconcile(
@@ -103,15 +102,15 @@ def test_a_nightly_step_moves_the_window_only_once_its_night_has_finished(
 
 
 def test_a_storage_failure_exits_3_not_1(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     a_job_with_a_gap(cfg)
     # A ledger whose transaction log is garbage: the storage layer's own exception, not ours.
     log = Path(tables_from_config(cfg).ledger) / "_delta_log"
     for f in log.glob("*.json"):
         f.write_text("{not json")
-    code = cli.main(["reconcile", "--set", f"paths.data_dir={tmp_path}", "--no-confirm"])
+    code = cli.main(["reconcile", *set_options(data_dir=tmp_path), "--no-confirm"])
     err = capsys.readouterr().err
     assert code == 3
     assert err.startswith("offset-audit: infrastructure error: ")
@@ -121,13 +120,12 @@ def test_a_storage_failure_exits_3_not_1(
 @pytest.mark.kafka
 def test_a_night_that_fails_after_reconcile_exits_3_and_never_moves_the_window(
     spark: SparkSession,
-    app_config: AppConfig,
     tmp_path: Path,
     bootstrap: str,
     unique: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     save(
         ledger_table(
             ev("RUN_STARTED", 0, run="run-1"),
@@ -154,12 +152,9 @@ def test_a_night_that_fails_after_reconcile_exits_3_and_never_moves_the_window(
             "--json",
             "--run-id",
             "night-1",
-            "--set",
-            f"paths.data_dir={tmp_path}",
-            "--set",
-            f"kafka.bootstrap_servers={bootstrap}",
-            "--set",
-            f"ingest.groups=[nobody-{unique}]",
+            *set_options(
+                f"kafka.bootstrap_servers={bootstrap}", f"ingest.groups=[nobody-{unique}]", data_dir=tmp_path
+            ),
         ]
     )
     summary = json.loads(capsys.readouterr().out)

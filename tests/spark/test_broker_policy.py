@@ -24,6 +24,7 @@ from app.runtime.session import kafka_bootstrap
 from app.runtime.signals import StopSignal
 from app.storage.tables import tables_from_config
 from app.watch.loop import Watch
+from tests.support.config import build_config
 from tests.support.ledger_data import (
     at,
     checkpoint,
@@ -34,7 +35,7 @@ from tests.support.ledger_data import (
     sink_rows,
     sink_table,
 )
-from tests.support.reconcile import a_job_with_a_gap, config_for, save
+from tests.support.reconcile import a_job_with_a_gap, save
 
 pytestmark = pytest.mark.spark
 
@@ -96,12 +97,11 @@ def reconcile_by(
 def test_without_gaps_an_absent_broker_costs_only_the_completeness_windows(
     wiring: str,
     spark: SparkSession,
-    app_config: AppConfig,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    cfg = config_for(app_config, tmp_path)  # kafka.bootstrap_servers: local, and none started here
+    cfg = build_config(data_dir=tmp_path)  # kafka.bootstrap_servers: local, and none started here
     a_job_without_gaps(cfg)
 
     with caplog.at_level(logging.WARNING):
@@ -117,11 +117,10 @@ def test_without_gaps_an_absent_broker_costs_only_the_completeness_windows(
 def test_with_gaps_an_absent_broker_fails_the_step_naming_the_gaps_it_could_not_confirm(
     wiring: str,
     spark: SparkSession,
-    app_config: AppConfig,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     a_job_with_a_gap(cfg)
 
     outcome = reconcile_by(wiring, cfg, spark, capsys)

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config import AppConfig
 from app.contracts.tables import INGEST_POSITIONS_SCHEMA
 from app.report import gather as report_io
 from app.storage.handles import AuditTables
+from tests.support.config import build_config
 from tests.support.ledger_data import (
     COVERED_SKIPS_STOP,
     GROUP,
@@ -28,15 +28,15 @@ from tests.support.ledger_data import (
     sink_rows,
     sink_table,
 )
-from tests.support.reconcile import config_for, read, reconcile, save
+from tests.support.reconcile import read, reconcile, save
 
 pytestmark = pytest.mark.spark
 
 
 def test_the_skip_rate_counts_the_checkpoints_the_findings_call_skipped(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+    spark: SparkSession, tmp_path: Path
 ) -> None:
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     failure = {"attempt": 2, "error": "NOT_COORDINATOR", "retriable": True}
     ledger = ledger_table(
         ev("RUN_STARTED", 0),
@@ -69,12 +69,12 @@ def test_the_skip_rate_counts_the_checkpoints_the_findings_call_skipped(
 
 @pytest.mark.parametrize("engine", ["spark", "flink-legacy"])
 def test_covered_skips_reach_the_skip_rate_when_commits_are_ingested_right_after_the_stop(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path, engine: str
+    spark: SparkSession, tmp_path: Path, engine: str
 ) -> None:
     """The same story in both dialects, through reconcile over Delta tables: a superseded and an
     evicted checkpoint, both covered by later commits; ingest-offsets ran a second after the job
     stopped, inside the clock-skew allowance. Both skips are reported (benign) and counted."""
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     events, commit_rows = covered_skips_story(engine)
     save(ledger_table(events), cfg, "ledger")
     save(commits_table(*commit_rows), cfg, "group_commits")
@@ -100,13 +100,13 @@ def test_covered_skips_reach_the_skip_rate_when_commits_are_ingested_right_after
 
 
 def test_the_impact_chart_totals_are_the_incidents_totals_with_the_duplicates_dated(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     """A second writer appends copies of 10 offsets the job wrote (keeping their checkpoint id, under
     its own run label), and 5 offsets of another partition are lost. The second_writer incident
     is dated by the ledger's completion of the checkpoint that wrote the job's copies, names the
     job's run and no run for the second writer, and the chart counts every incident."""
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     ledger = ledger_table(
         ev("RUN_STARTED", 0),
         ev("OFFSETS_RESTORED", 0, offsets={0: 0, 1: 0}, detail={"source": "earliest"}),

@@ -3,7 +3,6 @@ checkpoint and the group's committed offset, linked to what the sink shows, plus
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -11,7 +10,6 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config import AppConfig, PathsConfig, ReconcileConfig
 from app.contracts.tables import GROUP_COMMITS_SCHEMA, LEDGER_SCHEMA, SINK_SCHEMA
 from app.reconcile.forensics import restarts as fx
 from app.reconcile.forensics.run import run_forensics, timeline
@@ -19,20 +17,15 @@ from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
+from tests.support.config import build_config
 from tests.support.ledger_data import commits_table, ledger_table, sink_table, write_table
 from tests.support.spark_tables import at, checkpoint, ev, gc, sink_rows
 
 pytestmark = pytest.mark.spark
 
 
-def test_restarts_are_classified_counted_and_linked_to_the_sink(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path
-) -> None:
-    cfg = dataclasses.replace(
-        app_config,
-        paths=PathsConfig(data_dir=str(tmp_path), cache_dir=app_config.paths.cache_dir),
-        reconcile=ReconcileConfig(),
-    )
+def test_restarts_are_classified_counted_and_linked_to_the_sink(spark: SparkSession, tmp_path: Path) -> None:
+    cfg = build_config(data_dir=tmp_path)
     ledger = ledger_table(
         ev("RUN_STARTED", 0, run="run-1"),
         ev("OFFSETS_RESTORED", 0, run="run-1", offsets={0: 0, 1: 0, 2: 0}, detail={"source": "earliest"}),

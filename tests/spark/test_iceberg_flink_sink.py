@@ -21,7 +21,6 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from app.config import AppConfig, load_config
 from app.contracts import vocabulary as vocab
 from app.contracts.offsets import LedgerEvent
 from app.flink import events as fe
@@ -31,6 +30,7 @@ from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.storage.tables import tables_from_config
 from app.stream.ledger import LedgerWriter
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.spark
 
@@ -105,20 +105,16 @@ def found(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Foun
     table = catalog.create_table("db.orders", schema=pa.schema([("id", pa.int64())]))
     snapshots_a = {i: flink_snapshot(table, JOB_A, i, range((i - 1) * 10, i * 10)) for i in range(1, 7)}
     snapshot_b = flink_snapshot(table, JOB_B, 7, range(30, 70))  # B's 4..7: [30, 70) again
-    cfg: AppConfig = load_config(
-        "local",
-        [
-            f"paths.data_dir={root / 'audit'}",
-            f"tables.ledger={root / 'ledger'}",
-            "iceberg.catalogs.meta.type=sql",
-            f"iceberg.catalogs.meta.uri={uri}",
-            f"iceberg.catalogs.meta.warehouse={warehouse}",
-            f"tables.sink_by_job.{JOB}=iceberg:meta.db.orders",
-            f"reconcile.jobs=[{JOB}]",
-            f"reconcile.sink_mode_by_job.{JOB}={vocab.SINK_ICEBERG_SNAPSHOTS}",
-            "reconcile.confirm_gaps=false",
-        ],
-        environ={},
+    cfg = build_config(
+        f"tables.ledger={root / 'ledger'}",
+        "iceberg.catalogs.meta.type=sql",
+        f"iceberg.catalogs.meta.uri={uri}",
+        f"iceberg.catalogs.meta.warehouse={warehouse}",
+        f"tables.sink_by_job.{JOB}=iceberg:meta.db.orders",
+        f"reconcile.jobs=[{JOB}]",
+        f"reconcile.sink_mode_by_job.{JOB}={vocab.SINK_ICEBERG_SNAPSHOTS}",
+        "reconcile.confirm_gaps=false",
+        data_dir=root / "audit",
     )
     runs = ledger_events()
     for run_id, events in runs.items():

@@ -12,9 +12,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app import cli
-from app.config import AppConfig
+from tests.support.config import build_config, set_options
 from tests.support.ledger_data import at, sink_rows, sink_table
-from tests.support.reconcile import a_job_with_a_gap, config_for, read, reconcile, save
+from tests.support.reconcile import a_job_with_a_gap, read, reconcile, save
 
 pytestmark = pytest.mark.spark
 
@@ -24,9 +24,9 @@ def confirmed(gaps: Any) -> list[dict[str, Any]]:
 
 
 def test_reconcile_stores_incidents_once_and_the_cli_lists_them(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     a_job_with_a_gap(cfg)
     first = reconcile(spark, cfg, "rec-1", confirmer=confirmed)
     again = reconcile(spark, cfg, "rec-2", confirmer=confirmed, since=at(-3600))  # the same window
@@ -43,7 +43,7 @@ def test_reconcile_stores_incidents_once_and_the_cli_lists_them(
     evidence_at = {stored[0].first_evidence_at, stored[0].last_evidence_at}
     assert {t.replace(tzinfo=UTC) for t in evidence_at} == {at(11)}  # Spark's naive UTC times
 
-    code = cli.main(["incidents", "--json", "--set", f"paths.data_dir={tmp_path}"])
+    code = cli.main(["incidents", "--json", *set_options(data_dir=tmp_path)])
     listed = json.loads(capsys.readouterr().out)
     assert code == 1  # a critical incident is at or above the default --fail-on error
     assert [i["incident_id"] for i in listed["incidents"]] == [stored[0].incident_id]
@@ -56,30 +56,30 @@ def test_reconcile_stores_incidents_once_and_the_cli_lists_them(
         (["--since", at(3600).isoformat()], []),
         (["--since", at(-3600).isoformat()], [stored[0].incident_id]),
     ):
-        code = cli.main(["incidents", "--json", *selection, "--set", f"paths.data_dir={tmp_path}"])
+        code = cli.main(["incidents", "--json", *selection, *set_options(data_dir=tmp_path)])
         selected = json.loads(capsys.readouterr().out)
         assert [i["incident_id"] for i in selected["incidents"]] == listed_ids, selection
         assert code == (1 if listed_ids else 0)
 
-    code = cli.main(["repair", "--incident", stored[0].incident_id, "--set", f"paths.data_dir={tmp_path}"])
+    code = cli.main(["repair", "--incident", stored[0].incident_id, *set_options(data_dir=tmp_path)])
     plan = capsys.readouterr().out
     assert code == 0
     assert "dry run: nothing is changed" in plan
     assert 'startingOffsets={"orders": {"0": 45}} endingOffsets={"orders": {"0": 50}}' in plan
     assert "orders,0,45" in plan
-    assert cli.main(["repair", "--incident", "no-such", "--set", f"paths.data_dir={tmp_path}"]) == 2
+    assert cli.main(["repair", "--incident", "no-such", *set_options(data_dir=tmp_path)]) == 2
 
 
 def test_output_the_ledger_does_not_account_for_is_a_ledger_gap_incident_in_reconcile_json(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     a_job_with_a_gap(cfg, sink=False)
     # The job wrote 0..59 but its ledger vouches for 0..49 only: 50..59 came from a batch it never
     # recorded as completed (the job ran without auditing, or crashed between sink and ledger).
     save(sink_table(sink_rows(0, range(60))), cfg, "sink")
 
-    code = cli.main(["reconcile", "--json", "--no-confirm", "--set", f"paths.data_dir={tmp_path}"])
+    code = cli.main(["reconcile", "--json", "--no-confirm", *set_options(data_dir=tmp_path)])
     summary = json.loads(capsys.readouterr().out)
 
     assert code == 0  # a warn incident is below the default --fail-on error

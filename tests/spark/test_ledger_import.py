@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from app import audit, cli
 from app.contracts.offsets import EventSource
 from app.stream.ledger import LedgerWriter
+from tests.support.config import set_options
 
 pytestmark = pytest.mark.spark
 
@@ -64,7 +65,7 @@ class Checkpoint:
 
 def import_(ledger: Path, checkpoint: Path, tmp_path: Path, *extra: str) -> int:
     argv = ["ledger-import", "--checkpoint", str(checkpoint), "--job", "payments", "--ledger", str(ledger)]
-    return cli.main([*argv, "--set", f"paths.data_dir={tmp_path / 'data'}", *extra])
+    return cli.main([*argv, *set_options(data_dir=tmp_path / "data"), *extra])
 
 
 def rows(ledger: Path) -> list[dict[str, Any]]:

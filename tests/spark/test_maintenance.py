@@ -15,7 +15,6 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from app.config import AppConfig, load_config
 from app.contracts.tables import (
     AUDIT_RUNS_SCHEMA,
     COMPLETENESS_SCHEMA,
@@ -27,16 +26,13 @@ from app.maintenance.run import maintain
 from app.storage import delta_rows
 from app.storage.tables import tables_from_config
 from app.stream.ledger import LedgerWriter
+from tests.support.config import build_config
 from tests.support.ledger_data import JOB, T0, checkpoint, finding_row, incident_row
 from tests.support.maintenance import FILES_PER_DAY, NOW, files_per_day, write_days
 
 pytestmark = pytest.mark.spark
 
 APPENDER_TIMEOUT_S = 120  # a deadline for the live writers' commits, not a speed check
-
-
-def config(data_dir: Path, *overrides: str) -> AppConfig:
-    return load_config("local", [f"paths.data_dir={data_dir}", *overrides], environ={})
 
 
 def rows_per_day(spark: SparkSession, path: str) -> dict[str, int]:
@@ -103,7 +99,7 @@ class LiveJob(LiveWriter):
 def test_closed_days_are_compacted_while_the_job_appends_and_no_event_is_lost(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    cfg = config(tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     ledger = tables_from_config(cfg).ledger
     expired, closed = [date(2026, 2, 1)], [date(2026, 3, 16), date(2026, 3, 17), date(2026, 3, 18)]
     write_days(ledger, expired + closed)
@@ -137,9 +133,8 @@ def test_closed_days_are_compacted_while_the_job_appends_and_no_event_is_lost(
 def test_retention_keeps_what_an_open_incident_cites_until_it_is_resolved(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    cfg = config(
-        tmp_path, "maintenance.retention_days.findings=30", "maintenance.retention_days.incidents=30"
-    )
+    retention = ("maintenance.retention_days.findings=30", "maintenance.retention_days.incidents=30")
+    cfg = build_config(*retention, data_dir=tmp_path)
     tables = tables_from_config(cfg)
     # The open incident's evidence starts on 01-12; a night looks 7 days back for its baseline.
     evidence = datetime(2026, 1, 12, 10, tzinfo=UTC)
@@ -176,7 +171,7 @@ def test_retention_keeps_what_an_open_incident_cites_until_it_is_resolved(
 def test_time_travel_to_a_version_within_the_vacuum_retention_still_works_after_maintenance(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    cfg = config(tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     tables = tables_from_config(cfg)
     write_days(tables.ledger, [date(2026, 3, 16), date(2026, 3, 17)])
     for n in range(FILES_PER_DAY):  # one file per merge: a table worth compacting
@@ -240,7 +235,7 @@ class LiveWatch(LiveWriter):
 def test_the_audit_tables_are_compacted_and_aged_out_while_a_watch_merges_and_no_row_is_lost(
     tmp_path: Path,
 ) -> None:
-    cfg = config(tmp_path)  # findings, incidents and completeness keep 400 days
+    cfg = build_config(data_dir=tmp_path)  # findings, incidents and completeness keep 400 days
     tables = tables_from_config(cfg)
     old, recent = NOW - timedelta(days=500), NOW - timedelta(days=1)
     earlier = [f"f-{n}" for n in range(FILES_PER_DAY)]
@@ -312,7 +307,7 @@ def deletions(path: str) -> int:
 
 def test_partition_summary_keeps_the_rows_of_recent_latest_and_unfinished_runs_only(tmp_path: Path) -> None:
     # audit_runs ages out on the same night: its old rows go, but they date the summaries first.
-    cfg = config(tmp_path, "maintenance.retention_days.audit_runs=30")
+    cfg = build_config("maintenance.retention_days.audit_runs=30", data_dir=tmp_path)
     tables = tables_from_config(cfg)
     assert cfg.maintenance.retention_days.partition_summary == 30  # cutoff 2026-02-18
     # A watch's runs of a day long ago, more than one deletion's worth; the latest run is old too.

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from app.config import AppConfig, PathsConfig
+from app.config import AppConfig
 from app.contracts.tables import (
     COMPLETENESS_SCHEMA,
     FINDINGS_SCHEMA,
@@ -38,6 +38,7 @@ from app.report import render as report
 from app.storage.handles import AuditTables, open_handle
 from app.storage.tables import tables_from_config
 from checks.suites import LEDGER_IDENTITY
+from tests.support.config import build_config
 from tests.support.ledger_data import CONTRACTS, commits_table, ledger_table, sink_table
 from tests.support.spark_tables import (
     GROUP,
@@ -122,8 +123,8 @@ def results_path(cfg: AppConfig) -> str:
 
 
 @pytest.fixture
-def cfg(app_config: AppConfig, tmp_path: Path) -> AppConfig:
-    return dataclasses.replace(app_config, paths=PathsConfig(data_dir=str(tmp_path / "data")))
+def cfg(tmp_path: Path) -> AppConfig:
+    return build_config(data_dir=tmp_path / "data")
 
 
 # --- derived frames ------------------------------------------------------------------------------
@@ -454,7 +455,7 @@ def test_a_final_window_under_the_completeness_floor_fails_naming_it_a_provision
 ) -> None:
     def floor_check(rows: list[dict[str, Any]], floor: float = 1.0, route: int = 10_000) -> Any:
         save(frame(rows, COMPLETENESS_SCHEMA), cfg, "completeness")
-        checked = dataclasses.replace(cfg, completeness=dataclasses.replace(cfg.completeness, floor=floor))
+        checked = build_config(data_dir=cfg.paths.data_dir, completeness={"floor": floor})
         options = q.CheckOptions(build_docs=False, write_results=False, driver_max_rows=route)
         result = q.run_checks(spark, checked, "check-floor", now=at(4000), options=options)
         return next(e for e in result.outcomes if e.suite == "completeness.floor")

@@ -18,7 +18,6 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from app.config import AppConfig
 from app.contracts import vocabulary as vocab
 from app.contracts.findings import IDENTITY_COLUMNS
 from app.contracts.tables import PARTITION_SUMMARY_SCHEMA
@@ -59,8 +58,9 @@ from app.routes import EXAMINE_DRIVER_MAX_ROWS
 from app.storage import delta_rows
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
+from tests.support.config import build_config
 from tests.support.ledger_data import commits_table, ledger_table, sink_table, write_table
-from tests.support.reconcile import config_for, read, reconcile, save
+from tests.support.reconcile import read, reconcile, save
 from tests.support.spark_tables import (
     GROUP,
     JOB,
@@ -429,10 +429,8 @@ def test_finding_ids_hash_identity_not_run_or_time(spark: SparkSession) -> None:
 # --- whole runs over Delta tables ----------------------------------------------------------------
 
 
-def test_empty_window_and_missing_tables_give_a_clean_run(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path
-) -> None:
-    cfg = config_for(app_config, tmp_path)
+def test_empty_window_and_missing_tables_give_a_clean_run(spark: SparkSession, tmp_path: Path) -> None:
+    cfg = build_config(data_dir=tmp_path)
     result = reconcile(spark, cfg, "rec-empty")
     assert (result.partitions, result.counts, result.worst()) == (0, {}, None)
     assert read(spark, cfg, "findings").count() == 0
@@ -444,9 +442,9 @@ def test_empty_window_and_missing_tables_give_a_clean_run(
 
 
 def test_full_run_merges_findings_idempotently_and_survives_a_killed_run(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+    spark: SparkSession, tmp_path: Path
 ) -> None:
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     save(
         ledger_table(
             ev("RUN_STARTED", 0),
@@ -495,10 +493,8 @@ def test_full_run_merges_findings_idempotently_and_survives_a_killed_run(
     assert second.worst() == "critical"
 
 
-def test_incremental_window_starts_from_the_previous_checkpoint(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path
-) -> None:
-    cfg = config_for(app_config, tmp_path)
+def test_incremental_window_starts_from_the_previous_checkpoint(spark: SparkSession, tmp_path: Path) -> None:
+    cfg = build_config(data_dir=tmp_path)
     save(
         ledger_table(
             ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),
@@ -525,10 +521,10 @@ def test_incremental_window_starts_from_the_previous_checkpoint(
 
 
 def test_the_driver_input_readers_return_the_rows_spark_reads_for_the_window(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     # Two days of ledger for two jobs, and commits of two groups, some before the look-back.
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     save(
         ledger_table(
             checkpoint(1, 0, {0: 10}),
@@ -574,12 +570,10 @@ def test_the_driver_input_readers_return_the_rows_spark_reads_for_the_window(
     assert read_ledger_rows(tables.ledger.at(str(tmp_path / "nothing")), window, [], 0).num_rows == 0
 
 
-def test_an_open_incident_keeps_the_loss_earlier_windows_found(
-    spark: SparkSession, app_config: AppConfig, tmp_path: Path
-) -> None:
+def test_an_open_incident_keeps_the_loss_earlier_windows_found(spark: SparkSession, tmp_path: Path) -> None:
     # Two windows, each finding ten records lost in the same job: its one open gap incident counts
     # both, not only the latest window's (a later window must never overwrite an earlier loss).
-    cfg = config_for(app_config, tmp_path)
+    cfg = build_config(data_dir=tmp_path)
     save(
         ledger_table(
             ev("OFFSETS_RESTORED", 0, offsets={0: 0}, detail={"source": "earliest"}),

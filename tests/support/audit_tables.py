@@ -18,7 +18,6 @@ import pyarrow as pa
 from deltalake import write_deltalake
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from app.config import load_config
 from app.contracts import vocabulary as vocab
 from app.contracts.tables import (
     AUDIT_RUNS_SCHEMA,
@@ -33,6 +32,7 @@ from app.reconcile.forensics import restarts as fx
 from app.reconcile.ledger import audit as la
 from app.storage import delta_rows
 from app.storage.tables import tables_from_config
+from tests.support.config import build_config
 from tests.support.ledger_data import (
     GROUP,
     JOB,
@@ -58,7 +58,7 @@ class AuditTables:
 
 
 def write_audit_tables(data_dir: Path) -> AuditTables:
-    tables = tables_from_config(load_config("local", overrides=[f"paths.data_dir={data_dir}"], environ={}))
+    tables = tables_from_config(build_config(data_dir=data_dir))
     ledger = ledger_table(
         ev("RUN_STARTED", 0),
         ev("OFFSETS_RESTORED", 0, offsets={0: 0, 1: 0}, detail={"source": "earliest"}),

@@ -1,29 +1,19 @@
-"""Whole reconcile runs over Delta fixture tables: a configuration rooted in a test's directory, the
-fixture tables written as the app writes them, the tables read back, a run over a fixed window."""
+"""Whole reconcile runs over Delta fixture tables (configured by `tests.support.config`): the fixture
+tables written as the app writes them, the tables read back, a run over a fixed window."""
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from app.config import AppConfig, PathsConfig, ReconcileConfig
+from app.config import AppConfig
 from app.reconcile.outputs import AuditRun
 from app.reconcile.run import ReconcileResult, run_reconcile
 from app.storage.tables import tables_from_config
 from tests.support.ledger_data import CONTRACTS, commits_table, ledger_table, sink_table, write_table
 from tests.support.spark_tables import at, checkpoint, ev, gc, sink_rows
-
-
-def config_for(app_config: AppConfig, tmp_path: Path, **reconcile: Any) -> AppConfig:
-    return dataclasses.replace(
-        app_config,
-        paths=PathsConfig(data_dir=str(tmp_path), cache_dir=app_config.paths.cache_dir),
-        reconcile=ReconcileConfig(**reconcile),
-    )
 
 
 def save(rows: pa.Table, cfg: AppConfig, name: str) -> None:

@@ -16,11 +16,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from app.config import AppConfig, load_config
+from app.config import AppConfig
 from app.kafka.clients import kafka_error, plain_conf, retry_kafka
 from app.kafka.commit import watermarks
 from app.storage.tables import tables_from_config
 from app.stream.job import StopWhen
+from tests.support.config import build_config
 
 # Helpers ride out what a broker started moments ago answers (NOT_COORDINATOR, a leader being
 # elected) like the application does: retried within this budget.
@@ -28,18 +29,14 @@ KAFKA_TIMEOUT_S = 30.0
 
 
 def job_config(data_dir: Path, bootstrap: str, topic: str, group: str, job: str, *extra: str) -> AppConfig:
-    return load_config(
-        "local",
-        overrides=[
-            f"paths.data_dir={data_dir}",
-            f"kafka.bootstrap_servers={bootstrap}",
-            f"stream.topics=[{topic}]",
-            f"stream.group_id={group}",
-            f"stream.job_name={job}",
-            "stream.trigger_interval=1 second",
-            *extra,
-        ],
-        environ={},
+    return build_config(
+        f"kafka.bootstrap_servers={bootstrap}",
+        f"stream.topics=[{topic}]",
+        f"stream.group_id={group}",
+        f"stream.job_name={job}",
+        "stream.trigger_interval=1 second",
+        *extra,
+        data_dir=data_dir,
     )
 
 

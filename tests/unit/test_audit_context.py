@@ -10,10 +10,11 @@ from typing import Any, cast
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config import AppConfig, load_config
+from app.config import AppConfig
 from app.errors import KafkaUnavailableError
 from app.kafka.gaps import SuspectedGap
 from app.pipeline.context import AuditContext
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
 
@@ -21,7 +22,7 @@ AWAY = "kafka.bootstrap_servers is 'local' but no embedded broker runs"
 
 
 def config(tmp_path: Path) -> AppConfig:
-    return load_config("local", overrides=[f"paths.data_dir={tmp_path}"], environ={})
+    return build_config(data_dir=tmp_path)
 
 
 def away() -> str:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app import cli
-from app.config import load_config
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
 
@@ -69,7 +69,7 @@ def test_the_option_given_after_the_command_wins_and_settings_add_up() -> None:
 def test_log_level_is_the_option_else_the_commands_default_else_the_configs(
     argv: list[str], level: str
 ) -> None:
-    cfg = load_config("local", environ={})
+    cfg = build_config()
     assert cli.log_level(cli.parse_arguments(PARSER, argv), cfg) == level
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.config import load_config
 from app.kafka.clients import range_reader_conf, spark_kafka_options
 from app.stream.job import source_options
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
 
@@ -15,7 +15,7 @@ BOOTSTRAP = "h:9092"
 
 
 def test_stream_source_waits_10_ms_at_a_partitions_end_by_default() -> None:
-    cfg = load_config("local", [f"kafka.bootstrap_servers={BOOTSTRAP}"], environ={})
+    cfg = build_config(f"kafka.bootstrap_servers={BOOTSTRAP}")
 
     options = source_options(cfg, BOOTSTRAP)
 
@@ -26,11 +26,7 @@ def test_stream_source_waits_10_ms_at_a_partitions_end_by_default() -> None:
 
 @pytest.mark.parametrize("section", ["java", "client"])
 def test_a_configured_fetch_wait_wins_over_the_default(section: str) -> None:
-    cfg = load_config(
-        "local",
-        [f"kafka.bootstrap_servers={BOOTSTRAP}", f"kafka.{section}.fetch.max.wait.ms=250"],
-        environ={},
-    )
+    cfg = build_config(f"kafka.bootstrap_servers={BOOTSTRAP}", f"kafka.{section}.fetch.max.wait.ms=250")
 
     assert source_options(cfg, BOOTSTRAP)["kafka.fetch.max.wait.ms"] == "250"
     # The repair's and ingest's batch reads take the same options.
@@ -38,15 +34,11 @@ def test_a_configured_fetch_wait_wins_over_the_default(section: str) -> None:
 
 
 def test_the_user_setting_of_the_stream_wins_over_its_kafka_java_isolation_level() -> None:
-    cfg = load_config(
-        "local",
-        [
-            f"kafka.bootstrap_servers={BOOTSTRAP}",
-            "kafka.java.isolation.level=read_uncommitted",
-            "stream.isolation_level=read_committed",
-            "stream.max_offsets_per_trigger=500",
-        ],
-        environ={},
+    cfg = build_config(
+        f"kafka.bootstrap_servers={BOOTSTRAP}",
+        "kafka.java.isolation.level=read_uncommitted",
+        "stream.isolation_level=read_committed",
+        "stream.max_offsets_per_trigger=500",
     )
 
     options = source_options(cfg, BOOTSTRAP)
@@ -56,14 +48,10 @@ def test_the_user_setting_of_the_stream_wins_over_its_kafka_java_isolation_level
 
 
 def test_range_readers_wait_10_ms_at_a_partitions_end_unless_configured() -> None:
-    cfg = load_config("local", [f"kafka.bootstrap_servers={BOOTSTRAP}"], environ={})
+    cfg = build_config(f"kafka.bootstrap_servers={BOOTSTRAP}")
     assert range_reader_conf(cfg.kafka, BOOTSTRAP, "g", "earliest")["fetch.wait.max.ms"] == 10
 
-    tuned = load_config(
-        "local",
-        [f"kafka.bootstrap_servers={BOOTSTRAP}", "kafka.librdkafka.fetch.wait.max.ms=100"],
-        environ={},
-    )
+    tuned = build_config(f"kafka.bootstrap_servers={BOOTSTRAP}", "kafka.librdkafka.fetch.wait.max.ms=100")
     conf = range_reader_conf(
         tuned.kafka, BOOTSTRAP, "g", "earliest", defaults={"fetch.wait.max.ms": 5, "fetch.max.bytes": 1}
     )

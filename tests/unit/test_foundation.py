@@ -11,6 +11,7 @@ from app.config import SparkConfig
 from app.demo.local_kafka import new_cluster_id, server_properties
 from app.runtime import jvm
 from app.runtime.spark import local_conf, running_under_spark_submit
+from tests.support.config import set_options
 
 pytestmark = pytest.mark.unit
 
@@ -96,6 +97,6 @@ def test_usage_error_exits_2() -> None:
 def test_kafka_local_status_without_broker_exits_3(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["kafka-local", "status", "--set", f"paths.data_dir={tmp_path}"])
+    code = main(["kafka-local", "status", *set_options(data_dir=tmp_path)])
     assert code == 3
     assert "not running" in capsys.readouterr().out

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from app.config import IcebergCatalogConfig, IcebergConfig, iceberg_address, load_config
+from app.config import IcebergCatalogConfig, IcebergConfig, iceberg_address
 from app.errors import ConfigError
 from app.runtime.spark import ICEBERG_EXTENSION, catalog_conf, jdbc_uri, local_conf
 from app.storage.handles import AuditTables
 from app.storage.iceberg import as_sink_commit, newest_metadata, parse_snapshot_log, sink_log_of
 from app.storage.tables import tables_from_config
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
 
@@ -23,7 +24,7 @@ HADOOP = ["iceberg.catalogs.lake.type=hadoop", "iceberg.catalogs.lake.warehouse=
 
 
 def config(tmp_path: Path, *overrides: str, environ: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
-    return load_config("local", [f"paths.data_dir={tmp_path}", *overrides], environ=environ or {})
+    return build_config(*overrides, data_dir=tmp_path, environ=environ)
 
 
 def test_catalogs_load_once_and_a_sink_address_keeps_its_catalog(tmp_path: Path) -> None:

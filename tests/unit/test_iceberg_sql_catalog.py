@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from app.config import load_config
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
 
@@ -30,17 +30,13 @@ def test_a_sql_catalog_table_reads_by_address_and_by_path(tmp_path: Path) -> Non
                 "spark.sql.streaming.epochId": str(epoch),
             },
         )
-    cfg = load_config(
-        "local",
-        [
-            f"paths.data_dir={tmp_path}",
-            "iceberg.catalogs.meta.type=sql",
-            f"iceberg.catalogs.meta.uri={uri}",
-            f"iceberg.catalogs.meta.warehouse=file://{warehouse}",
-            "tables.sink=iceberg:meta.sales.orders",
-            f"tables.sink_by_job.by_path={table.location().removeprefix('file://')}",
-        ],
-        environ={},
+    cfg = build_config(
+        "iceberg.catalogs.meta.type=sql",
+        f"iceberg.catalogs.meta.uri={uri}",
+        f"iceberg.catalogs.meta.warehouse=file://{warehouse}",
+        "tables.sink=iceberg:meta.sales.orders",
+        f"tables.sink_by_job.by_path={table.location().removeprefix('file://')}",
+        data_dir=tmp_path,
     )
     audit = AuditTables(tables_from_config(cfg), None)
     for handle in (audit.sink, audit.sink_for("by_path")):

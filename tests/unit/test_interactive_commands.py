@@ -18,6 +18,7 @@ import pytest
 from app import cli
 from app.commands.outcome import EXIT_FINDINGS, EXIT_OK
 from tests.support.audit_tables import AuditTables, write_audit_tables
+from tests.support.config import set_options
 from tests.unit.no_jvm import Probe, Run, run_without_java
 
 pytestmark = pytest.mark.unit
@@ -52,7 +53,7 @@ class Answers:
 def answers(audit: AuditTables, tmp_path_factory: pytest.TempPathFactory) -> Answers:
     """One process: every interactive command, then every `--help`."""
     work = tmp_path_factory.mktemp("probe")
-    data = ("--set", f"paths.data_dir={audit.data_dir}")
+    data = tuple(set_options(data_dir=audit.data_dir))
     expected = interactive(audit, work)
     found = run_without_java(
         work / "no-java", [*([*argv, *data] for argv in expected), *([*argv, "--help"] for argv in HELPS)]

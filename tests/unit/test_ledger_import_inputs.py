@@ -21,6 +21,7 @@ from app.commands.outcome import EXIT_USAGE
 from tests.cluster import servers
 from tests.cluster.servers import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, S3Server
 from tests.cluster.submit import delta_rs_s3_options
+from tests.support.config import set_options
 from tests.unit.no_jvm import run_without_java
 
 pytestmark = pytest.mark.unit
@@ -53,7 +54,7 @@ def import_line(checkpoint: str, *extra: str) -> list[str]:
 
 
 def test_a_wrong_local_path_answers_with_exit_2_naming_it_before_spark_starts(tmp_path: Path) -> None:
-    data = ["--set", f"paths.data_dir={tmp_path / 'data'}"]
+    data = set_options(data_dir=tmp_path / "data")
     empty = tmp_path / "not-a-checkpoint"
     (empty / "offsets").mkdir(parents=True)
     missing = tmp_path / "missing"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.config import AppConfig, load_config
+from app.config import AppConfig
 from app.maintenance.run import OWNERS_UPKEEP, maintain, summary_text
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
 
@@ -17,16 +18,12 @@ NOW = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
 
 
 def config(tmp_path: Path, sink: str) -> AppConfig:
-    return load_config(
-        "local",
-        overrides=[
-            f"paths.data_dir={tmp_path / 'audit'}",
-            f"tables.sink={sink}",
-            "maintenance.include_sink=true",
-            "iceberg.catalogs.lake.type=hadoop",
-            f"iceberg.catalogs.lake.warehouse={tmp_path / 'wh'}",
-        ],
-        environ={},
+    return build_config(
+        f"tables.sink={sink}",
+        "maintenance.include_sink=true",
+        "iceberg.catalogs.lake.type=hadoop",
+        f"iceberg.catalogs.lake.warehouse={tmp_path / 'wh'}",
+        data_dir=tmp_path / "audit",
     )
 
 

@@ -4,7 +4,6 @@ does not move it."""
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -12,12 +11,12 @@ from typing import Any, cast
 import pytest
 from pyspark.sql import SparkSession
 
-from app.config import AppConfig, PathsConfig
 from app.contracts.tables import AUDIT_RUNS_SCHEMA
 from app.nightly.run import Nightly
 from app.pipeline.context import AuditContext
 from app.storage import delta_rows
 from app.storage.tables import tables_from_config
+from tests.support.config import build_config
 from tests.support.ledger_data import at
 
 pytestmark = pytest.mark.unit
@@ -30,8 +29,8 @@ def run_row(run_id: str, start: Any, end: Any, status: str) -> dict[str, Any]:
     )  # fmt: skip
 
 
-def test_the_check_window_is_the_nights_reconcile_window(app_config: AppConfig, tmp_path: Path) -> None:
-    cfg = dataclasses.replace(app_config, paths=PathsConfig(data_dir=str(tmp_path / "data")))
+def test_the_check_window_is_the_nights_reconcile_window(tmp_path: Path) -> None:
+    cfg = build_config(data_dir=tmp_path / "data")
     runs = [
         run_row("night-1", None, at(100), "succeeded"),  # the first night: everything
         run_row("night-2", at(100), at(200), "pending"),  # failed: its window stays open

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from app.config import load_config
 from app.contracts.tables import AUDIT_RUNS_SCHEMA, PARTITION_SUMMARY_SCHEMA
 from app.report import gather
 from app.storage import delta_rows
 from app.storage.handles import AuditTables, open_handle
 from app.storage.tables import tables_from_config
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +38,7 @@ def reconcile_run(run: str, finished_at: datetime) -> dict[str, Any]:
 
 
 def test_the_report_reads_the_shown_runs_summary_without_opening_other_runs_files(tmp_path: Path) -> None:
-    cfg = load_config("local", overrides=[f"paths.data_dir={tmp_path}"], environ={})
+    cfg = build_config(data_dir=tmp_path)
     tables = tables_from_config(cfg)
     path = tables.partition_summary
     # A watch's runs, one appended file each; the last one is still writing (not in audit_runs).

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from app.config import load_config
 from app.contracts.tables import COMPLETENESS_SCHEMA
 from app.report import gather
 from app.storage import delta_rows
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
 
@@ -34,7 +34,7 @@ def completeness_row(start: datetime, **over: Any) -> dict[str, Any]:
 
 
 def test_the_report_reads_only_the_windows_of_the_last_window_hours(tmp_path: Path) -> None:
-    cfg = load_config("local", overrides=[f"paths.data_dir={tmp_path}", "report.window_hours=2"], environ={})
+    cfg = build_config("report.window_hours=2", data_dir=tmp_path)
     path = tables_from_config(cfg).completeness
     old = [completeness_row(NOW - timedelta(hours=h)) for h in (30, 3)]
     recent = [
@@ -59,7 +59,7 @@ def test_the_report_reads_only_the_windows_of_the_last_window_hours(tmp_path: Pa
 
 
 def test_without_a_completeness_table_the_sections_are_empty_and_a_note_says_why(tmp_path: Path) -> None:
-    cfg = load_config("local", overrides=[f"paths.data_dir={tmp_path}"], environ={})
+    cfg = build_config(data_dir=tmp_path)
 
     data = gather.gather(
         AuditTables.from_config(cfg, None), cfg, "report-1", tmp_path / "index.html", now=NOW

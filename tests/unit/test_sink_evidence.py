@@ -20,6 +20,7 @@ from app.stream.sink_evidence import (
     require_commits,
     sink_counts,
 )
+from tests.support.config import set_options
 
 pytestmark = pytest.mark.unit
 
@@ -104,8 +105,7 @@ def test_sink_options_are_checked_before_anything_starts(
         str(tmp_path),
         "--job",
         "j",
-        "--set",
-        f"paths.data_dir={tmp_path}",
+        *set_options(data_dir=tmp_path),
     ]
     assert cli.main([*argv, *extra]) == 2
     assert message in capsys.readouterr().err

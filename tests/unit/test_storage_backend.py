@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 from deltalake.exceptions import DeltaError
 
-from app.config import StorageConfig, load_config
+from app.config import StorageConfig
 from app.errors import InfrastructureError
 from app.storage import backend
 from app.storage.backend import Location, location_of, s3_options
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
 
@@ -114,17 +115,14 @@ def test_no_storage_settings_for_a_table_on_s3_is_an_infrastructure_error() -> N
 
 
 def test_an_s3a_location_comes_from_the_config_storage_options_without_spark() -> None:
-    cfg = load_config(
-        "local",
-        overrides=[
-            "storage.options.fs.s3a.endpoint=127.0.0.1:9000",
-            "storage.options.fs.s3a.connection.ssl.enabled=false",
-            "storage.options.fs.s3a.path.style.access=true",
-            "storage.options.fs.s3a.access.key=${S3_ACCESS}",
-            "storage.options.fs.s3a.secret.key=${S3_SECRET}",
-            "storage.options.fs.s3a.bucket.audit.endpoint.region=eu-west-1",
-            "storage.options.fs.azure.account.key.acct.dfs.core.windows.net=${S3_SECRET}",
-        ],
+    cfg = build_config(
+        "storage.options.fs.s3a.endpoint=127.0.0.1:9000",
+        "storage.options.fs.s3a.connection.ssl.enabled=false",
+        "storage.options.fs.s3a.path.style.access=true",
+        "storage.options.fs.s3a.access.key=${S3_ACCESS}",
+        "storage.options.fs.s3a.secret.key=${S3_SECRET}",
+        "storage.options.fs.s3a.bucket.audit.endpoint.region=eu-west-1",
+        "storage.options.fs.azure.account.key.acct.dfs.core.windows.net=${S3_SECRET}",
         environ={"S3_ACCESS": ACCESS, "S3_SECRET": SECRET},
     )
     # A StorageConfig has no Hadoop configuration to ask: everything comes from the config itself.
@@ -153,7 +151,7 @@ def test_without_a_running_session_driver_reads_take_the_config_storage_settings
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)  # not under spark-submit
     # An earlier test in this process may have started a context; this one is about a process with none.
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
-    cfg = load_config("local", overrides=["storage.options.fs.s3a.endpoint=http://s3.local"], environ={})
+    cfg = build_config("storage.options.fs.s3a.endpoint=http://s3.local")
     assert table_storage(cfg) is cfg.storage
     assert SparkContext._active_spark_context is None  # and no Spark was started for it
 

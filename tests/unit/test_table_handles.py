@@ -11,11 +11,11 @@ from typing import Final
 import pyarrow.compute as pc
 import pytest
 
-from app.config import load_config
 from app.contracts.tables import FINDINGS_SCHEMA, LEDGER_LAYOUT, SINK_SCHEMA, TABLE_CONTRACTS
 from app.routes import DRIVER, SPARK
 from app.storage.handles import AuditTables, WrongEngineError
 from app.storage.tables import TABLE_NAMES, tables_from_config
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
 
@@ -23,7 +23,7 @@ AT = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
 
 def tables(tmp_path: Path, *overrides: str) -> AuditTables:
-    cfg = load_config("local", [f"paths.data_dir={tmp_path}", *overrides], environ={})
+    cfg = build_config(*overrides, data_dir=tmp_path)
     return AuditTables(tables_from_config(cfg), None)
 
 

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from app.alerts.incidents import due_alerts, fingerprint
-from app.config import load_config
 from app.contracts.vocabulary import INCIDENT_OPEN, INCIDENT_RESOLVED
 from app.errors import ConfigError, KafkaUnavailableError
 from app.incidents.incident import Impact, StoredIncident
@@ -23,6 +22,7 @@ from app.nightly.run import STEP_DONE, StepOutcome, _step_line
 from app.pipeline.context import AuditContext
 from app.runtime.signals import StopSignal
 from app.watch.loop import Cycle, Watch
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
 
@@ -99,7 +99,7 @@ def test_the_wait_times_out_without_a_stop() -> None:
 
 
 def watch_with(steps: list[tuple[str, Callable[[Cycle], dict[str, Any]]]], lines: list[str]) -> Watch:
-    cfg = load_config("local", overrides=[], environ={})
+    cfg = build_config()
     ctx = AuditContext.create(cfg, None, bootstrap=lambda: "unused:9092")
     watch = Watch(ctx, 0.01, StopSignal(), lines.append)
     watch.steps = steps

@@ -12,13 +12,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.alerts import channels, metrics
-from app.config import AlertsConfig, load_config
+from app.config import AlertsConfig
 from app.contracts.tables import COMPLETENESS_SCHEMA
 from app.pipeline.context import AuditContext
 from app.runtime.signals import StopSignal
 from app.storage import delta_rows
 from app.storage.tables import tables_from_config
 from app.watch.loop import Watch
+from tests.support.config import build_config
 
 pytestmark = pytest.mark.unit
 
@@ -152,11 +153,7 @@ def test_without_a_nightly_textfile_yet_watch_writes_the_window_gauges_alone(tmp
 
 
 def test_watch_refreshes_the_gauges_from_the_completeness_table_each_cycle(tmp_path: Path) -> None:
-    cfg = load_config(
-        "local",
-        overrides=[f"paths.data_dir={tmp_path}", f"alerts.textfile={tmp_path / 'm.prom'}"],
-        environ={},
-    )
+    cfg = build_config(f"alerts.textfile={tmp_path / 'm.prom'}", data_dir=tmp_path)
     path = tables_from_config(cfg).completeness
     now = datetime.now(UTC)
     # No Spark session: the alerts step reads its tables with delta-rs, which takes None for local.
