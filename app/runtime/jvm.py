@@ -54,7 +54,7 @@ def _run_maven(name: str, out_file: Path) -> None:
         "-gs", str(JVM_CONF_DIR / "settings.xml"),
         "-f", str(pom_path(name)),
         "dependency:build-classpath",
-        f"-Dmdep.outputFile={out_file}",
+        f"-Dmdep.outputFile={out_file.resolve()}",
     ]  # fmt: skip
     log.info("resolving the %s classpath with Maven (first run downloads jars)", name)
     try:
@@ -68,7 +68,8 @@ def _run_maven(name: str, out_file: Path) -> None:
 
 def resolve_classpath(name: str, cache_dir: Path | None = None) -> list[Path]:
     """Jars of one classpath, resolving with Maven only when the cached answer is missing or stale."""
-    cache = cache_dir or default_cache_dir()
+    # absolute: Maven resolves a relative output file against the pom's directory, not ours
+    cache = (cache_dir or default_cache_dir()).expanduser().resolve()
     cp_file = classpath_file(name, cache)
     if cp_file.exists():
         jars = parse_classpath(cp_file.read_text())

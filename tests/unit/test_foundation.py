@@ -100,3 +100,26 @@ def test_kafka_local_status_without_broker_exits_3(
     code = main(["kafka-local", "status", *set_options(data_dir=tmp_path)])
     assert code == 3
     assert "not running" in capsys.readouterr().out
+
+
+def test_a_cache_dir_given_with_a_tilde_resolves_under_home_and_hands_maven_an_absolute_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`paths.cache_dir` defaults to `~/.cache/offset-audit`: Maven, run with `-f pom`, would write a
+    relative output file under the pom's directory, where nothing reads it back."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path / "..")
+    jar = tmp_path / "a-1.0.jar"
+    jar.touch()
+    handed: list[Path] = []
+
+    def fake_maven(name: str, out_file: Path) -> None:
+        handed.append(out_file)
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(str(jar))
+
+    monkeypatch.setattr(jvm, "_run_maven", fake_maven)
+    assert jvm.resolve_classpath("kafka", Path("~/.cache/offset-audit")) == [jar]
+    assert handed[0].is_absolute()
+    assert handed[0].is_relative_to(tmp_path)
+    assert jvm.classpath_file("kafka", tmp_path / ".cache" / "offset-audit").exists()
