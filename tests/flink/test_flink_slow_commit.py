@@ -63,7 +63,8 @@ def test_commits_the_legacy_consumer_skips_behind_a_slow_operator_are_superseded
     since = datetime.now(UTC) - timedelta(minutes=1)
     create_topic(bootstrap, topic, PARTITIONS)
     produce(bootstrap, topic, RECORDS, PARTITIONS)
-    spec = JobSpec(bootstrap, topic, group, source="legacy", record_delay_ms=20)
+    # Retained well beyond a starved sidecar's first look: this test is about commits, not capture.
+    spec = JobSpec(bootstrap, topic, group, source="legacy", record_delay_ms=20, num_retained=10)
     job = FlinkJob(flink_stacks("1.20"), spec, tmp_path / "flink", on_start=jobs.append)
     sidecars.append(start_sidecar(job, JOB, group, ledger, log))
     job.start()
