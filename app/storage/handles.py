@@ -137,18 +137,10 @@ def form_engine(rows: object) -> str:
     return SPARK if isinstance(rows, DataFrame) else DRIVER
 
 
-@dataclass(frozen=True)
-class DeltaHandle:
-    """A Delta table: delta-rs writes its driver-side rows, Spark its DataFrames."""
+class _ContractBound:
+    """What a handle's contract says of it, the same for every format."""
 
     contract: TableContract
-    location: str
-    storage: backend.StorageSettings
-    engine: str
-
-    @property
-    def table_format(self) -> str:
-        return DELTA
 
     @property
     def name(self) -> str:
@@ -165,6 +157,20 @@ class DeltaHandle:
     @property
     def layout(self) -> TableLayout:
         return self.contract.layout
+
+
+@dataclass(frozen=True)
+class DeltaHandle(_ContractBound):
+    """A Delta table: delta-rs writes its driver-side rows, Spark its DataFrames."""
+
+    contract: TableContract
+    location: str
+    storage: backend.StorageSettings
+    engine: str
+
+    @property
+    def table_format(self) -> str:
+        return DELTA
 
     def __repr__(self) -> str:  # the storage settings may hold credentials: name and place only
         return f"DeltaHandle({self.name!r}, {self.location!r}, engine={self.engine!r})"
@@ -349,7 +355,7 @@ class ReadOnlySinkError(ConfigError):
 
 
 @dataclass(frozen=True)
-class IcebergHandle:
+class IcebergHandle(_ContractBound):
     """A user's Iceberg table as a sink: its snapshot log read on the driver (`storage.iceberg`),
     its rows through Spark's Iceberg catalog of the same name (`runtime.spark` registers every
     catalog of `iceberg.catalogs`), or by path; Spark pushes a read's filters on its columns into
@@ -368,22 +374,6 @@ class IcebergHandle:
     @property
     def table_format(self) -> str:
         return ICEBERG
-
-    @property
-    def name(self) -> str:
-        return self.contract.name
-
-    @property
-    def schema(self) -> StructType:
-        return self.contract.schema
-
-    @property
-    def key(self) -> tuple[str, ...]:
-        return self.contract.key
-
-    @property
-    def layout(self) -> TableLayout:
-        return self.contract.layout
 
     def __repr__(self) -> str:  # the storage settings may hold credentials: name and place only
         return f"IcebergHandle({self.name!r}, {self.location!r})"
