@@ -279,6 +279,7 @@ class FlinkWatcher:
         self.last_id: int | None = None  # the newest checkpoint id handled (recorded, failed or missed)
         self.completed_count: int | None = None
         self._down = False
+        self._job_dir: str | None = None  # the followed job's checkpoint directory, where known
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -310,15 +311,66 @@ class FlinkWatcher:
         """Polls every ``poll_s`` (start to start) until a stop, the followed job id's end, or
         ``max_polls``."""
         polls = 0
+        ended = False
         while stop.requested is None and (max_polls is None or polls < max_polls):
             polls += 1
             started = self.clock()
             if self.poll_once():
+                ended = True
                 break
             if stop.wait(self.poll_s - (self.clock() - started)):
                 break
+        if not ended and stop.requested is not None:
+            self.last_look()
         self.summary.rest_requests = self.rest.requests
         return self.summary
+
+    def last_look(self) -> None:
+        """At a stop, one more poll: what the job completed since the last one is recorded (Flink
+        may have committed it already, and an unrecorded commit is foreign). When the REST API is
+        gone (an application cluster or a MiniCluster ends with its job), the job's checkpoint
+        directory still tells it: each `chk-K` after the last handled one holding `_metadata`
+        (Flink writes it as the checkpoint completes)."""
+        self.poll_once()
+        run = self.run
+        if not self._down or run is None or run.stopped:
+            return
+        directory = self._checkpoint_dir(run)
+        if directory is None:
+            return
+        after = self.last_id if self.last_id is not None else max(run.recorded, default=-1)
+        found = dict(_retained_in(directory, range(after + 1, 2**62), self.storage_options))
+        if not found:
+            return
+        extra = recovered_mark(run.attempt.run_id)
+        below_ms = run.newest[0].ack_ms if run.newest is not None else None
+        now_ms = int(time.time() * 1000)
+        for checkpoint_id in range(after + 1, max(found) + 1):
+            path = found.get(checkpoint_id, f"{directory}/chk-{checkpoint_id}")
+            read = self._read(CheckpointStat(checkpoint_id, STATUS_COMPLETED, False, 0, 0, path, False))
+            if isinstance(read, ev.Missed) and checkpoint_id not in found:
+                read = ev.Missed(checkpoint_id, vocab.MISSED_FILES_GONE, LOST_AT_END)
+            stat = _stat_from_file(checkpoint_id, path, now_ms, self.storage_options)
+            if _modified_ms(path, self.storage_options) is None and below_ms is not None:
+                # read ahead, its files deleted since: it completed after the checkpoint below it
+                stat = replace(stat, trigger_ms=below_ms, ack_ms=below_ms)
+            self._write(stat, read, run, extra)
+            below_ms = stat.ack_ms
+            self.last_id = checkpoint_id
+        log.info(
+            "flink-watch: the REST API is gone; checkpoints %d-%d of run %s read from %s",
+            after + 1,
+            max(found),
+            run.attempt.run_id,
+            directory,
+        )
+
+    def _checkpoint_dir(self, run: _Run) -> str | None:
+        """The directory of the followed job's `chk-K`: beside its last recorded checkpoint, else
+        where the read-ahead looks."""
+        if run.newest is not None and run.newest[0].external_path:
+            return posixpath.dirname(run.newest[0].external_path.rstrip("/"))
+        return self._job_dir
 
     def poll_once(self) -> bool:
         """One poll; True when the followed job id ended (nothing more will happen to it)."""
@@ -370,10 +422,12 @@ class FlinkWatcher:
 
     def _prefetch_job(self, job: JobSummary) -> None:
         """Point the read-ahead at the new job's checkpoint directory, `<checkpoint dir>/<job id>`."""
+        self._job_dir = None
         if self.prefetch is None:
             return
         root = self.rest.checkpoint_config(job.job_id).directory
-        self.prefetch.watch(None if root is None else f"{root.rstrip('/')}/{job.job_id}", 0)
+        self._job_dir = None if root is None else f"{root.rstrip('/')}/{job.job_id}"
+        self.prefetch.watch(self._job_dir, 0)
 
     def _resolve(self) -> JobSummary | None:
         if self.flink_job_id is not None:
@@ -687,7 +741,13 @@ class FlinkWatcher:
         except (FlinkStateError, InfrastructureError) as exc:
             return ev.Missed(stat.checkpoint_id, failure_reason(exc), str(exc)[:300])
 
-    def _write(self, stat: CheckpointStat, read: FlinkCheckpointOffsets | ev.Missed, run: _Run) -> None:
+    def _write(
+        self,
+        stat: CheckpointStat,
+        read: FlinkCheckpointOffsets | ev.Missed,
+        run: _Run,
+        extra: Mapping[str, object] | None = None,
+    ) -> None:
         if isinstance(read, ev.Missed):
             run.pending_missed.append(read)
             assert run.counts.missed is not None
@@ -702,7 +762,7 @@ class FlinkWatcher:
             )
             return
         self._write_start(run, stat, read)
-        events = ev.checkpoint_events(run.recorder.source, stat, read, missed=run.pending_missed)
+        events = ev.checkpoint_events(run.recorder.source, stat, read, missed=run.pending_missed, extra=extra)
         self.summary.events_written += _written(run.recorder, stat.checkpoint_id, events)
         run.pending_missed = []
         if read.offsets:
@@ -759,7 +819,13 @@ def _retained_between(
     if restored_path is None:
         return []
     parent = posixpath.dirname(restored_path.rstrip("/"))
-    wanted = range(after + 1, restore.checkpoint_id)
+    return _retained_in(parent, range(after + 1, restore.checkpoint_id), storage_options)
+
+
+def _retained_in(
+    parent: str, wanted: range, storage_options: Mapping[str, str] | None = None
+) -> list[tuple[int, str]]:
+    """The `chk-K` under ``parent`` holding `_metadata` with K in ``wanted``, ascending."""
     if object_store_path(parent):
         return sorted(
             (checkpoint_id, f"{parent}/chk-{checkpoint_id}")

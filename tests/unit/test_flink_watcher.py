@@ -406,6 +406,60 @@ def test_checkpoints_completed_between_the_last_poll_and_a_kill_are_recovered_fr
     assert [(r["checkpoint_id"], r["offset"]) for r in restarted] == [(3, 30)]
 
 
+def test_at_a_stop_with_the_rest_api_gone_the_jobs_last_checkpoints_are_read_from_its_directory(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A job cancelled (its process, and REST API, gone with it) moments after a checkpoint the sidecar
+    had not polled yet: Flink committed that checkpoint, so the sidecar records it, and its commit
+    request, from the retained files at its stop; without this the commit would be foreign."""
+    from tests.unit import flink_bytes as fb
+
+    def retained(checkpoint_id: int, offset: int) -> str:
+        chk = tmp_path / "cp" / JOB_A / f"chk-{checkpoint_id}"
+        chk.mkdir(parents=True)
+        (chk / "_metadata").write_bytes(
+            fb.kafka_source_checkpoint(4, checkpoint_id, [[("orders", 0, offset)]])
+        )
+        return f"file:{chk}"
+
+    ledger = tmp_path / "ledger"
+    flink.submit(JOB_A, T0, name="payments")
+    w = watcher(flink, ledger, clock, flink_job_id=None, flink_job_name="payments")
+    w.read = read_checkpoint
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {})
+    flink.history[JOB_A][-1]["external_path"] = retained(1, 10)
+    w.poll_once()
+    retained(2, 20)
+    retained(3, 30)
+    flink.down = True
+    stop = FakeStop(clock)
+    stop.requested = 15
+    w.follow(stop)
+
+    completed = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED, JOB_A)
+    assert sorted((r["checkpoint_id"], r["offset"]) for r in completed) == [(1, 10), (2, 20), (3, 30)]
+    marks = {r["checkpoint_id"]: json.loads(r["detail"]).get(vocab.DETAIL_RECOVERED) for r in completed}
+    assert marks == {1: None, 2: True, 3: True}
+    requested = of(ledger, vocab.EVENT_COMMIT_REQUESTED, JOB_A)
+    assert sorted((r["checkpoint_id"], r["offset"]) for r in requested) == [(1, 10), (2, 20), (3, 30)]
+    assert of(ledger, vocab.EVENT_RUN_STOPPED) == []  # how the job ended is not known
+
+
+def test_at_a_stop_with_the_rest_api_up_one_more_poll_records_what_completed_since_the_last(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, tmp_path / "ledger", clock)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10})
+    stop = FakeStop(clock)
+    stop.requested = 15
+    w.follow(stop)
+    completed = of(tmp_path / "ledger", vocab.EVENT_CHECKPOINT_COMPLETED, JOB_A)
+    assert [(r["checkpoint_id"], r["offset"]) for r in completed] == [(1, 10)]
+
+
 class FakeBroker:
     """The broker's positions per startup mode, changed by the test; every question is kept."""
 
