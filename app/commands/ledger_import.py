@@ -10,6 +10,7 @@ from typing import Any
 
 from app.commands.outcome import EXIT_OK, emit
 from app.config import AppConfig, check_iceberg_address
+from app.contracts import vocabulary as vocab
 from app.errors import UsageError
 
 
@@ -68,7 +69,7 @@ def sink_summary(result: Mapping[str, Any]) -> str:
     if oldest is not None:
         verifiable = f"batches from {oldest} on are verifiable"
     return (
-        f"; sink {result['sink']} (app id {result['sink_app_id']}, log from version "
+        f"; sink {result['sink']} (app id {result[vocab.DETAIL_SINK_APP_ID]}, log from version "
         f"{result['sink_log_first_version']}): it holds {result['sink_holds']} of the imported "
         f"completions, lacks {result['sink_lacks']} (lost batches: reconcile names them), "
         f"{result['sink_unverifiable']} beyond its log's retention; {verifiable}"

@@ -95,6 +95,15 @@ DETAIL_STOP_KEYS: Final = (
 )
 (DETAIL_BATCHES, DETAIL_SUCCESSFUL_COMMITS, DETAIL_FAILED_COMMITS, DETAIL_RECOVERED_EVENTS,
  DETAIL_LEDGER_WRITE_FAILURES, DETAIL_CHECKPOINTS_RECORDED) = DETAIL_STOP_KEYS
+# What `ledger-import --sink` adds from a Delta sink's log (`stream.sink_evidence`): on RUN_STARTED the
+# sink and the query's txn app id; on each CHECKPOINT_COMPLETED the sink versions that hold the batch,
+# when the sink first committed it, and its status: held, lacked (never committed, or undone by a
+# RESTORE), unverifiable (completed before the oldest commit file log cleanup left).
+DETAIL_SINK_KEYS: Final = ("sink", "sink_app_id", "sink_versions", "sink_committed_at", "sink_status")
+(DETAIL_SINK, DETAIL_SINK_APP_ID, DETAIL_SINK_VERSIONS, DETAIL_SINK_COMMITTED_AT,
+ DETAIL_SINK_STATUS) = DETAIL_SINK_KEYS
+SINK_STATUSES: Final = ("held", "lacked", "unverifiable")
+SINK_HELD, SINK_LACKED, SINK_UNVERIFIABLE = SINK_STATUSES
 # A Flink job's events (`flink-watch`, `flink-import`): the Flink job id of the run (its RUN_STARTED),
 # where a checkpoint or savepoint lies, whether it is a savepoint, the operator whose state held the
 # offsets; the checkpoints Flink completed that the ledger holds no offsets of (on the next recorded

@@ -397,7 +397,9 @@ def _batches(incident: IncidentDraft) -> str:
 
 def _versions(incident: IncidentDraft) -> str:
     """The sink versions the batch findings name, or that none is left."""
-    versions = sorted({v for f in incident.findings for v in _ints(f.evidence.get("sink_versions"))})
+    versions = sorted(
+        {v for f in incident.findings for v in _ints(f.evidence.get(vocab.DETAIL_SINK_VERSIONS))}
+    )
     return f"Delta version(s) {', '.join(map(str, versions))}" if versions else "no Delta version holds them"
 
 

@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from pyarrow import fs
 
+from app.contracts import vocabulary as vocab
 from app.storage import backend, driver_files
 
 LOG_DIR: Final = "_delta_log"
@@ -71,7 +72,7 @@ class SinkLog:
     first_version: int | None
     taken_back: Mapping[int, int] | None = None
     expired_before: datetime | None = None
-    version_key: str = "sink_versions"
+    version_key: str = vocab.DETAIL_SINK_VERSIONS
     undone_key: str = "removed_by_restore"
     gone_meaning: str = "the sink's commit files of this time were cleaned (log retention)"
     # The app ids the whole log names, where its commits were read from a point on (Iceberg: the

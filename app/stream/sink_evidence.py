@@ -17,19 +17,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
+from app.contracts import vocabulary as vocab
 from app.errors import UsageError
 from app.storage.delta_log import SinkCommit, SinkLog, commits_by_txn, output_kept
 
-HELD: Final = "held"
-LACKED: Final = "lacked"
-UNVERIFIABLE: Final = "unverifiable"
-
-# The detail keys imported events carry.
-DETAIL_SINK: Final = "sink"
-DETAIL_SINK_APP_ID: Final = "sink_app_id"
-DETAIL_SINK_VERSIONS: Final = "sink_versions"
-DETAIL_SINK_COMMITTED_AT: Final = "sink_committed_at"
-DETAIL_SINK_STATUS: Final = "sink_status"
+# A batch's status in the sink and the detail keys imported events carry: words of the vocabulary.
+HELD: Final = vocab.SINK_HELD
+LACKED: Final = vocab.SINK_LACKED
+UNVERIFIABLE: Final = vocab.SINK_UNVERIFIABLE
+DETAIL_SINK: Final = vocab.DETAIL_SINK
+DETAIL_SINK_APP_ID: Final = vocab.DETAIL_SINK_APP_ID
+DETAIL_SINK_VERSIONS: Final = vocab.DETAIL_SINK_VERSIONS
+DETAIL_SINK_COMMITTED_AT: Final = vocab.DETAIL_SINK_COMMITTED_AT
+DETAIL_SINK_STATUS: Final = vocab.DETAIL_SINK_STATUS
 
 
 @dataclass(frozen=True)

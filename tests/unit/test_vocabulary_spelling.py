@@ -56,6 +56,8 @@ HOMONYMS: dict[tuple[str, str], str] = {
     ("app/flink/rest.py", "external_path"): "the field of Flink's REST documents the detail key is named for",
     ("app/config.py", "startup_mode"): "the config key `stream.startup_mode` the detail key is named for",
     ("app/demo/story.py", "startup_mode"): "the config key `stream.startup_mode`, set by the demo's runs",
+    ("app/maintenance/run.py", "sink"): "the table name `sink` (TABLE_NAMES), not the detail key",
+    ("app/storage/handles.py", "sink"): "the table name `sink` (TABLE_NAMES), not the detail key",
 }
 
 # Leaks in modules another branch of the same change rewrites, by (file, word): that branch.
