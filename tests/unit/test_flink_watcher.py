@@ -729,10 +729,25 @@ def test_checkpoints_a_sidecar_behind_a_killed_job_never_saw_are_named_missed_an
         (1, 0, 30), (1, 1, 5), (2, 0, 30), (3, 0, 30),
     ]  # fmt: skip
 
+    # Their commits of orders-1 (7, 8) lie between checkpoint 1's offset and 4's, made between their
+    # completions: the job's own commits of checkpoints the ledger missed, information, not foreign.
     table = DeltaTable(str(ledger)).to_pyarrow_table()
     window = rc.AuditWindow(until=datetime.now(UTC) + timedelta(hours=1))
-    found = commit_rules.foreign_commits(la.LedgerAudit(table, _job_commits(), window, RULES))
-    assert sorted((f.partition, f.offset_start) for f in found) == [(1, 7), (1, 8)]
+    audit = la.LedgerAudit(table, _job_commits(), window, RULES)
+    assert commit_rules.foreign_commits(audit) == []
+    found = commit_rules.missed_checkpoint_commits(audit)
+    assert sorted(
+        (
+            f.partition,
+            f.offset_start,
+            f.severity,
+            f.run_id,
+            f.evidence[vocab.DETAIL_MISSED_CHECKPOINTS],
+            f.evidence["from_checkpoint"],
+            f.evidence["to_checkpoint"],
+        )
+        for f in found
+    ) == [(1, 7, vocab.INFO, JOB_A, [2, 3], 1, 4), (1, 8, vocab.INFO, JOB_A, [2, 3], 1, 4)]
 
 
 def test_checkpoints_read_ahead_before_flink_deleted_them_are_recovered_after_a_kill(
