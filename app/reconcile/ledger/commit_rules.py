@@ -77,11 +77,11 @@ def commit_failures(audit: LedgerQueries) -> list[Finding]:
 def unmatched_commits(audit: LedgerQueries) -> list[dict[str, Any]]:
     """The window's group commits no claim of the job explains (``ensure_matched``), each with the
     span of missed checkpoints (``missed_spans``) that holds it, if one does (its ``missed_ids``
-    null otherwise): of the span's group and partition, an offset in [from, to] and made after the
-    span's lower completion (or start), less the clock skew, and before its naming completion plus
-    ``commit_match_window_s`` (a missed checkpoint commits after it completes, which was before the
-    naming one did; its commit may still be in flight then). An Admin API snapshot, a reading of the
-    group's offset, is held by a span it was read after. Of several spans, the first to end."""
+    null otherwise): of the span's group and partition, an offset in [from, to], made after the
+    span's lower completion (or the run's start) less the clock skew and before its upper completion
+    plus ``commit_match_window_s`` (a missed checkpoint commits once it completed, which was before
+    the upper one did; its commit may still be in flight then). An Admin API snapshot, a reading of
+    the group's offset, is held by a span it was read after. Of several spans, the first to end."""
     audit.ensure_matched()
     skew, window = sql_secs(audit.rules.clock_skew_s), sql_secs(audit.rules.commit_match_window_s)
     return audit.rows(
