@@ -164,3 +164,21 @@ def test_at_a_first_look_the_span_starts_at_the_runs_start_offsets_else_there_is
     else:
         assert missed == []
         assert [f.offset_start for f in foreign] == [90, 110, 120, 130]
+
+
+def test_an_admin_api_reading_of_a_missed_checkpoints_commit_is_the_jobs_too() -> None:
+    """`ingest.mode: snapshot` reads the group's offset (30, checkpoint 3's commit) at 25 s, while
+    the sidecar was behind, and again after the job stopped: a reading of the job's commit, no
+    commit of anybody else's. A reading of an offset outside the span (5) stays foreign."""
+    foreign, missed = judged(
+        [*behind_sidecar(), *ev(vocab.EVENT_RUN_STOPPED, 40, engine=ENGINE)],
+        gc(25, 0, 30, kind=vocab.RECORD_SNAPSHOT),
+        gc(300, 0, 30, kind=vocab.RECORD_SNAPSHOT),
+        gc(26, 1, 5, kind=vocab.RECORD_SNAPSHOT),
+    )
+
+    assert sorted((f.partition, f.offset_start, f.evidence["commit_time"]) for f in missed) == [
+        (0, 30, at(25)),
+        (0, 30, at(300)),
+    ]
+    assert [(f.partition, f.offset_start) for f in foreign] == [(1, 5)]
