@@ -28,7 +28,7 @@ import logging
 import os
 import posixpath
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
@@ -701,7 +701,9 @@ class FlinkWatcher:
             seen = sum(1 for s in new if s.completed)
             if checkpoints.completed_count - self.completed_count > seen:
                 gap = [i for i in range(self.last_id + 1, new[0].checkpoint_id) if i not in history]
-                run.pending_missed += [ev.Missed(i, vocab.MISSED_NOT_IN_HISTORY) for i in gap]
+                self._name_missed(run, [ev.Missed(i, vocab.MISSED_NOT_IN_HISTORY) for i in gap])
+        elif new and self.completed_count is None:
+            self._name_missed(run, _before_history(checkpoints, run, self.last_id, new[0].checkpoint_id))
         ready: list[CheckpointStat] = []
         for stat in new:
             # An in-progress checkpoint before a finished one stops the walk: it is handled next poll.
@@ -729,6 +731,22 @@ class FlinkWatcher:
             self.last_id = stat.checkpoint_id
         if self.prefetch is not None and self.last_id is not None:
             self.prefetch.forget_through(self.last_id)
+
+    def _name_missed(self, run: _Run, missed: Sequence[ev.Missed]) -> None:
+        """Checkpoints of ``run`` that left the REST history unread: named on its next recorded
+        completion, counted in its RUN_STOPPED and the summary, and logged."""
+        run.pending_missed += missed
+        assert run.counts.missed is not None
+        run.counts.missed += missed
+        self.summary.missed += [m.as_detail() for m in missed]
+        if missed:
+            log.warning(
+                "flink-watch: checkpoints %s of run %s not recorded (%s): they left the REST history "
+                "before the sidecar saw them",
+                ", ".join(str(m.checkpoint_id) for m in missed),
+                run.attempt.run_id,
+                vocab.MISSED_NOT_IN_HISTORY,
+            )
 
     def _read(self, stat: CheckpointStat) -> FlinkCheckpointOffsets | ev.Missed:
         if stat.external_path is None:
@@ -791,6 +809,22 @@ class FlinkWatcher:
             return
         self._record(self.rest.checkpoints(job.job_id), self.run)
         self._stop(self.run, job)
+
+
+def _before_history(
+    checkpoints: Checkpoints, run: _Run, last_id: int | None, first_new: int
+) -> list[ev.Missed]:
+    """At the sidecar's first look at a job (started after the job's first checkpoints, or again
+    after a while), the checkpoints of ``run`` that already left the REST history, when its counts
+    say some completed there: those after the last the ledger holds of the run (else the restored
+    one, else the job's start) and before ``first_new``, the first in the history still to handle.
+    Named like a gap between two polls, so their commits are the job's (CONTRACTS.md section 5)."""
+    if checkpoints.completed_count <= sum(1 for s in checkpoints.history if s.completed):
+        return []
+    restore = run.attempt.restore
+    after = max([*run.recorded, restore.checkpoint_id if restore is not None else 0, last_id or 0])
+    listed = {s.checkpoint_id for s in checkpoints.history}
+    return [ev.Missed(i, vocab.MISSED_NOT_IN_HISTORY) for i in range(after + 1, first_new) if i not in listed]
 
 
 def _written(recorder: RunRecorder, checkpoint_id: int, events: list[LedgerEvent]) -> int:

@@ -22,8 +22,9 @@ it and no other:
 8. ``skipped_commit`` -- per run, skipped commits nothing covered.
 
 Information nobody has to act on (benign gaps, skipped commits a later commit covered, commits in
-flight at a crash) forms no incident. Incident ids hash the kind and the event's identity, never
-the run of the reconciliation, so a re-run over the same inputs yields the same incidents.
+flight at a crash, commits of checkpoints a Flink sidecar missed) forms no incident. Incident ids
+hash the kind and the event's identity, never the run of the reconciliation, so a re-run over the
+same inputs yields the same incidents.
 
 The findings come in as ``StoredFinding``s (``findings.finalize_findings``); the incidents go out
 as ``StoredIncident``s with their ``RemedyPlan`` (app.incidents.incident, app.incidents.remedy).

@@ -60,6 +60,7 @@ class FakeFlink:
         self.config = [{"key": "execution.checkpointing.num-retained", "value": "3"}]
         self.params: dict[str, dict[str, str]] = {}  # a job's published parameters (user-config)
         self.commit_counts: dict[str, tuple[int, int]] = {}  # its source's (commitsFailed, commitsSucceeded)
+        self.history_size: int | None = None  # web.checkpoints.history: how many the REST API lists
 
     def submit(self, job_id: str, start_ms: int, name: str = "payments") -> None:
         self.jobs[job_id] = {
@@ -160,7 +161,8 @@ class FakeFlink:
                     "failed": sum(1 for h in history if h["status"] == "FAILED"),
                 },
                 "latest": {"restored": self.restored[parts[1]]},
-                "history": list(reversed(history)),  # newest first, as Flink lists it
+                # newest first, as Flink lists it; the counts are the job's, listed or not
+                "history": list(reversed(history))[: self.history_size],
             }
         else:
             from app.flink.rest import FlinkRestHttpError

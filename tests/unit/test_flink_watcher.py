@@ -578,6 +578,80 @@ def test_a_run_whose_markers_name_earliest_starts_at_the_log_start_and_an_unknow
     assert of(other, vocab.EVENT_OFFSETS_RESTORED) == []
 
 
+def _named(ledger: Path, checkpoint_id: int) -> list[tuple[int, str]]:
+    """(id, reason) of the checkpoints the completion of ``checkpoint_id`` names missed."""
+    completed = of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED)
+    detail = json.loads(next(r for r in completed if r["checkpoint_id"] == checkpoint_id)["detail"])
+    return [(m["id"], m[vocab.DETAIL_REASON]) for m in detail.get(vocab.DETAIL_MISSED_CHECKPOINTS, [])]
+
+
+def test_checkpoints_that_left_the_rest_history_between_two_polls_are_named_counted_and_summed(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    flink.history_size = 2
+    flink.submit(JOB_A, T0)
+    w = watcher(flink, ledger, clock)
+    w.start()
+    flink.complete(JOB_A, 1, T0 + 1000, {("orders", 0): 10})
+    w.poll_once()
+    for i in range(2, 6):  # the sidecar was starved: 2 and 3 left the history before its next poll
+        flink.complete(JOB_A, i, T0 + i * 1000, {("orders", 0): 10 * i})
+    flink.end(JOB_A, "FINISHED", T0 + 6000)
+    w.poll_once()
+
+    gone = [(2, vocab.MISSED_NOT_IN_HISTORY), (3, vocab.MISSED_NOT_IN_HISTORY)]
+    assert _named(ledger, 4) == gone
+    stopped = json.loads(of(ledger, vocab.EVENT_RUN_STOPPED)[0]["detail"])
+    assert [(m["id"], m[vocab.DETAIL_REASON]) for m in stopped[vocab.DETAIL_MISSED_CHECKPOINTS]] == gone
+    assert [(m["id"], m[vocab.DETAIL_REASON]) for m in w.summary.missed] == gone
+
+
+def test_a_first_look_names_the_checkpoints_gone_before_it_and_their_commits_are_the_jobs(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The sidecar starts after the job (from earliest: the log starts at 100) completed checkpoints
+    1-6 (orders-0 at 110, 120, ...): the REST API lists the last 4, Flink retains the last 2. The
+    first recorded completion (5) names 1 and 2 (out of the history) and 3 and 4 (files deleted), so
+    their commits are the job's, bounded below by where the run started; a reset to 50 meanwhile is
+    not."""
+    ledger, broker = tmp_path / "ledger", FakeBroker()
+    broker.offsets[vocab.RESTORE_EARLIEST] = {("orders", 0): 100}
+    flink.history_size = 4
+    flink.submit(JOB_A, T0)
+    for i in range(1, 7):
+        flink.complete(JOB_A, i, T0 + i * 1000, {("orders", 0): 100 + 10 * i})
+    for gone in range(1, 5):
+        del flink.files[f"file:/cp/{JOB_A}/chk-{gone}"]
+    w = watcher(flink, ledger, clock, startup_mode=vocab.RESTORE_EARLIEST, positions=broker)
+    w.start()
+    w.poll_once()
+    flink.end(JOB_A, "FINISHED", T0 + 7000)
+    w.poll_once()
+
+    assert sorted(r["checkpoint_id"] for r in of(ledger, vocab.EVENT_CHECKPOINT_COMPLETED)) == [5, 6]
+    missed = [(i, vocab.MISSED_NOT_IN_HISTORY) for i in (1, 2)] + [
+        (i, vocab.MISSED_FILES_GONE) for i in (3, 4)
+    ]
+    assert _named(ledger, 5) == missed
+    stopped = json.loads(of(ledger, vocab.EVENT_RUN_STOPPED)[0]["detail"])
+    assert [m["id"] for m in stopped[vocab.DETAIL_MISSED_CHECKPOINTS]] == [1, 2, 3, 4]
+    assert started_at(ledger, JOB_A) == {0: (100, vocab.RESTORE_EARLIEST, 5)}
+
+    shift = T0 / 1000 - ledger_data.T0.timestamp()
+    commits = commits_table(
+        *(ledger_data.gc(shift + i + 0.14, 0, 100 + 10 * i, group="payments-group") for i in range(1, 7)),
+        ledger_data.gc(shift + 2.5, 0, 50, group="payments-group"),  # an operator's reset meanwhile
+    )
+    window = rc.AuditWindow(until=datetime.now(UTC) + timedelta(hours=1))
+    audit = la.LedgerAudit(DeltaTable(str(ledger)).to_pyarrow_table(), commits, window, RULES)
+    assert [(f.offset_start, f.severity) for f in commit_rules.foreign_commits(audit)] == [(50, vocab.ERROR)]
+    assert sorted(
+        (f.offset_start, tuple(f.evidence[vocab.DETAIL_MISSED_CHECKPOINTS]), f.evidence["from_offset"])
+        for f in commit_rules.missed_checkpoint_commits(audit)
+    ) == [(110 + 10 * i, (1, 2, 3, 4), 100) for i in range(4)]
+
+
 def test_a_rise_of_the_sources_commits_failed_between_two_polls_is_a_commit_failure_of_the_job(
     flink: FakeFlink, clock: FakeClock, tmp_path: Path
 ) -> None:
@@ -729,10 +803,25 @@ def test_checkpoints_a_sidecar_behind_a_killed_job_never_saw_are_named_missed_an
         (1, 0, 30), (1, 1, 5), (2, 0, 30), (3, 0, 30),
     ]  # fmt: skip
 
+    # Their commits of orders-1 (7, 8) lie between checkpoint 1's offset and 4's, made between their
+    # completions: the job's own commits of checkpoints the ledger missed, information, not foreign.
     table = DeltaTable(str(ledger)).to_pyarrow_table()
     window = rc.AuditWindow(until=datetime.now(UTC) + timedelta(hours=1))
-    found = commit_rules.foreign_commits(la.LedgerAudit(table, _job_commits(), window, RULES))
-    assert sorted((f.partition, f.offset_start) for f in found) == [(1, 7), (1, 8)]
+    audit = la.LedgerAudit(table, _job_commits(), window, RULES)
+    assert commit_rules.foreign_commits(audit) == []
+    found = commit_rules.missed_checkpoint_commits(audit)
+    assert sorted(
+        (
+            f.partition,
+            f.offset_start,
+            f.severity,
+            f.run_id,
+            f.evidence[vocab.DETAIL_MISSED_CHECKPOINTS],
+            f.evidence["from_checkpoint"],
+            f.evidence["to_checkpoint"],
+        )
+        for f in found
+    ) == [(1, 7, vocab.INFO, JOB_A, [2, 3], 1, 4), (1, 8, vocab.INFO, JOB_A, [2, 3], 1, 4)]
 
 
 def test_checkpoints_read_ahead_before_flink_deleted_them_are_recovered_after_a_kill(

@@ -46,5 +46,5 @@ def test_each_set_holds_its_constants_in_order() -> None:
     assert vocab.SEVERITIES == (vocab.CRITICAL, vocab.ERROR, vocab.WARN, vocab.INFO)
     assert vocab.EVENT_TYPES[0] == vocab.EVENT_RUN_STARTED
     assert vocab.EVENT_TYPES[-1] == vocab.EVENT_RUN_STOPPED
-    assert len(set(vocab.FINDING_TYPES)) == len(vocab.FINDING_TYPES) == 16
+    assert len(set(vocab.FINDING_TYPES)) == len(vocab.FINDING_TYPES) == 17
     assert vocab.SKIPPED_DISABLED == vocab.SKIP_COMMIT_DISABLED

@@ -11,8 +11,8 @@ null ordering (nulls first ascending, last descending), null-rejecting equi-join
 identities, so finding ids are unchanged.
 
 Findings (CONTRACTS.md section 5): LEDGER_INCONSISTENT, UNCLEAN_STOP, COMMIT_FAILURE,
-FOREIGN_COMMIT, COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT, COMMITTED_AHEAD, as typed
-``Finding``s built by the rules of ``rules`` and ``commit_rules``
+FOREIGN_COMMIT, MISSED_CHECKPOINT_COMMIT, COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT,
+COMMITTED_AHEAD, as typed ``Finding``s built by the rules of ``rules`` and ``commit_rules``
 (``app.reconcile.findings.finalize_findings`` makes them ``StoredFinding``s: id, run, time of detection).
 Views for the sink phase and forensics: completed checkpoints, the ranges the sink must hold
 (``coverage``), the runs still active, the restart classification and the latest commits.
@@ -148,6 +148,7 @@ class LedgerAudit:
             *ledger_rules.unclean_stops(self),
             *commit_rules.commit_failures(self),
             *commit_rules.foreign_commits(self),
+            *commit_rules.missed_checkpoint_commits(self),
             *commit_rules.commit_mismatches(self),
             *commit_rules.commit_regressions(self),
             *commit_rules.skipped_commits(self, self.horizon()),

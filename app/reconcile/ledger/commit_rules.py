@@ -1,5 +1,6 @@
 """Findings from the ledger next to the group's commits (CONTRACTS.md section 5): COMMIT_FAILURE,
-FOREIGN_COMMIT, COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT and COMMITTED_AHEAD.
+FOREIGN_COMMIT, MISSED_CHECKPOINT_COMMIT, COMMIT_MISMATCH, COMMIT_REGRESSION, SKIPPED_COMMIT and
+COMMITTED_AHEAD.
 
 Each rule is one DuckDB query over the views of ``app.reconcile.ledger.sql``, given the window's
 ``LedgerQueries`` (``LedgerAudit`` implements them)."""
@@ -7,7 +8,7 @@ Each rule is one DuckDB query over the views of ``app.reconcile.ledger.sql``, gi
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from app.contracts import vocabulary as vocab
 from app.reconcile.findings import Finding
@@ -73,18 +74,38 @@ def commit_failures(audit: LedgerQueries) -> list[Finding]:
     ]
 
 
-def foreign_commits(audit: LedgerQueries) -> list[Finding]:
-    """Group commits whose offset no request or acknowledgement of a job carries: a reset tool (to
-    earliest, latest or any offset) or another client committing with the group id, whenever it
-    happened."""
+def unmatched_commits(audit: LedgerQueries) -> list[dict[str, Any]]:
+    """The window's group commits no claim of the job explains (``ensure_matched``), each with the
+    span of missed checkpoints (``missed_spans``) that holds it, if one does (its ``missed_ids``
+    null otherwise): of the span's group and partition, an offset in [from, to], made after the
+    span's lower completion (or the run's start) less the clock skew and before its upper completion
+    plus ``commit_match_window_s`` (a missed checkpoint commits once it completed, which was before
+    the upper one did; its commit may still be in flight then). An Admin API snapshot, a reading of
+    the group's offset, is held by a span it was read after. Of several spans, the first to end."""
     audit.ensure_matched()
-    foreign = audit.rows(
+    skew, window = sql_secs(audit.rules.clock_skew_s), sql_secs(audit.rules.commit_match_window_s)
+    return audit.rows(
         f"""
-        SELECT m.* EXCLUDE (job_name), g.job_name, {IDENTITY_SQL} AS identity
-        FROM matched m LEFT JOIN job_groups g ON m.group_id = g.group_id
+        SELECT m.* EXCLUDE (job_name, run_id, checkpoint_id), coalesce(s.job_name, g.job_name) AS job_name,
+               s.run_id, s.missed_ids, s.from_checkpoint, s.from_offset, s.to_checkpoint, s.to_offset,
+               {IDENTITY_SQL} AS identity
+        FROM matched m
+        LEFT JOIN job_groups g ON m.group_id = g.group_id
+        LEFT JOIN missed_spans s
+          ON m.group_id = s.group_id AND m.topic = s.topic AND m."partition" = s."partition"
+         AND m.committed_offset BETWEEN s.from_offset AND s.to_offset
+         AND m.effective_time >= s.from_time - {skew}
+         AND (m.record_kind = '{vocab.RECORD_SNAPSHOT}' OR m.effective_time <= s.to_time + {window})
         WHERE m.match_kind IS NULL AND {audit.within("m.effective_time")}
+        QUALIFY row_number() OVER (PARTITION BY m.commit_row ORDER BY s.to_time, s.run_id) = 1
         """
     )
+
+
+def foreign_commits(audit: LedgerQueries) -> list[Finding]:
+    """Group commits whose offset no request or acknowledgement of a job carries, and no span of a
+    run's missed checkpoints holds (``unmatched_commits``): a reset tool (to earliest, latest or any
+    offset) or another client committing with the group id, whenever it happened."""
     return [
         Finding.of(
             vocab.FOREIGN_COMMIT,
@@ -104,7 +125,34 @@ def foreign_commits(audit: LedgerQueries) -> list[Finding]:
             cols=("job_name", "group_id", "topic", "partition"),
             offset_start=r["committed_offset"],
         )
-        for r in foreign
+        for r in unmatched_commits(audit)
+        if r["missed_ids"] is None
+    ]
+
+
+def missed_checkpoint_commits(audit: LedgerQueries) -> list[Finding]:
+    """Group commits no claim explains that a span of a run's missed checkpoints holds
+    (``unmatched_commits``): the job's own commit of a checkpoint whose offsets the ledger never
+    read (a Flink sidecar started late or fallen behind). Information, not a FOREIGN_COMMIT: the
+    offset and time fit the job's position then, though no recorded request carries that very
+    offset, so the evidence names the missed checkpoints and the recorded bounds of the span."""
+    return [
+        Finding.of(
+            vocab.MISSED_CHECKPOINT_COMMIT,
+            vocab.INFO,
+            vocab.BENIGN,
+            r,
+            {
+                **pick(r, "committed_offset", "commit_time", "record_kind", "log_partition", "log_offset"),
+                vocab.DETAIL_MISSED_CHECKPOINTS: r["missed_ids"],
+                **pick(r, "from_checkpoint", "from_offset", "to_checkpoint", "to_offset"),
+            },
+            identity=r["identity"],
+            cols=("job_name", "group_id", "topic", "partition", "run_id"),
+            offset_start=r["committed_offset"],
+        )
+        for r in unmatched_commits(audit)
+        if r["missed_ids"] is not None
     ]
 
 

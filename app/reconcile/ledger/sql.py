@@ -18,6 +18,7 @@ from app.contracts.vocabulary import (
     EVENT_CHECKPOINT_SNAPSHOT,
     EVENT_COMMIT_REQUESTED,
     EVENT_COMMIT_SUCCEEDED,
+    EVENT_OFFSETS_RESTORED,
     EVENT_RUN_STARTED,
     EVENT_RUN_STOPPED,
 )
@@ -119,6 +120,58 @@ SELECT job_name, run_id, started_at, group_id,
        lag(stopped_at) OVER w AS previous_stopped_at
 FROM run_ends
 WINDOW w AS (PARTITION BY job_name ORDER BY started_at, run_id);
+
+-- The spans of a run's completed checkpoints the ledger holds no offsets of (a Flink sidecar names
+-- them in missed_checkpoints of a later completion of the run), per partition the naming completion
+-- holds: from the run's recorded completion before them, else where the run started (its
+-- OFFSETS_RESTORED), to its recorded completion after them, in offsets (normalized) and times.
+-- A source's position never moves back within a run, so each missed checkpoint held an offset in
+-- between, and completed (then committed it) in between. Without a lower bound (no earlier
+-- completion, no start offsets) there is no span.
+CREATE TEMP VIEW missed_spans AS
+WITH named AS (
+    SELECT DISTINCT job_name, run_id, checkpoint_id AS named_by, unnest(TRY_CAST(
+               json_extract({sql_detail(vocab.DETAIL_MISSED_CHECKPOINTS)}, '$[*].id') AS BIGINT[]))
+               AS missed_id
+    FROM ledger
+    WHERE event_type = '{EVENT_CHECKPOINT_COMPLETED}'
+      AND {sql_detail(vocab.DETAIL_MISSED_CHECKPOINTS)} IS NOT NULL
+), held AS (
+    SELECT * FROM checkpoints WHERE "offset" IS NOT NULL
+), per_partition AS (
+    SELECT DISTINCT n.job_name, n.run_id, n.missed_id, k.group_id, k.topic, k."partition"
+    FROM named n JOIN held k
+      ON n.job_name = k.job_name AND n.run_id = k.run_id AND n.named_by = k.checkpoint_id
+    -- a missed one the ledger holds after all (flink-import adds it) is no span: its offsets bound others
+    WHERE n.missed_id IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM held h WHERE h.job_name = n.job_name AND h.run_id = n.run_id
+          AND h.checkpoint_id = n.missed_id AND h.topic = k.topic AND h."partition" = k."partition")
+), bounded AS (
+    SELECT p.*, l.checkpoint_id AS from_checkpoint, l."offset" AS previous_offset,
+           l.completed_at AS previous_at,
+           u.checkpoint_id AS to_checkpoint, u."offset" AS to_offset, u.completed_at AS to_time
+    FROM per_partition p
+    ASOF LEFT JOIN held l
+      ON p.job_name = l.job_name AND p.run_id = l.run_id AND p.topic = l.topic
+     AND p."partition" = l."partition" AND p.missed_id > l.checkpoint_id
+    ASOF JOIN held u
+      ON p.job_name = u.job_name AND p.run_id = u.run_id AND p.topic = u.topic
+     AND p."partition" = u."partition" AND p.missed_id < u.checkpoint_id
+), started AS (
+    SELECT job_name, run_id, topic, "partition", min("offset") AS start_offset, min(event_time) AS started_at
+    FROM ledger
+    WHERE event_type = '{EVENT_OFFSETS_RESTORED}' AND "offset" IS NOT NULL AND "partition" IS NOT NULL
+    GROUP BY job_name, run_id, topic, "partition"
+)
+SELECT b.job_name, b.run_id, b.group_id, b.topic, b."partition", list_sort(list(b.missed_id)) AS missed_ids,
+       b.from_checkpoint, coalesce(b.previous_offset, r.start_offset) AS from_offset,
+       coalesce(b.previous_at, r.started_at) AS from_time, b.to_checkpoint, b.to_offset, b.to_time
+FROM bounded b
+LEFT JOIN started r
+  ON b.previous_offset IS NULL AND b.job_name = r.job_name AND b.run_id = r.run_id
+ AND b.topic = r.topic AND b."partition" = r."partition"
+WHERE coalesce(b.previous_offset, r.start_offset) IS NOT NULL
+GROUP BY ALL;
 
 CREATE TEMP VIEW job_groups AS
 SELECT group_id, min(job_name) AS job_name FROM ledger WHERE group_id IS NOT NULL GROUP BY group_id;
