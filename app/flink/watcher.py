@@ -71,6 +71,7 @@ from app.stream.recorder import RunRecorder, recovered_mark
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_S = 1.0
+MAX_NAMED_UNREAD = 20  # a longer block of unread checkpoints is named by its ends (`unread`)
 LOST_AT_END = (
     "completed or failed between the sidecar's last poll of its run and the run's end, and deleted before "
     "it was read"
@@ -701,7 +702,7 @@ class FlinkWatcher:
             seen = sum(1 for s in new if s.completed)
             if checkpoints.completed_count - self.completed_count > seen:
                 gap = [i for i in range(self.last_id + 1, new[0].checkpoint_id) if i not in history]
-                self._name_missed(run, [ev.Missed(i, vocab.MISSED_NOT_IN_HISTORY) for i in gap])
+                self._name_missed(run, unread(gap))
         elif new and self.completed_count is None:
             self._name_missed(run, _before_history(checkpoints, run, self.last_id, new[0].checkpoint_id))
         ready: list[CheckpointStat] = []
@@ -824,7 +825,23 @@ def _before_history(
     restore = run.attempt.restore
     after = max([*run.recorded, restore.checkpoint_id if restore is not None else 0, last_id or 0])
     listed = {s.checkpoint_id for s in checkpoints.history}
-    return [ev.Missed(i, vocab.MISSED_NOT_IN_HISTORY) for i in range(after + 1, first_new) if i not in listed]
+    return unread([i for i in range(after + 1, first_new) if i not in listed])
+
+
+def unread(ids: Sequence[int]) -> list[ev.Missed]:
+    """Checkpoints that left the REST history unread, named (ascending ``ids``). A long block (a
+    sidecar first started on a job that ran for weeks, a REST API down for a day) is named by its
+    first id, saying how many more it stands for, and its newest `MAX_NAMED_UNREAD` - 1: a million
+    entries would swell the completion's detail and each finding's evidence, and the spans
+    reconcile draws from them are the same (bounded by the recorded checkpoints around them)."""
+    if len(ids) <= MAX_NAMED_UNREAD:
+        return [ev.Missed(i, vocab.MISSED_NOT_IN_HISTORY) for i in ids]
+    newest = ids[len(ids) - MAX_NAMED_UNREAD + 1 :]
+    more = len(ids) - MAX_NAMED_UNREAD
+    note = f"and {more} more unread checkpoints after it, before {newest[0]}, not named one by one"
+    return [ev.Missed(ids[0], vocab.MISSED_NOT_IN_HISTORY, note)] + [
+        ev.Missed(i, vocab.MISSED_NOT_IN_HISTORY) for i in newest
+    ]
 
 
 def _written(recorder: RunRecorder, checkpoint_id: int, events: list[LedgerEvent]) -> int:

@@ -61,6 +61,7 @@ class FakeFlink:
         self.params: dict[str, dict[str, str]] = {}  # a job's published parameters (user-config)
         self.commit_counts: dict[str, tuple[int, int]] = {}  # its source's (commitsFailed, commitsSucceeded)
         self.history_size: int | None = None  # web.checkpoints.history: how many the REST API lists
+        self.completed_before: dict[str, int] = {}  # a job's completed checkpoints before the test's first
 
     def submit(self, job_id: str, start_ms: int, name: str = "payments") -> None:
         self.jobs[job_id] = {
@@ -157,7 +158,8 @@ class FakeFlink:
             history = self.history[parts[1]]
             body = {
                 "counts": {
-                    "completed": sum(1 for h in history if h["status"] == "COMPLETED"),
+                    "completed": sum(1 for h in history if h["status"] == "COMPLETED")
+                    + self.completed_before.get(parts[1], 0),
                     "failed": sum(1 for h in history if h["status"] == "FAILED"),
                 },
                 "latest": {"restored": self.restored[parts[1]]},

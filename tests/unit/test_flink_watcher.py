@@ -28,7 +28,7 @@ from app.flink.rest import (
     commit_metric_ids,
     parse_commit_counts,
 )
-from app.flink.watcher import FlinkLedger, FlinkWatcher
+from app.flink.watcher import MAX_NAMED_UNREAD, FlinkLedger, FlinkWatcher, unread
 from app.reconcile import findings as rc
 from app.reconcile.ledger import audit as la
 from app.reconcile.ledger import commit_rules
@@ -650,6 +650,35 @@ def test_a_first_look_names_the_checkpoints_gone_before_it_and_their_commits_are
         (f.offset_start, tuple(f.evidence[vocab.DETAIL_MISSED_CHECKPOINTS]), f.evidence["from_offset"])
         for f in commit_rules.missed_checkpoint_commits(audit)
     ) == [(110 + 10 * i, (1, 2, 3, 4), 100) for i in range(4)]
+
+
+def test_a_first_look_at_a_long_running_job_names_the_unread_block_by_its_ends(
+    flink: FakeFlink, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A sidecar first started on a job at checkpoint 100,000: the 99,990 before its history are
+    named by the first (saying how many more) and the newest, not one by one: the spans reconcile
+    draws from them have the same bounds (the recorded checkpoints around the block)."""
+    ledger = tmp_path / "ledger"
+    flink.history_size = 10
+    flink.submit(JOB_A, T0)
+    ids = range(99_991, 100_001)
+    for i in ids:
+        flink.complete(JOB_A, i, T0 + i, {("orders", 0): i})
+    flink.completed_before[JOB_A] = 99_990  # the REST counts say 100,000 completed
+    w = watcher(flink, ledger, clock)
+    w.start()
+    w.poll_once()
+
+    named = w.summary.missed
+    assert len(named) == MAX_NAMED_UNREAD
+    assert [m["id"] for m in named] == [1, *range(99_991 - MAX_NAMED_UNREAD + 1, 99_991)]
+    assert "99970 more" in str(named[0][vocab.DETAIL_MESSAGE])
+    assert {m[vocab.DETAIL_REASON] for m in named} == {vocab.MISSED_NOT_IN_HISTORY}
+
+
+def test_unread_names_a_short_block_one_by_one() -> None:
+    assert [m.checkpoint_id for m in unread([3, 4, 5])] == [3, 4, 5]
+    assert [m.message for m in unread([3, 4, 5])] == [None, None, None]
 
 
 def test_a_rise_of_the_sources_commits_failed_between_two_polls_is_a_commit_failure_of_the_job(
