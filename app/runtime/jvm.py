@@ -20,8 +20,9 @@ log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JVM_CONF_DIR = REPO_ROOT / "conf" / "jvm"
-# flink-*: a MiniCluster, the Kafka connector and the State Processor API per Flink stack, for the tests.
-CLASSPATH_NAMES = ("spark", "kafka", "s3", "flink-1.20", "flink-2.2")
+# flink-*: a MiniCluster, the Kafka connector and the State Processor API per Flink stack, for the tests;
+# flink-1.20-iceberg: Iceberg's Flink sink and a Hadoop client, added to flink-1.20's by the tests of it.
+CLASSPATH_NAMES = ("spark", "kafka", "s3", "flink-1.20", "flink-2.2", "flink-1.20-iceberg")
 MAVEN_TIMEOUT_S = 1800
 
 

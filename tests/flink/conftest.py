@@ -17,7 +17,8 @@ from tests.flink.harness import FlinkJob, FlinkStack, JobSpec, compile_stack
 
 @pytest.fixture(scope="session")
 def flink_stacks(app_config: AppConfig) -> Callable[[str], FlinkStack]:
-    """'1.20' or '2.2' -> that stack, its test programs compiled on first use (cached across sessions)."""
+    """'1.20', '2.2' or '1.20-iceberg' -> that stack, its test programs compiled on first use (cached
+    across sessions)."""
     compiled: dict[str, FlinkStack] = {}
 
     def get(name: str) -> FlinkStack:

@@ -31,8 +31,22 @@ JAVA_DIR = Path(__file__).resolve().parent / "java"
 JOB_MAIN = "offsetaudit.flinktest.FlinkKafkaJob"
 ORACLE_MAIN = "offsetaudit.flinktest.StateOracle"
 STACKS = ("1.20", "2.2")
-# The legacy FlinkKafkaConsumer is a SourceFunction, which Flink 2 removed: 1.20 only.
-LEGACY_STACKS = frozenset({"1.20"})
+# 1.20 with Iceberg's Flink sink: its own stack, so the jobs of the other tests do not load Iceberg.
+ICEBERG_STACK = "1.20-iceberg"
+# A stack -> the classpaths (conf/jvm/<name>) it joins, in order: an artifact the first holds wins.
+CLASSPATHS = {
+    "1.20": ("flink-1.20",),
+    "2.2": ("flink-2.2",),
+    ICEBERG_STACK: ("flink-1.20", "flink-1.20-iceberg"),
+}
+# A stack -> the dirs of tests/flink/java/ compiled for it. The legacy FlinkKafkaConsumer is a
+# SourceFunction, which Flink 2 removed: 1.20 only; the Iceberg sink needs the Iceberg jars.
+SOURCE_DIRS = {
+    "1.20": ("common", "legacy"),
+    "2.2": ("common",),
+    ICEBERG_STACK: ("common", "legacy", "iceberg"),
+}
+LEGACY_STACKS = frozenset(s for s, dirs in SOURCE_DIRS.items() if "legacy" in dirs)
 SOURCES = ("kafkasource", "legacy")
 
 START_TIMEOUT_S = 120.0
@@ -111,8 +125,19 @@ class FlinkStack:
 
 
 def java_sources(stack: str) -> list[Path]:
-    dirs = ["common", "legacy"] if stack in LEGACY_STACKS else ["common"]
-    return sorted(p for d in dirs for p in (JAVA_DIR / d).glob("*.java"))
+    return sorted(p for d in SOURCE_DIRS[stack] for p in (JAVA_DIR / d).glob("*.java"))
+
+
+def joined_classpath(parts: Sequence[Sequence[Path]]) -> tuple[Path, ...]:
+    """The jars of several classpaths, each artifact once: the first classpath's copy wins (an
+    added classpath repeats Flink's own jars, and another version of one invites NoSuchMethodErrors)."""
+    seen: set[str] = set()
+    out: list[Path] = []
+    for jars in parts:
+        names = {jvm.artifact_name(j) for j in jars}
+        out += [j for j in jars if jvm.artifact_name(j) not in seen]
+        seen |= names
+    return tuple(out)
 
 
 def classes_key(sources: Sequence[Path], classpath: Sequence[Path]) -> str:
@@ -126,7 +151,7 @@ def classes_key(sources: Sequence[Path], classpath: Sequence[Path]) -> str:
 
 def compile_stack(stack: str, cache_dir: Path) -> FlinkStack:
     """The stack's jars (resolved by setup-jvm) and the programs compiled against them, once per hash."""
-    classpath = tuple(jvm.resolve_classpath(f"flink-{stack}", cache_dir))
+    classpath = joined_classpath([jvm.resolve_classpath(name, cache_dir) for name in CLASSPATHS[stack]])
     sources = java_sources(stack)
     out = cache_dir / "flink-test-classes" / f"{stack}-{classes_key(sources, classpath)}"
     if not (out / ".complete").exists():
@@ -205,14 +230,20 @@ class JobSpec:
     interval_ms: int = 1000
     parallelism: int = 2
     record_delay_ms: int = 0  # a slow operator chained to the source: milliseconds a record
+    # An Iceberg table (ns.t) of the Hadoop catalog at `warehouse` (a URI) holds the records, with
+    # their topic, partition and offset: the 1.20-iceberg stack only. None: they are discarded.
+    iceberg: tuple[str, str] | None = None  # (warehouse, table)
 
     def args(self) -> list[str]:
-        return [
+        args = [
             "--bootstrap", self.bootstrap, "--topic", self.topic, "--group", self.group,
             "--source", self.source, "--start", self.start, "--num-retained", str(self.num_retained),
             "--interval-ms", str(self.interval_ms), "--parallelism", str(self.parallelism),
             "--record-delay-ms", str(self.record_delay_ms),
         ]  # fmt: skip
+        if self.iceberg is not None:
+            args += ["--sink", "iceberg", "--warehouse", self.iceberg[0], "--table", self.iceberg[1]]
+        return args
 
 
 class FlinkJob:
@@ -232,6 +263,8 @@ class FlinkJob:
     ) -> None:
         if spec.source == "legacy" and stack.name not in LEGACY_STACKS:
             raise ValueError(f"the legacy FlinkKafkaConsumer does not exist on Flink {stack.name}")
+        if spec.iceberg is not None and stack.name != ICEBERG_STACK:
+            raise ValueError(f"Iceberg's Flink sink is on the {ICEBERG_STACK} stack, not {stack.name}")
         self.stack = stack
         self.spec = spec
         self.work_dir = work_dir
@@ -395,6 +428,23 @@ class FlinkJob:
 
         location = wait_for(probe, timeout_s, f"savepoint {trigger}")
         return Path(location.removeprefix("file:"))
+
+    def trigger_checkpoint(self, timeout_s: float = CHECKPOINT_TIMEOUT_S) -> int:
+        """Trigger a checkpoint through REST (Flink 1.19 on) and wait for it: its id. With a long
+        `interval_ms`, what each checkpoint holds is the test's choice."""
+        url = f"{self.rest_url}/jobs/{self.job_id}/checkpoints"
+        trigger = rest_post(url, {"checkpointType": "CONFIGURED"})["request-id"]
+
+        def probe() -> int | None:
+            self._alive()
+            status = rest_get(f"{url}/{trigger}")
+            if status["status"]["id"] != "COMPLETED":
+                return None
+            operation = status["operation"]
+            assert "failure-cause" not in operation, f"the checkpoint failed: {operation['failure-cause']}"
+            return int(operation["checkpointId"])
+
+        return wait_for(probe, timeout_s, f"checkpoint {trigger}")
 
     def cancel(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Cancel the job through REST; the process ends with it."""

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_every_named_classpath_has_its_pom() -> None:
-    assert {"flink-1.20", "flink-2.2"} <= set(jvm.CLASSPATH_NAMES)
+    assert {"flink-1.20", "flink-2.2", "flink-1.20-iceberg"} <= set(jvm.CLASSPATH_NAMES)
     for name in jvm.CLASSPATH_NAMES:
         assert jvm.pom_path(name).is_file(), name
 
@@ -26,6 +26,24 @@ def test_the_legacy_consumer_is_compiled_on_the_1_20_stack_only() -> None:
     assert "LegacyKafka.java" in names["1.20"]
     assert "LegacyKafka.java" not in names["2.2"]
     assert {"FlinkKafkaJob.java", "StateOracle.java"} <= names["2.2"]
+
+
+def test_the_iceberg_sink_is_compiled_on_its_own_stack_only() -> None:
+    # the other stacks' jobs neither compile against nor load Iceberg's jars
+    names = {stack: {p.name for p in harness.java_sources(stack)} for stack in harness.SOURCE_DIRS}
+    assert {"IcebergOut.java", "FlinkKafkaJob.java", "LegacyKafka.java"} <= names[harness.ICEBERG_STACK]
+    assert all("IcebergOut.java" not in names[stack] for stack in harness.STACKS)
+    assert all(name in jvm.CLASSPATH_NAMES for names in harness.CLASSPATHS.values() for name in names)
+
+
+def test_a_joined_classpath_keeps_each_artifact_once_the_first_classpaths_copy() -> None:
+    flink = [Path("/m2/flink-core-1.20.0.jar"), Path("/m2/commons-lang3-3.12.0.jar")]
+    iceberg = [
+        Path("/m2/iceberg-flink-runtime-1.20-1.11.0.jar"),
+        Path("/m2/flink-core-1.20.0.jar"),
+        Path("/m2/commons-lang3-3.17.0.jar"),
+    ]
+    assert harness.joined_classpath([flink, iceberg]) == (*flink, iceberg[0])
 
 
 def test_the_classes_are_compiled_again_when_a_source_or_the_classpath_changes(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import org.apache.flink.configuration.ConfigOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.connector.kafka.source.KafkaSource;
 import org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsInitializer;
+import org.apache.flink.connector.kafka.source.reader.deserializer.KafkaRecordDeserializationSchema;
 import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
@@ -23,7 +24,9 @@ import org.apache.kafka.clients.consumer.OffsetResetStrategy;
  * <p>Arguments are --key value pairs: bootstrap, topic, group, source (kafkasource|legacy), start
  * (earliest|latest|committed), checkpoint-dir, rest-port, num-retained (3), interval-ms (1000),
  * restore (a checkpoint or savepoint dir, optional), parallelism (2), record-delay-ms (0: a slow
- * operator after the source, that many milliseconds a record). The job id goes to stdout as
+ * operator after the source, that many milliseconds a record), sink (discard|iceberg: the records
+ * with their topic, partition and offset appended to the Iceberg table --table ns.t of a Hadoop
+ * catalog at --warehouse, on the 1.20-iceberg stack only). The job id goes to stdout as
  * "JOB_ID <hex>"; the process ends when the job ends (cancelled, failed or finished).
  */
 public final class FlinkKafkaJob {
@@ -43,13 +46,11 @@ public final class FlinkKafkaJob {
         Map<String, String> args = parseArgs(argv);
         Configuration conf = configuration(args);
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
-        DataStream<String> records = "legacy".equals(args.get("source")) ? legacySource(env, args) : kafkaSource(env, args);
-        long delayMs = Long.parseLong(args.getOrDefault("record-delay-ms", "0"));
-        if (delayMs > 0) {
-            // chained to the source: the source's thread spends delayMs on each record it emits
-            records = records.map(new Slow(delayMs)).name("slow");
+        if ("iceberg".equals(args.getOrDefault("sink", "discard"))) {
+            icebergSink(env, args);
+        } else {
+            discardSink(env, args);
         }
-        records.sinkTo(new DiscardingSink<>()).name("discard");
         JobClient client = env.executeAsync("offset-audit-flink-test");
         System.out.println("JOB_ID " + client.getJobID());
         System.out.flush();
@@ -64,6 +65,28 @@ public final class FlinkKafkaJob {
         }
         System.out.flush();
         System.exit(code);
+    }
+
+    static void discardSink(StreamExecutionEnvironment env, Map<String, String> args) throws Exception {
+        DataStream<String> records = "legacy".equals(args.get("source"))
+                ? legacySource(env, args)
+                : kafkaSource(env, args, KafkaRecordDeserializationSchema.valueOnly(new SimpleStringSchema()));
+        long delayMs = Long.parseLong(args.getOrDefault("record-delay-ms", "0"));
+        if (delayMs > 0) {
+            // chained to the source: the source's thread spends delayMs on each record it emits
+            records = records.map(new Slow(delayMs)).name("slow");
+        }
+        records.sinkTo(new DiscardingSink<>()).name("discard");
+    }
+
+    /** The Iceberg sink's jars are on the 1.20-iceberg stack alone: its class is compiled there only. */
+    static void icebergSink(StreamExecutionEnvironment env, Map<String, String> args) throws Exception {
+        if (!"kafkasource".equals(args.getOrDefault("source", "kafkasource"))) {
+            throw new IllegalArgumentException("the Iceberg sink reads through the KafkaSource only");
+        }
+        Class.forName("offsetaudit.flinktest.IcebergOut")
+                .getMethod("attach", StreamExecutionEnvironment.class, Map.class)
+                .invoke(null, env, args);
     }
 
     /** A slow step of the job (an enrichment call, say): backpressure on the source's thread. */
@@ -139,7 +162,8 @@ public final class FlinkKafkaJob {
         return props;
     }
 
-    static DataStream<String> kafkaSource(StreamExecutionEnvironment env, Map<String, String> args) {
+    static <T> DataStream<T> kafkaSource(
+            StreamExecutionEnvironment env, Map<String, String> args, KafkaRecordDeserializationSchema<T> records) {
         OffsetsInitializer start;
         switch (args.getOrDefault("start", "earliest")) {
             case "earliest": start = OffsetsInitializer.earliest(); break;
@@ -147,12 +171,12 @@ public final class FlinkKafkaJob {
             case "committed": start = OffsetsInitializer.committedOffsets(OffsetResetStrategy.EARLIEST); break;
             default: throw new IllegalArgumentException("unknown start " + args.get("start"));
         }
-        KafkaSource<String> source = KafkaSource.<String>builder()
+        KafkaSource<T> source = KafkaSource.<T>builder()
                 .setBootstrapServers(args.get("bootstrap"))
                 .setTopics(args.get("topic"))
                 .setGroupId(args.get("group"))
                 .setStartingOffsets(start)
-                .setValueOnlyDeserializer(new SimpleStringSchema())
+                .setDeserializer(records)
                 .setProperty("commit.offsets.on.checkpoint", "true")
                 .build();
         return env.fromSource(source, WatermarkStrategy.noWatermarks(), "kafka-source").uid(SOURCE_UID);
