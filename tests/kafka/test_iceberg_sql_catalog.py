@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app import cli
-from app.config import AppConfig, KafkaConfig
+from app.config import AppConfig
 from app.contracts.offsets import EventSource, LedgerEvent
 from app.contracts.tables import LEDGER_SCHEMA
 from app.kafka.clients import spark_kafka_options
@@ -34,7 +34,7 @@ from app.reconcile.outputs import AuditRun
 from app.reconcile.run import run_reconcile
 from app.runtime.spark import catalog_conf
 from app.stream.startup import to_sink_rows
-from tests.support.config import build_config
+from tests.support.config import build_config, set_options
 from tests.support.ledger_data import contract_table
 from tests.support.reconcile import read, save
 from tests.support.streaming import create_topic, produce
@@ -47,21 +47,19 @@ NAMESPACE, TABLE = "sales", "orders"
 @dataclass
 class Story:
     cfg: AppConfig
+    options: list[str]  # the same configuration as a command line's --set options
     catalog: str
     sink_name: str  # <catalog>.<ns>.<table>, as Spark SQL names it
-    bootstrap: str
     incidents: dict[str, str]  # incident id by kind
 
 
-def sql_catalog(name: str, root: Path, *extra: str) -> AppConfig:
-    """A config whose catalog ``name`` is a sqlite database under ``root``, with ``extra`` settings."""
-    return build_config(
+def catalog_settings(name: str, root: Path) -> list[str]:
+    """Catalog ``name``: a sqlite database and a warehouse under ``root``."""
+    return [
         f"iceberg.catalogs.{name}.type=sql",
         f"iceberg.catalogs.{name}.uri=sqlite:///{root / 'catalog.db'}",
         f"iceberg.catalogs.{name}.warehouse={root / 'warehouse'}",
-        *extra,
-        data_dir=root / "data",
-    )
+    ]
 
 
 def register(spark: SparkSession, cfg: AppConfig) -> None:
@@ -92,10 +90,16 @@ def story(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, bootstr
     create_topic(bootstrap, topic, 1)
     produce(bootstrap, topic, RECORDS, 1)
     sink_name = f"{catalog}.{NAMESPACE}.{TABLE}"
-    cfg = sql_catalog(catalog, tmp_path_factory.mktemp("iceberg-sql"), f"tables.sink=iceberg:{sink_name}")
+    root = tmp_path_factory.mktemp("iceberg-sql")
+    items = [
+        *catalog_settings(catalog, root),
+        f"tables.sink=iceberg:{sink_name}",
+        f"kafka.bootstrap_servers={bootstrap}",
+    ]
+    cfg = build_config(*items, data_dir=root / "data")
     register(spark, cfg)
 
-    kafka = KafkaConfig(bootstrap_servers=bootstrap)
+    kafka = cfg.kafka
     source = (
         spark.read.format("kafka").options(**spark_kafka_options(kafka, bootstrap)).option("subscribe", topic)
     )
@@ -114,7 +118,8 @@ def story(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, bootstr
         AuditRun(run_id="rec-1", now=now, since=None, until=now),
         confirmer=kafka_gap_confirmer(kafka, bootstrap, max_records=1000, timeout_s=60),
     )
-    return Story(cfg, catalog, sink_name, bootstrap, {i.kind: i.incident_id for i in result.incidents})
+    options = set_options(*items, data_dir=root / "data")
+    return Story(cfg, options, catalog, sink_name, {i.kind: i.incident_id for i in result.incidents})
 
 
 def catalog_snapshots(story: Story) -> list[int]:
@@ -144,20 +149,9 @@ def test_a_sql_catalog_sink_is_reconciled_and_repaired_through_the_audits_spark_
         ("DUPLICATE", TWICE, TWICE + 1, 1),
     }
 
-    config = story.cfg.iceberg.catalogs[story.catalog]
-    pairs = [
-        f"paths.data_dir={story.cfg.paths.data_dir}",
-        f"kafka.bootstrap_servers={story.bootstrap}",
-        f"iceberg.catalogs.{story.catalog}.type={config.type}",
-        f"iceberg.catalogs.{story.catalog}.uri={config.uri}",
-        f"iceberg.catalogs.{story.catalog}.warehouse={config.warehouse}",
-        f"tables.sink={story.cfg.tables.sink}",
-    ]
     history = catalog_snapshots(story)
     gap = story.incidents["gap"]
-    code = cli.main(
-        ["repair", "--incident", gap, "--execute", *(a for p in pairs for a in ("--set", p)), "--json"]
-    )
+    code = cli.main(["repair", "--incident", gap, "--execute", *story.options, "--json"])
     done = json.loads(capsys.readouterr().out)
     assert (code, [a["records_appended"] for a in done["actions"]]) == (0, [1])
     assert catalog_snapshots(story)[:-1] == history  # one snapshot more
@@ -174,7 +168,7 @@ def test_a_catalog_database_pyiceberg_created_is_read_by_spark(spark: SparkSessi
     from pyiceberg.catalog.sql import SqlCatalog
 
     name = f"pycat_{uuid.uuid4().hex[:10]}"
-    cfg = sql_catalog(name, tmp_path)
+    cfg = build_config(*catalog_settings(name, tmp_path), data_dir=tmp_path / "data")
     config = cfg.iceberg.catalogs[name]
     catalog = SqlCatalog(name, uri=config.uri, warehouse=config.warehouse)
     catalog.create_namespace(NAMESPACE)
