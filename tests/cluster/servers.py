@@ -196,6 +196,17 @@ def spark_cluster(home: Path, workers: int = 2, worker_memory: str = "1g") -> It
         yield SparkCluster(master_url, ui_url, home)
     finally:
         stop_daemons(daemons)
+        remove_executor_jars(home)
+
+
+def remove_executor_jars(home: Path) -> int:
+    """Deletes the copies of the jars every executor fetched into its work dir (`--jars`: 0.7 GB an
+    executor with the AWS SDK bundle, some 15 GB a session), keeping the executors' logs for a
+    post-mortem. Returns how many went."""
+    jars = list(home.glob("worker-*/app-*/*/*.jar"))
+    for jar in jars:
+        jar.unlink(missing_ok=True)
+    return len(jars)
 
 
 @contextlib.contextmanager
