@@ -28,6 +28,7 @@ from app.runtime.child_processes import parent_death_preexec
 from app.runtime.jvm import REPO_ROOT
 from tests.cluster import readme
 from tests.cluster.servers import (
+    JVM_OPTIONS,
     PYSPARK_HOME,
     S3_ACCESS_KEY,
     S3_REGION,
@@ -40,15 +41,21 @@ SUBMIT_TIMEOUT_S = float(os.environ.get("CLUSTER_SUBMIT_TIMEOUT_S", "900"))
 BUILD_TIMEOUT_S = 300
 KAFKA_USERNAME = "cluster-tier"  # conf/cluster.yaml's SASL settings, unused on the PLAINTEXT broker
 KAFKA_PASSWORD = "cluster-tier-kafka-password"
-# The tests' own instrumentation, outside the README's command: where each task ran, and pinned zones.
+# The tests' own settings, outside the README's command: where each task ran, pinned zones, JVMs
+# that start fast (servers.JVM_OPTIONS, prepended to the extra options), and no locality wait: on
+# one host every task's data is as near to either executor, so a free one need not idle up to 3 s
+# for a busy one.
 SPARK_DEFAULTS = """\
 spark.eventLog.enabled true
 spark.eventLog.dir file://{event_log_dir}
 spark.eventLog.rolling.enabled false
 spark.eventLog.compress false
 spark.ui.enabled false
+spark.driver.defaultJavaOptions {jvm_options}
+spark.executor.defaultJavaOptions {jvm_options}
 spark.driver.extraJavaOptions -Duser.timezone=UTC
 spark.executor.extraJavaOptions -Duser.timezone=UTC
+spark.locality.wait 0s
 """
 
 
@@ -124,14 +131,17 @@ def submit_user_job(
 ) -> Running:
     """Starts a user's own job file as README's "Audit your own job" submits one: the library as
     ``py_files`` (the zip `make dist` builds), Delta and the Kafka connector (and, for s3a://,
-    hadoop-aws) as ``jars``, the job's arguments after its file. The keys of the object store are in
-    the environment, where the job reads them."""
+    hadoop-aws) as ``jars``, the cluster block's two settings for small tables, the job's arguments
+    after its file. The keys of the object store are in the environment, where the job reads them."""
     name = job_file.stem
     event_log_dir = new_event_log_dir(work_dir, name)
     argv = [
         "spark-submit", "--master", cluster.master_url, "--jars", ",".join(map(str, jars)),
         "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
         "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # README's cluster block's settings for small tables: Spark's defaults scheduled 50 tasks
+        # (the sink's snapshot) in every micro-batch after the first.
+        "--conf", "spark.sql.shuffle.partitions=4", "--conf", "spark.databricks.delta.snapshotPartitions=2",
         "--py-files", str(py_files), str(job_file), *args,
     ]  # fmt: skip
     env = submit_env(s3, event_log_dir, work_dir / f"local-{name}")
@@ -167,7 +177,8 @@ def new_event_log_dir(work_dir: Path, job: str) -> Path:
     event_log_dir.mkdir(parents=True)
     spark_conf_dir = spark_conf_dir_of(event_log_dir)
     spark_conf_dir.mkdir()
-    (spark_conf_dir / "spark-defaults.conf").write_text(SPARK_DEFAULTS.format(event_log_dir=event_log_dir))
+    defaults = SPARK_DEFAULTS.format(event_log_dir=event_log_dir, jvm_options=JVM_OPTIONS)
+    (spark_conf_dir / "spark-defaults.conf").write_text(defaults)
     return event_log_dir
 
 

@@ -28,6 +28,7 @@ from deltalake import DeltaTable
 from app import __version__
 from app.contracts import vocabulary as vocab
 from tests.cluster import readme
+from tests.cluster.servers import JVM_OPTIONS
 from tests.cluster.submit import SUBMIT_TIMEOUT_S, py_files_of
 from tests.support.streaming import create_topic, produce
 
@@ -88,7 +89,7 @@ def test_readmes_spark_submit_line_for_a_users_job_resolves_and_runs_as_written(
     env.update(
         # A shell with the project's virtualenv active: its `spark-submit` and `python3`.
         PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
-        SPARK_SUBMIT_OPTS=f"-Duser.home={SUBMIT_HOME}",
+        SPARK_SUBMIT_OPTS=f"-Duser.home={SUBMIT_HOME} {JVM_OPTIONS}",  # and the tier's fast start
         SPARK_LOCAL_IP="127.0.0.1",
         JOB_BOOTSTRAP=bootstrap,
         JOB_TOPIC=topic,

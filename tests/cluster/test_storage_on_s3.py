@@ -28,7 +28,7 @@ import pytest
 
 from app.runtime.child_processes import parent_death_preexec
 from app.runtime.jvm import REPO_ROOT
-from tests.cluster.servers import S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, S3Server
+from tests.cluster.servers import JVM_OPTIONS, S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, S3Server
 from tests.support.ledger_data import JOB, day_events, finding_row, incident_row
 
 pytestmark = pytest.mark.cluster
@@ -101,8 +101,10 @@ def scenario(root: str, missing_bucket_root: str, out: str) -> None:
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     cfg = load_config("local", overrides=storage_overrides())
+    # The tier's fast-starting JVM (servers.JVM_OPTIONS), before the session's own driver options.
+    fast_jvm = {**cfg.spark.conf, "spark.driver.defaultJavaOptions": JVM_OPTIONS}
     spark = build_spark_session(
-        dataclasses.replace(cfg.spark, mode="local", master="local[1]"),
+        dataclasses.replace(cfg.spark, mode="local", master="local[1]", conf=fast_jvm),
         jvm.spark_extra_jars() + jvm.resolve_classpath("s3"),
         warehouse_dir=str(Path(out).parent / "warehouse"),
         environ={},
