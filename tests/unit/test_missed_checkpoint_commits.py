@@ -96,6 +96,22 @@ def test_the_commits_of_checkpoints_a_sidecar_behind_missed_are_the_jobs_at_info
     assert missed[0].evidence["commit_time"] == at(11.2)
 
 
+def test_a_reset_backwards_into_the_missed_span_stays_foreign() -> None:
+    """The job committed 30 (checkpoint 3's, missed); then an operator set the group back to 20,
+    inside the span's offsets [10, 40] and within the match window after it: the job's commits of
+    successive checkpoints only move forward, so the step back is a reset, not the job's."""
+    foreign, missed = judged(
+        behind_sidecar(),
+        gc(1.2, 0, 10), gc(1.2, 1, 50),
+        gc(21.2, 0, 30),  # checkpoint 3's: missed
+        gc(31.2, 0, 40), gc(31.2, 1, 50),  # checkpoint 4's, requested
+        gc(45, 0, 20),  # the operator's reset, after the job was cancelled
+    )  # fmt: skip
+
+    assert [(f.partition, f.offset_start, f.severity) for f in foreign] == [(0, 20, vocab.ERROR)]
+    assert [(f.partition, f.offset_start) for f in missed] == [(0, 30)]
+
+
 def test_an_operators_reset_inside_the_missed_span_to_an_offset_outside_it_stays_foreign() -> None:
     """Resets made while the sidecar was behind, to earliest (0) and to latest (900): inside the
     span's time, outside its offsets [10, 40]. The job's own commit of 30 beside them is not."""
@@ -122,7 +138,7 @@ def test_a_commit_of_an_offset_inside_the_span_made_long_after_it_stays_foreign(
         behind_sidecar(),
         gc(-5, 0, 20),  # before the span: checkpoint 1 completed at 1 s
         gc(1.2, 0, 10), gc(1.2, 1, 50),
-        gc(31.2, 0, 40), gc(31.2, 1, 50),
+        gc(31.2, 1, 50),  # checkpoint 4's of partition 1 (partition 0's never landed)
         gc(90.5, 0, 30),  # inside the window after the naming completion (31 s): in flight then
         gc(500, 0, 30),  # long after
     )  # fmt: skip

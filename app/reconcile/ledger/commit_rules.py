@@ -80,8 +80,10 @@ def unmatched_commits(audit: LedgerQueries) -> list[dict[str, Any]]:
     null otherwise): of the span's group and partition, an offset in [from, to], made after the
     span's lower completion (or the run's start) less the clock skew and before its upper completion
     plus ``commit_match_window_s`` (a missed checkpoint commits once it completed, which was before
-    the upper one did; its commit may still be in flight then). An Admin API snapshot, a reading of
-    the group's offset, is held by a span it was read after. Of several spans, the first to end."""
+    the upper one did; its commit may still be in flight then), and not below the partition's
+    previous offset (the job's commits only move forward: an operator's reset backwards into the
+    span, say after the job was cancelled, stays foreign). An Admin API snapshot, a reading of the
+    group's offset, is held by a span it was read after. Of several spans, the first to end."""
     audit.ensure_matched()
     skew, window = sql_secs(audit.rules.clock_skew_s), sql_secs(audit.rules.commit_match_window_s)
     return audit.rows(
@@ -94,6 +96,8 @@ def unmatched_commits(audit: LedgerQueries) -> list[dict[str, Any]]:
         LEFT JOIN missed_spans s
           ON m.group_id = s.group_id AND m.topic = s.topic AND m."partition" = s."partition"
          AND m.committed_offset BETWEEN s.from_offset AND s.to_offset
+         -- the job's commits of successive checkpoints only move forward: a step back is a reset
+         AND (m.previous_offset IS NULL OR m.committed_offset >= m.previous_offset)
          AND m.effective_time >= s.from_time - {skew}
          AND (m.record_kind = '{vocab.RECORD_SNAPSHOT}' OR m.effective_time <= s.to_time + {window})
         WHERE m.match_kind IS NULL AND {audit.within("m.effective_time")}

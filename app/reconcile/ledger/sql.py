@@ -176,9 +176,19 @@ GROUP BY ALL;
 CREATE TEMP VIEW job_groups AS
 SELECT group_id, min(job_name) AS job_name FROM ledger WHERE group_id IS NOT NULL GROUP BY group_id;
 
+-- previous_offset: the partition's offset before this record, in __consumer_offsets order (none after
+-- a tombstone, which resets the history): a commit below it moved the group backwards.
 CREATE TEMP TABLE commits AS
-SELECT *, row_number() OVER () AS commit_row, coalesce(commit_time, log_time) AS effective_time
-FROM gc WHERE record_kind IN ({sql_in((vocab.RECORD_COMMIT, vocab.RECORD_SNAPSHOT))})
+WITH ordered AS (
+    SELECT *, lag(committed_offset) OVER w AS lagged_offset, lag(record_kind) OVER w AS lagged_kind
+    FROM gc WHERE record_kind IN ({sql_in(vocab.RECORD_KINDS)})
+    WINDOW w AS (PARTITION BY group_id, topic, "partition"
+                 ORDER BY coalesce(commit_time, log_time) ASC NULLS FIRST, log_offset ASC NULLS FIRST)
+)
+SELECT * EXCLUDE (lagged_offset, lagged_kind),
+       CASE WHEN lagged_kind != '{vocab.RECORD_TOMBSTONE}' THEN lagged_offset END AS previous_offset,
+       row_number() OVER () AS commit_row, coalesce(commit_time, log_time) AS effective_time
+FROM ordered WHERE record_kind IN ({sql_in((vocab.RECORD_COMMIT, vocab.RECORD_SNAPSHOT))})
   AND committed_offset IS NOT NULL;
 
 -- What the job says it sent to the group, per partition: its COMMIT_REQUESTED rows, the completions
