@@ -39,6 +39,9 @@ from tests.support.ledger_data import contract_table
 from tests.support.reconcile import read, save
 from tests.support.streaming import create_topic, produce
 
+# A broker (the sink's records), Spark reading and repairing the sink through the SQL catalog.
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
 JOB, GROUP, RUN = "orders-job", "orders-group", "run-1"
 RECORDS, MISSING, TWICE = 10, 3, 6
 NAMESPACE, TABLE = "sales", "orders"
@@ -138,8 +141,6 @@ def catalog_columns(cfg: AppConfig, name: str) -> set[str]:
         return {row[1] for row in db.execute("PRAGMA table_info(iceberg_tables)")}
 
 
-@pytest.mark.kafka
-@pytest.mark.spark
 def test_a_sql_catalog_sink_is_reconciled_and_repaired_through_the_audits_spark_session(
     spark: SparkSession, story: Story, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -163,7 +164,6 @@ def test_a_sql_catalog_sink_is_reconciled_and_repaired_through_the_audits_spark_
     assert "iceberg_type" not in catalog_columns(story.cfg, story.catalog)
 
 
-@pytest.mark.spark
 def test_a_catalog_database_pyiceberg_created_is_read_by_spark(spark: SparkSession, tmp_path: Path) -> None:
     from pyiceberg.catalog.sql import SqlCatalog
 
