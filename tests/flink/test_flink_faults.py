@@ -34,6 +34,7 @@ from tests.flink.watching import (
     stop_sidecar,
     wait_group,
     wait_recorded,
+    wait_recorded_since,
 )
 from tests.support.kafka_admin import alter_group
 from tests.support.streaming import KAFKA_TIMEOUT_S, create_topic, produce
@@ -138,7 +139,7 @@ def test_flink_restarts_without_state_are_judged_from_where_the_sources_started(
     job.start()
     job.wait_records_read(200)
     reached = job.checkpoint_after_now()
-    wait_recorded(ledger, job.job_id, {int(reached["id"])})
+    wait_recorded_since(ledger, job.job_id, int(reached["id"]))
     # The job's own commit of what it read lands before the operator's reset.
     wait_group(bootstrap, group, topic, {0: 100, 1: 100})
     job.cancel()
@@ -152,7 +153,7 @@ def test_flink_restarts_without_state_are_judged_from_where_the_sources_started(
     second = restart_on_same_port(job, None, replace(spec, start="committed"))
     second.wait_records_read(100)  # offsets 50..149 of partition 0, none of partition 1
     after = second.checkpoint_after_now()
-    wait_recorded(ledger, second.job_id, {int(after["id"])})
+    wait_recorded_since(ledger, second.job_id, int(after["id"]))
     wait_group(bootstrap, group, topic, {0: 150, 1: 150})
     second.cancel()
 

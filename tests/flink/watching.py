@@ -72,6 +72,17 @@ def wait_recorded(ledger: Path, job_id: str, ids: set[int]) -> None:
     )
 
 
+def wait_recorded_since(ledger: Path, job_id: str, first_id: int) -> None:
+    """Checkpoint ``first_id`` of the job or a later one in the ledger: the sidecar has followed the
+    job that far (on a starved machine its first look may come after Flink deleted the checkpoint
+    itself, which it then names missed)."""
+    wait_for(
+        lambda: True if any(j == job_id and i >= first_id for j, i in recorded_ids(ledger)) else None,
+        LEDGER_WAIT_S,
+        f"checkpoint {first_id} of {job_id} or a later one in the ledger",
+    )
+
+
 def restart_on_same_port(job: FlinkJob, path: Path | None, spec: JobSpec | None = None) -> FlinkJob:
     """A new Flink process restoring ``path`` (None: without state), its REST API where the old
     one's was (where the sidecar keeps asking)."""
