@@ -56,6 +56,17 @@ __all__ = ["clock", "flink"]  # fixtures from tests/support, found by the tests 
 RULES = rc.MatchRules(commit_match_window_s=60, clock_skew_s=1)
 
 
+def retained_checkpoint(root: Path, job: str, checkpoint_id: int, offset: int) -> str:
+    """A retained `chk-N` of ``job`` under ``root``/cp holding orders-0 at ``offset``, as Flink
+    writes it (decoded by the real decoder): its external path."""
+    from tests.unit import flink_bytes as fb
+
+    chk = root / "cp" / job / f"chk-{checkpoint_id}"
+    chk.mkdir(parents=True)
+    (chk / "_metadata").write_bytes(fb.kafka_source_checkpoint(4, checkpoint_id, [[("orders", 0, offset)]]))
+    return f"file:{chk}"
+
+
 def test_every_completed_checkpoint_is_recorded_once_and_the_end_of_the_job_stops_the_run(
     flink: FakeFlink, clock: FakeClock, tmp_path: Path
 ) -> None:
@@ -370,14 +381,8 @@ def test_without_the_read_ahead_the_same_checkpoint_is_named_missed(
 def test_checkpoints_completed_between_the_last_poll_and_a_kill_are_recovered_from_their_files(
     flink: FakeFlink, clock: FakeClock, tmp_path: Path
 ) -> None:
-    from tests.unit import flink_bytes as fb
-
     def retained(job: str, checkpoint_id: int, offset: int) -> str:
-        chk = tmp_path / "cp" / job / f"chk-{checkpoint_id}"
-        chk.mkdir(parents=True)
-        splits = [[("orders", 0, offset)]]
-        (chk / "_metadata").write_bytes(fb.kafka_source_checkpoint(4, checkpoint_id, splits))
-        return f"file:{chk}"
+        return retained_checkpoint(tmp_path, job, checkpoint_id, offset)
 
     ledger = tmp_path / "ledger"
     flink.submit(JOB_A, T0, name="payments")
@@ -412,15 +417,9 @@ def test_at_a_stop_with_the_rest_api_gone_the_jobs_last_checkpoints_are_read_fro
     """A job cancelled (its process, and REST API, gone with it) moments after a checkpoint the sidecar
     had not polled yet: Flink committed that checkpoint, so the sidecar records it, and its commit
     request, from the retained files at its stop; without this the commit would be foreign."""
-    from tests.unit import flink_bytes as fb
 
     def retained(checkpoint_id: int, offset: int) -> str:
-        chk = tmp_path / "cp" / JOB_A / f"chk-{checkpoint_id}"
-        chk.mkdir(parents=True)
-        (chk / "_metadata").write_bytes(
-            fb.kafka_source_checkpoint(4, checkpoint_id, [[("orders", 0, offset)]])
-        )
-        return f"file:{chk}"
+        return retained_checkpoint(tmp_path, JOB_A, checkpoint_id, offset)
 
     ledger = tmp_path / "ledger"
     flink.submit(JOB_A, T0, name="payments")
