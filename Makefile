@@ -6,6 +6,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
 PYTEST_ARGS ?=
+# `make test` runs on this many pytest worker processes (tests/conftest.py keeps a module, the Flink
+# tier and the cluster tier each on one worker); WORKERS=0 runs it in this one process.
+WORKERS ?= 2
+XDIST := $(if $(filter 0,$(WORKERS)),,-n $(WORKERS))
 
 .PHONY: setup system-deps python-deps jvm-deps demo test test-fast test-unit test-spark test-kafka test-cluster test-flink lint format bench clean
 
@@ -41,7 +45,7 @@ demo: setup
 	$(VENV)/bin/offset-audit demo
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The edit loop: the unit tier, pure Python, no JVM and no broker (needs only the Python packages).
 # Only tests/unit/ is collected: the unit tier is exactly its files (tests/unit/test_suite_tiers.py).

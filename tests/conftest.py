@@ -28,6 +28,35 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 
 
+# Tiers whose tests share what one session builds in the repo or the cache: the cluster tier runs
+# `make dist` into build/ and starts a standalone cluster; the Flink tier compiles its test programs
+# into the cache on first use. Each runs on one worker, so nothing is built twice at once.
+WHOLE_TIERS = ("cluster", "flink")
+
+
+def worker_unit(nodeid: str) -> str:
+    """What `make test` gives one worker: a whole tier above, else a test module, so a module-scoped
+    scenario starts once. ``nodeid`` is relative to the repo: ``tests/<tier>/<file>::<test>``."""
+    module = nodeid.split("::", 1)[0]
+    parts = module.split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 and parts[1] in WHOLE_TIERS else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`-n N` (xdist's default `--dist load`) hands out the units of ``worker_unit``; an explicit
+    `--dist` keeps xdist's own scheduler."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # only with `-n`: the unit tier runs without xdist
+
+    class ByUnit(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
+        # xdist's documented way to change the grouping: LoadFileScheduling overrides the same method.
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_unit(nodeid)
+
+    return ByUnit(config, log)
+
+
 @pytest.fixture(scope="session")
 def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("offset-audit")
