@@ -47,10 +47,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     `--dist` keeps xdist's own scheduler."""
     if config.getvalue("dist") != "load":
         return None
-    from xdist.scheduler import LoadScopeScheduling  # only with `-n`: the unit tier runs without xdist
+    from xdist.scheduler import LoadScopeScheduling  # imported only when xdist asks for a scheduler
 
     class ByUnit(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
-        # xdist's documented way to change the grouping: LoadFileScheduling overrides the same method.
+        # A private method of xdist (pinned in pyproject.toml); its own LoadFileScheduling groups by
+        # overriding it the same way.
         def _split_scope(self, nodeid: str) -> str:
             return worker_unit(nodeid)
 
