@@ -12,6 +12,7 @@ found with what was injected.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -43,6 +44,7 @@ from app.demo.local_kafka import LocalKafka
 from app.errors import InfrastructureError, KafkaUnavailableError
 from app.kafka.clients import kafka_error, plain_conf, retry_kafka
 from app.kafka.commit_outcome import CommitFn, CommitResult
+from app.kafka.group_offsets import group_offsets
 from app.nightly.run import Nightly, NightlyResult
 from app.pipeline.context import AuditContext
 from app.runtime import jvm
@@ -236,15 +238,10 @@ class Demo:
         return start, self.produced
 
     def group_offsets(self, timeout_s: float = 30) -> dict[int, int]:
-        request = ConsumerGroupTopicPartitions(GROUP, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
-        result = retry_kafka(
-            lambda left: (
-                self.admin().list_consumer_group_offsets([request], request_timeout=left)[GROUP].result(left)
-            ),
-            f"reading the offsets of {GROUP}",
-            timeout_s,
+        held = group_offsets(
+            plain_conf(self.bootstrap), GROUP, timeout_s, [(TOPIC, p) for p in range(PARTITIONS)]
         )
-        return {tp.partition: tp.offset for tp in result.topic_partitions}
+        return {p: h.offset for (_, p), h in held.items()}
 
     def wait_committed(self, target: int, thread: _JobThread, timeout_s: float = 300) -> None:
         """Until the group has committed `target` on every partition (the job caught up).
@@ -255,12 +252,9 @@ class Demo:
         offsets: dict[int, int] = {}
         while True:
             self._check_alive(thread, f"committing offset {target}")
-            try:
+            # The broker may be restarting: ask again (each ask is a new client) until the deadline.
+            with contextlib.suppress(KafkaUnavailableError):
                 offsets = self.group_offsets(timeout_s=max(5.0, min(30.0, deadline - time.monotonic())))
-            except KafkaUnavailableError:
-                # The broker may be restarting: ask again until the deadline, with a new client
-                # (see admin()).
-                self._admin = None
             if offsets and all(offsets.get(p) == target for p in range(PARTITIONS)):
                 return
             if time.monotonic() > deadline:

@@ -177,6 +177,7 @@ def reset_offsets(
     from confluent_kafka.admin import AdminClient
 
     from app.kafka.clients import librdkafka_conf, retry_kafka
+    from app.kafka.group_offsets import group_offsets
 
     admin = AdminClient(librdkafka_conf(cfg.kafka, bootstrap))
     timeout = cfg.kafka.request_timeout_s
@@ -192,15 +193,10 @@ def reset_offsets(
             f"group {group_id} has {len(described.members)} active member(s); stop its consumers first"
         )
     wanted = {(o.topic, o.partition): o.offset for o in offsets}
-    asked = [TopicPartition(topic, partition) for topic, partition in sorted(wanted)]
-    listed = retry_kafka(
-        lambda left: admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group_id, asked)], request_timeout=left
-        )[group_id].result(left),
-        f"reading the offsets of group {group_id} at {bootstrap}",
-        timeout,
-    )
-    held = {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions or []}
+    # Through a consumer of the group, not the Admin API's OffsetFetch: that one kills the process
+    # when the coordinator answers NOT_COORDINATOR (app.kafka.group_offsets).
+    conf = librdkafka_conf(cfg.kafka, bootstrap)
+    held = {tp: h.offset for tp, h in group_offsets(conf, group_id, timeout, sorted(wanted)).items()}
     parts = [
         TopicPartition(t, p, offset)
         for (t, p), offset in sorted(wanted.items())

@@ -1,24 +1,24 @@
 """Snapshot mode of `ingest-offsets` (config `ingest.mode: snapshot`), for where `__consumer_offsets`
-may not be read: the groups' current committed offsets from the Admin API, appended to group_commits
-as record_kind 'snapshot'. No history, tombstones or group metadata: the Admin API reports none.
+may not be read: the groups' current committed offsets, asked of each group's coordinator, appended
+to group_commits as record_kind 'snapshot'. No history, tombstones or group metadata: the
+coordinator reports none.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from app.config import AppConfig
 from app.contracts.tables import GROUP_COMMITS_SCHEMA, conform, require_columns
-from app.kafka.clients import admin_client, is_retriable, raise_partition_errors, retry_kafka
+from app.kafka.clients import admin_client, librdkafka_conf, retry_kafka
+from app.kafka.group_offsets import group_offsets
 from app.offsets_topic.plan import Clock, IngestResult
 from app.offsets_topic.tables import GROUP_COMMITS
 from app.routes import SPARK
@@ -32,9 +32,9 @@ SNAPSHOT_INPUT_COLUMNS: Final = (
 
 
 def snapshot_to_group_commits(offsets: DataFrame, run_id: str) -> DataFrame:
-    """Admin API committed offsets -> group_commits rows of record_kind 'snapshot'.
+    """Committed offsets -> group_commits rows of record_kind 'snapshot'.
 
-    log_time is when the snapshot was taken; what the Admin API does not report (commit time, log
+    log_time is when the snapshot was taken; what an offset fetch does not report (commit time, log
     coordinates, value version, transactional) stays null rather than being guessed.
     """
     require_columns(offsets, SNAPSHOT_INPUT_COLUMNS, "committed offsets")
@@ -62,34 +62,17 @@ def list_group_ids(admin: AdminClient, bootstrap: str, timeout_s: float) -> list
 
 
 def committed_offsets(
-    admin: AdminClient, bootstrap: str, groups: Sequence[str], timeout_s: float
+    conf: Mapping[str, Any], groups: Sequence[str], timeout_s: float
 ) -> list[tuple[str, str, int, int, int | None, str]]:
-    """(group, topic, partition, offset, leader_epoch, metadata) for every committed offset of `groups`."""
-
-    def ask(group: str, left: float) -> Any:
-        # librdkafka answers one group per request.
-        request = [ConsumerGroupTopicPartitions(group)]
-        answer = admin.list_consumer_group_offsets(request, request_timeout=left)[group].result(left)
-        # A partition the coordinator cannot answer for yet (UNSTABLE_OFFSET_COMMIT, a coordinator
-        # loading) is asked again rather than recorded as having no commit.
-        raise_partition_errors(
-            tp.error for tp in answer.topic_partitions if tp.error is not None and is_retriable(tp.error)
-        )
-        return answer
-
+    """(group, topic, partition, offset, leader_epoch, metadata) for every committed offset of `groups`
+    on a topic the cluster still has: through a consumer of each group, never the Admin API's
+    OffsetFetch, which kills the process when a coordinator is loading (app.kafka.group_offsets)."""
     deadline = time.monotonic() + timeout_s  # one budget for all groups
     out = []
     for group in groups:
-        answer = retry_kafka(
-            functools.partial(ask, group),
-            f"list_consumer_group_offsets({group}) at {bootstrap}",
-            max(deadline - time.monotonic(), 0.001),
-        )
-        for tp in answer.topic_partitions:
-            if tp.error is not None or tp.offset < 0:
-                continue  # no committed offset for this partition
-            epoch = tp.leader_epoch if tp.leader_epoch is not None and tp.leader_epoch >= 0 else None
-            out.append((group, tp.topic, tp.partition, tp.offset, epoch, tp.metadata or ""))
+        held = group_offsets(conf, group, max(deadline - time.monotonic(), 0.001))
+        for (topic, partition), h in sorted(held.items()):
+            out.append((group, topic, partition, h.offset, h.leader_epoch, h.metadata))
     return out
 
 
@@ -105,7 +88,7 @@ def snapshot_offsets(
     """Snapshot mode: the current committed offsets, appended as record_kind 'snapshot'.
 
     log_time holds the moment of the snapshot; commit_time, log coordinates and versions are null,
-    because the Admin API reports none of them.
+    because an offset fetch reports none of them.
     """
     log.warning(
         "ingest %s in snapshot mode: only the current committed offsets are recorded; commit history, "
@@ -116,13 +99,13 @@ def snapshot_offsets(
     timeout = cfg.kafka.request_timeout_s
     chosen = list(groups) or list_group_ids(admin, bootstrap, timeout)
     now_ms = clock()
-    offsets = committed_offsets(admin, bootstrap, chosen, timeout)
+    offsets = committed_offsets(librdkafka_conf(cfg.kafka, bootstrap), chosen, timeout)
     schema = (
         "group_id string, topic string, partition int, committed_offset long, leader_epoch int, "
         "metadata string, log_time_ms long"
     )
     df = spark.createDataFrame([(*o, now_ms) for o in offsets], schema)
-    # A few Admin API rows, appended through Spark whatever the decode route: the Spark engine asked for.
+    # A few fetched rows, appended through Spark whatever the decode route: the Spark engine asked for.
     store.group_commits.on(SPARK).append(snapshot_to_group_commits(df, rid))
     log.info("ingest %s: %d committed offsets of %d groups recorded", rid, len(offsets), len(chosen))
     result = IngestResult(rid, "snapshot", tuple(chosen))

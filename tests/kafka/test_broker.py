@@ -1,4 +1,4 @@
-"""The real broker: produce, read through Spark's connector, commit for a group, read back via Admin."""
+"""The real broker: produce, read through Spark's connector, commit for a group, read back."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from app.config import KafkaConfig
 from app.demo.local_kafka import LocalKafka, free_port
 from app.errors import KafkaUnavailableError
 from app.kafka.clients import check_reachable, plain_conf, retry_kafka, spark_kafka_options
+from app.runtime import jvm
 from tests.support.config import set_options
 from tests.support.streaming import KAFKA_TIMEOUT_S, create_topic, group_offsets
 
@@ -102,3 +103,31 @@ def test_cli_manages_a_broker_and_leaves_no_jvm(tmp_path: Path) -> None:
     assert status.returncode == 3
     assert json.loads(status.stdout) == {"running": False}
     assert LocalKafka(tmp_path / "kafka", []).status() is None
+
+
+# What `ingest-offsets --mode snapshot` asks, in a process of its own: a crash must show as its exit code.
+FIRST_READS = """
+import json, sys
+from app.kafka.clients import plain_conf
+from app.offsets_topic.snapshot import committed_offsets
+print(json.dumps(committed_offsets(plain_conf(sys.argv[1]), [f"fresh-{i}" for i in range(5)], 120)))
+"""
+
+
+def test_the_first_offset_reads_of_a_broker_just_started_do_not_kill_the_process(tmp_path: Path) -> None:
+    """librdkafka's Admin API OffsetFetch kills the process (SIGSEGV) when the group coordinator
+    answers NOT_COORDINATOR, which a broker that has just started answers while it loads the offsets
+    topic (app/kafka/group_offsets.py). Snapshot mode, repair and the demo read a group's offsets
+    through a consumer of the group instead: asked at once of a new broker, they answer."""
+    broker = LocalKafka(
+        tmp_path / "kafka", jvm.resolve_classpath("kafka"), offsets_partitions=4, die_with_parent=True
+    )
+    bootstrap = broker.start().bootstrap_servers
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", FIRST_READS, bootstrap], capture_output=True, text=True, timeout=300
+        )
+    finally:
+        broker.stop()
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert json.loads(child.stdout) == []

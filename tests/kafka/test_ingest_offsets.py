@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
@@ -28,6 +28,7 @@ from app.cli import main
 from app.config import AppConfig
 from app.demo.local_kafka import free_port
 from app.kafka.clients import plain_conf, retry_kafka
+from app.kafka.group_offsets import group_offsets
 from app.offsets_topic.decoded import DECODED_SCHEMA, TIMESTAMP_MAX_MS, TIMESTAMP_MIN_MS
 from app.offsets_topic.decoder import partition_for_group
 from app.offsets_topic.plan import IngestResult
@@ -123,14 +124,7 @@ def delete_offsets(bootstrap: str, group: str, topic: str, partition: int) -> No
 
 
 def admin_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
-    admin = AdminClient(plain_conf(bootstrap))
-    request = [ConsumerGroupTopicPartitions(group)]
-    answer = retry_kafka(
-        lambda left: admin.list_consumer_group_offsets(request, request_timeout=left)[group].result(left),
-        f"reading the offsets of {group}",
-        KAFKA_TIMEOUT_S,
-    )
-    return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions if tp.offset >= 0}
+    return {tp: h.offset for tp, h in group_offsets(plain_conf(bootstrap), group, KAFKA_TIMEOUT_S).items()}
 
 
 def formatter_records(bootstrap: str, partitions: list[int]) -> dict[int, list[dict[str, Any]]]:

@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from app.errors import KafkaUnavailableError
 from app.kafka.clients import plain_conf, raise_partition_errors, retry_kafka
+from app.kafka.group_offsets import group_offsets
 from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
@@ -47,7 +48,13 @@ def on_retry() -> Iterator[_OnRetry]:
 
 
 def pending_offset_commit(bootstrap: str, topic: str, group: str, offset: int) -> Producer:
-    """A transaction that has sent `offset` for `group` and is still open."""
+    """A transaction that has sent `offset` for `group` and is still open.
+
+    The tests then ask through the Admin API's OffsetFetch, the one request that returns
+    UNSTABLE_OFFSET_COMMIT to the caller, and that request kills the process if the coordinator
+    answers NOT_COORDINATOR (app.kafka.group_offsets). So the group's coordinator is first made
+    to answer through a consumer of the group, which survives that answer and waits it out."""
+    assert group_offsets(plain_conf(bootstrap), group, 60) == {}
     producer = Producer(plain_conf(bootstrap, **{"transactional.id": f"tx-{group}"}))
     producer.init_transactions(30)
     metadata = Consumer(plain_conf(bootstrap, **{"group.id": group}))

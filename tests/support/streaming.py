@@ -6,11 +6,9 @@ from pathlib import Path
 
 from confluent_kafka import (
     Consumer,
-    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Producer,
-    TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import DataFrame, SparkSession
@@ -19,6 +17,7 @@ from pyspark.sql import functions as F
 from app.config import AppConfig
 from app.kafka.clients import kafka_error, plain_conf, retry_kafka
 from app.kafka.commit import watermarks
+from app.kafka.group_offsets import group_offsets as read_group_offsets
 from app.storage.tables import tables_from_config
 from app.stream.job import StopWhen
 from tests.support.config import build_config
@@ -80,14 +79,10 @@ def until_all_read(bootstrap: str, topic: str, partitions: int) -> StopWhen:
 
 
 def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    admin = AdminClient(plain_conf(bootstrap))
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
-    result = retry_kafka(
-        lambda left: admin.list_consumer_group_offsets([request], request_timeout=left)[group].result(left),
-        f"reading the offsets of {group}",
-        KAFKA_TIMEOUT_S,
+    held = read_group_offsets(
+        plain_conf(bootstrap), group, KAFKA_TIMEOUT_S, [(topic, p) for p in range(partitions)]
     )
-    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+    return {p: h.offset for (_, p), h in held.items()}
 
 
 def read(spark: SparkSession, cfg: AppConfig, table: str) -> DataFrame:
