@@ -28,32 +28,12 @@ os.environ["TZ"] = "UTC"
 time.tzset()
 
 
-# Tiers whose tests share what one session builds in the repo or the cache: the cluster tier runs
-# `make dist` into build/ and starts a standalone cluster; the Flink tier compiles its test programs
-# into the cache on first use. Each runs on one worker, so nothing is built twice at once.
-WHOLE_TIERS = ("cluster", "flink")
-
-
-def worker_unit(nodeid: str) -> str:
-    """What `make test` gives one worker: a whole tier above, else a test module, so a module-scoped
-    scenario starts once. ``nodeid`` is relative to the repo: ``tests/<tier>/<file>::<test>``."""
-    module = nodeid.split("::", 1)[0]
-    parts = module.split("/")
-    return "/".join(parts[:2]) if len(parts) > 2 and parts[1] in WHOLE_TIERS else module
-
-
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """`-n N` (xdist's default `--dist load`) hands out the units of ``worker_unit``; an explicit
-    `--dist` keeps xdist's own scheduler."""
+    """`-n N` (xdist's default `--dist load`) hands out whole units (tests/support/scheduling.py); an
+    explicit `--dist` keeps xdist's own scheduler."""
     if config.getvalue("dist") != "load":
         return None
-    from xdist.scheduler import LoadScopeScheduling  # imported only when xdist asks for a scheduler
-
-    class ByUnit(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
-        # A private method of xdist (pinned in pyproject.toml); its own LoadFileScheduling groups by
-        # overriding it the same way.
-        def _split_scope(self, nodeid: str) -> str:
-            return worker_unit(nodeid)
+    from tests.support.scheduling import ByUnit  # imports xdist: only when xdist asks for a scheduler
 
     return ByUnit(config, log)
 

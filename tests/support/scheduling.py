@@ -1,0 +1,47 @@
+"""How `make test` hands the suite to its pytest-xdist workers (`-n N`, xdist's `--dist load`).
+
+A worker gets whole units (``worker_unit``): a test module, so a module-scoped scenario starts once,
+or a whole tier that shares what one session builds. xdist's own scheduler for whole scopes,
+`LoadScopeScheduling`, is reused with two changes:
+
+- the unit of a test is ``worker_unit``, not its module or class;
+- a worker whose queue ran dry waits for the end of the session instead of leaving at once. xdist
+  shuts an idle worker down straight away; if the other worker then dies in the middle of its unit
+  (a segfault in a native library, the OOM killer), xdist puts the rest of that unit back on the
+  queue, reports the test it died in as failed, and starts a replacement, but with no worker left
+  alive it can stop with "Unexpectedly no active workers available" before the replacement takes
+  the unit, and the tests after the crash are never run. An idle worker kept alive takes them.
+  xdist still shuts every worker down itself once every test has run (`tests_finished`).
+
+Both changes override private methods of xdist (`_split_scope`, `_reschedule`, pinned in
+pyproject.toml), as its own `LoadFileScheduling` overrides `_split_scope`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xdist.scheduler import LoadScopeScheduling
+
+# Tiers whose tests share what one session builds in the repo or the cache: the cluster tier runs
+# `make dist` into build/ and starts a standalone cluster; the Flink tier compiles its test programs
+# into the cache on first use. Each runs on one worker, so nothing is built twice at once.
+WHOLE_TIERS = ("cluster", "flink")
+
+
+def worker_unit(nodeid: str) -> str:
+    """What one worker gets: a whole tier above, else a test module. ``nodeid`` is relative to the
+    repo: ``tests/<tier>/<file>::<test>``."""
+    module = nodeid.split("::", 1)[0]
+    parts = module.split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 and parts[1] in WHOLE_TIERS else module
+
+
+class ByUnit(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
+    def _split_scope(self, nodeid: str) -> str:
+        return worker_unit(nodeid)
+
+    def _reschedule(self, node: Any) -> None:
+        if self.workqueue:
+            super()._reschedule(node)
+        # else: nothing to give; the worker stays until xdist ends the session (see above).
