@@ -168,9 +168,22 @@ def compile_stack(stack: str, cache_dir: Path) -> FlinkStack:
             f"javac failed on the Flink {stack} programs:\n{proc.stdout}{proc.stderr}"
         )
         (tmp / ".complete").touch()
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.replace(out)  # a concurrent or killed compile never leaves a half-written dir in place
+        publish(tmp, out)
     return FlinkStack(stack, classpath, out)
+
+
+def publish(tmp: Path, out: Path) -> None:
+    """Move a finished compile into place, once: a half-written dir is never seen under `out` (it
+    is renamed there whole), and a dir another session put there first is kept, since its programs
+    may be running right now; this session's copy is dropped."""
+    try:
+        os.rename(tmp, out)  # fails when `out` exists and holds files
+    except OSError:
+        if not (out / ".complete").exists():  # left by an older layout: nothing can be using it
+            shutil.rmtree(out, ignore_errors=True)
+            os.rename(tmp, out)
+            return
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def oracle(stack: FlinkStack, path: Path | str, log_file: Path | None = None) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Pure pieces of the Flink test harness: which Java sources each stack compiles, and the cache key
-that decides when they are compiled again; and that every named JVM classpath has its pom."""
+"""Pure pieces of the Flink test harness: which Java sources each stack compiles, the cache key that
+decides when they are compiled again and how a compile is put in place; and that every named JVM
+classpath has its pom."""
 
 from __future__ import annotations
 
@@ -58,3 +59,33 @@ def test_the_classes_are_compiled_again_when_a_source_or_the_classpath_changes(t
     assert harness.classes_key(sources, [*classpath, Path("/m2/extra.jar")]) != key
     sources[0].write_text(sources[0].read_text() + "\n// changed\n")
     assert harness.classes_key(sources, classpath) != key
+
+
+def compiled(path: Path, marker: str, complete: bool = True) -> Path:
+    path.mkdir(parents=True)
+    (path / "Job.class").write_text(marker)
+    if complete:
+        (path / ".complete").touch()
+    return path
+
+
+def test_a_finished_compile_is_moved_into_place_whole(tmp_path: Path) -> None:
+    out = tmp_path / "1.20-key"
+    harness.publish(compiled(tmp_path / "1.20-key.tmp1", "mine"), out)
+    assert (out / "Job.class").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1.20-key"]
+
+
+def test_a_compile_another_session_put_in_place_first_is_kept_as_its_programs_may_run(
+    tmp_path: Path,
+) -> None:
+    out = compiled(tmp_path / "1.20-key", "theirs")
+    harness.publish(compiled(tmp_path / "1.20-key.tmp2", "mine"), out)
+    assert (out / "Job.class").read_text() == "theirs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1.20-key"]
+
+
+def test_a_half_deleted_dir_in_place_is_replaced(tmp_path: Path) -> None:
+    out = compiled(tmp_path / "1.20-key", "broken", complete=False)
+    harness.publish(compiled(tmp_path / "1.20-key.tmp3", "mine"), out)
+    assert (out / "Job.class").read_text() == "mine"
