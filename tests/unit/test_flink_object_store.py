@@ -102,12 +102,13 @@ def test_an_object_store_failure_names_the_location_and_masks_the_credentials() 
 
 
 def ledger_rows(ledger: Path, root: str) -> list[dict[str, Any]]:
-    """The ledger's rows with the checkpoint root's name made neutral and the file times left out
-    (a local file's time is its copy's, an object's its upload's)."""
+    """The ledger's rows with the checkpoint root's name made neutral and the file times left out,
+    the event date with them (a local file's time is its checkout's, an object's its upload's: a
+    day apart when the suite runs past midnight after the checkout)."""
     rows = DeltaTable(str(ledger)).to_pyarrow_table().to_pylist()
     out = []
     for row in rows:
-        kept = {k: v for k, v in row.items() if not k.endswith(("_time", "_at", "_ms"))}
+        kept = {k: v for k, v in row.items() if not k.endswith(("_time", "_at", "_ms", "_date"))}
         kept["detail"] = json.loads((kept.get("detail") or "{}").replace(root, "ROOT"))
         out.append(kept)
     return sorted(out, key=lambda r: json.dumps(r, sort_keys=True, default=str))
