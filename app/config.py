@@ -55,6 +55,9 @@ class SparkConfig:
     # otherwise build a local one. 'local': always local. 'cluster': never touch master or jars.
     mode: str = "auto"
     conf: dict[str, str] = field(default_factory=dict)
+    # JVM options for a local session's driver, after the application's own (UTC, log levels), which
+    # `spark.conf`'s spark.driver.extraJavaOptions would replace. Never applied under spark-submit.
+    driver_java_options: str = ""
 
     def __post_init__(self) -> None:
         if self.shuffle_partitions < 1:

@@ -97,7 +97,9 @@ def local_conf(
     `log_level` is the Python side's (--log-level): the driver JVM's log levels follow it
     (app.runtime.log_config).
     """
-    driver_options = " ".join(["-Duser.timezone=UTC", *driver_log_options(log_level)])
+    # The user's options last: for a JVM flag given twice, the last one wins.
+    own = ["-Duser.timezone=UTC", *driver_log_options(log_level)]
+    driver_options = " ".join([*own, cfg.driver_java_options] if cfg.driver_java_options.strip() else own)
     conf = {
         "spark.master": cfg.master,
         "spark.app.name": cfg.app_name,

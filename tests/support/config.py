@@ -21,10 +21,17 @@ from app.config import AppConfig, load_config
 
 PROFILE = "local"
 
+# Every local Spark driver a test starts (its own session, the CLI's, a user job's) runs with the
+# quick compiler and the serial GC, as the cluster and Flink tiers' JVMs do: a test's JVM lives
+# seconds to minutes on tiny data, where C2's compiler threads and G1's workers only compete for the
+# machine's two cores (a third of two Kafka modules' CPU seconds). A test may set it otherwise.
+QUICK_JVM = "spark.driver_java_options=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 
 def settings(*items: str, data_dir: Path | str | None = None, **sections: Mapping[str, object]) -> list[str]:
-    """``key=value`` settings: ``paths.data_dir`` (when given), ``items``, then each section's keys."""
-    out = [] if data_dir is None else [f"paths.data_dir={data_dir}"]
+    """``key=value`` settings: the quick JVM, ``paths.data_dir`` (when given), ``items``, then each
+    section's keys."""
+    out = [QUICK_JVM] if data_dir is None else [QUICK_JVM, f"paths.data_dir={data_dir}"]
     out += items
     for section, values in sections.items():
         out += [f"{section}.{key}={json.dumps(value)}" for key, value in values.items()]

@@ -133,6 +133,15 @@ def test_a_users_driver_java_options_win() -> None:
     assert conf["spark.driver.extraJavaOptions"] == "-Dmine=1"
 
 
+def test_driver_java_options_come_after_the_applications_own_and_keep_them() -> None:
+    conf = local_conf(SparkConfig(driver_java_options="-XX:+UseSerialGC -Duser.timezone=UTC"), [], "/wh")
+    options = conf["spark.driver.extraJavaOptions"].split()
+    assert options[0] == "-Duser.timezone=UTC"
+    assert f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.resolve().as_uri()}" in options
+    assert options[-2:] == ["-XX:+UseSerialGC", "-Duser.timezone=UTC"]
+    assert java_options(logging.INFO) == options[:-2]  # none given: the application's alone
+
+
 def test_shipped_log4j2_config_sets_every_level_from_the_system_properties() -> None:
     props = dict(
         (key.strip(), value.strip())
