@@ -239,7 +239,10 @@ class JobSpec:
     group: str
     source: str = "kafkasource"
     start: str = "earliest"
-    num_retained: int = 3
+    # Flink deletes a checkpoint once this many newer ones completed (1 s apart by default): a
+    # sidecar starved of CPU for longer than that names the deleted ones missed instead of reading
+    # them. 10 leaves it ten seconds; the tests of missed checkpoints set fewer.
+    num_retained: int = 10
     interval_ms: int = 1000
     parallelism: int = 2
     record_delay_ms: int = 0  # a slow operator chained to the source: milliseconds a record

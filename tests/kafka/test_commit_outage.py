@@ -106,5 +106,9 @@ def test_commits_fail_while_broker_is_down_and_succeed_when_it_returns(own_broke
         (e.checkpoint_id, e.partition, e.offset) for e in events if e.event_type == EVENT_COMMIT_SUCCEEDED
     }
     assert succeeded == {(1, 0, 10), (1, 1, 20), (3, 0, 17), (3, 1, 27)}
-    assert group_offsets(bootstrap, "outage-group", "orders", 2) == {0: 17, 1: 27}
+    # The group holds the last commit, unless checkpoint 2's unanswered commit, still queued in the
+    # client when the broker came back, was stored after it (seen beside four busy loops): Kafka
+    # keeps whichever commit arrives last, which the audit reports as a COMMIT_REGRESSION.
+    final = group_offsets(bootstrap, "outage-group", "orders", 2)
+    assert final == {0: 17, 1: 27} or (unanswered and final == {0: 15, 1: 25}), final
     print(f"commit against the dead broker failed after {failed_after:.1f}s: {failed[0].detail}")
