@@ -75,8 +75,16 @@ class CheckpointFiles:
 
     def source_initial_offsets(self) -> dict[TopicPartitionKey, int] | None:
         """Where every Kafka source of the query started (`sources/<n>/0` of each source, merged),
-        None before any source wrote its file. A query may read several Kafka sources (a union, a
-        join); a source whose file is not Kafka's offsets (another kind of source) is left out."""
+        None until Spark wrote the first entry of the offset log. A query may read several Kafka
+        sources (a union, a join); a source whose file is not Kafka's offsets (another kind of
+        source) is left out.
+
+        Spark writes each source's `sources/<n>/0` while it plans the first batch, one source after
+        another, and the offset log's first entry once every source has: before that entry the
+        files here may be some of the sources only (an attach that looked in between recorded one
+        source's start and not the other's)."""
+        if not self.log_ids(OFFSETS):
+            return None
         found: dict[TopicPartitionKey, int] | None = None
         for source in sorted(
             int(n) for n in list_names(self.spark, f"{self.directory}/sources") if n.isdigit()
