@@ -177,7 +177,7 @@ def _request_error(exc: KafkaException) -> CommitError:
     return commit_error_from_kafka(error, is_retriable(error))
 
 
-def close_within(consumer: Consumer, timeout_s: float) -> bool:
+def close_within(consumer: Consumer, timeout_s: float, what: str = "the committing consumer") -> bool:
     """consumer.close(), given up after ``timeout_s``.
 
     librdkafka's close waits for the commits still queued, and a commit given up during a broker
@@ -187,7 +187,7 @@ def close_within(consumer: Consumer, timeout_s: float) -> bool:
     closer.start()
     closer.join(timeout_s)
     if closer.is_alive():
-        log.warning("the committing consumer did not close within %.0fs; left to the process exit", timeout_s)
+        log.warning("%s did not close within %.0fs; left to the process exit", what, timeout_s)
         return False
     return True
 

@@ -105,4 +105,4 @@ def group_offsets(
     finally:
         # A consumer that never subscribed has nothing to leave or commit: its close is quick, but a
         # broker gone meanwhile must not hold the caller.
-        close_within(consumer, 10.0)
+        close_within(consumer, 10.0, f"the reader of group {group_id}'s offsets")
