@@ -30,6 +30,7 @@ import pyspark
 
 from app.runtime.child_processes import parent_death_preexec
 from tests.kafka.processes import wait_for
+from tests.support.jvm_options import QUICK_JVM
 
 PYSPARK_HOME = Path(pyspark.__file__).resolve().parent
 SPARK_CLASS = PYSPARK_HOME / "bin" / "spark-class"
@@ -40,9 +41,8 @@ S3_ACCESS_KEY = "cluster-tier-access"
 S3_SECRET_KEY = "cluster-tier-secret"
 S3_REGION = "us-east-1"
 # Every JVM of the tier (daemons, drivers, executors) lives seconds to minutes over tiny tables, where
-# start-up dominates: C1 only and the serial collector start them faster and leave the two cores to
-# the work (tests/flink/harness.py does the same for Flink's).
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# start-up dominates: the suite's quick JVM options (tests/support/jvm_options.py).
+JVM_OPTIONS = QUICK_JVM
 
 
 def free_port() -> int:

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from app.runtime import jvm
 from app.runtime.child_processes import parent_death_preexec
+from tests.support.jvm_options import QUICK_JVM_OPTIONS
 
 T = TypeVar("T")
 
@@ -58,11 +59,11 @@ SOURCE_RECORDS_OUT = "Source__kafka-source.numRecordsOut"
 POLL_S = 0.2
 PORT_ATTEMPTS = 3
 
-# C1 only: these JVMs live for seconds to minutes, where start-up time dominates.
+# The suite's quick JVM options (tests/support/jvm_options.py): these JVMs live for seconds to
+# minutes, where start-up time dominates.
 JVM_OPTIONS = (
     "-Xmx768m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
+    *QUICK_JVM_OPTIONS,
     "-XX:+ExitOnOutOfMemoryError",
     "-Djava.awt.headless=true",
     "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",

@@ -35,3 +35,15 @@ def test_session_time_zone_is_utc(spark: SparkSession) -> None:
     row = spark.sql("SELECT CAST(TIMESTAMP '2026-01-01 00:00:00' AS LONG) AS s").first()
     assert row is not None
     assert row.s == 1767225600
+
+
+def test_the_suites_quick_driver_keeps_a_full_code_cache(spark: SparkSession) -> None:
+    # C1 alone would shrink the code cache to 48 MB; a driver that filled it stopped compiling and
+    # printed ten lines of warnings into the demo's story.
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    management = jvm.java.lang.management.ManagementFactory
+    arguments = list(management.getRuntimeMXBean().getInputArguments())
+    assert "-XX:TieredStopAtLevel=1" in arguments, arguments
+    hotspot = management.getPlatformMXBean(jvm.com.sun.management.HotSpotDiagnosticMXBean._java_lang_class)
+    assert int(hotspot.getVMOption("ReservedCodeCacheSize").getValue()) >= 240 * 1024 * 1024

@@ -18,14 +18,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from app.config import AppConfig, load_config
+from tests.support import jvm_options
 
 PROFILE = "local"
 
 # Every local Spark driver a test starts (its own session, the CLI's, a user job's) runs with the
-# quick compiler and the serial GC, as the cluster and Flink tiers' JVMs do: a test's JVM lives
-# seconds to minutes on tiny data, where C2's compiler threads and G1's workers only compete for the
-# machine's two cores (a third of two Kafka modules' CPU seconds). A test may set it otherwise.
-QUICK_JVM = "spark.driver_java_options=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# suite's quick JVM options, as the cluster and Flink tiers' JVMs do (a third of two Kafka modules'
+# CPU seconds). A test may set it otherwise.
+QUICK_JVM = f"spark.driver_java_options={jvm_options.QUICK_JVM}"
 
 
 def settings(*items: str, data_dir: Path | str | None = None, **sections: Mapping[str, object]) -> list[str]:
