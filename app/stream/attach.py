@@ -90,10 +90,9 @@ RETRY_ATTEMPTS: Final = 3
 RETRY_WAIT_S: Final = 1.0
 # How long `Attachment.close` waits for the run's last events by default.
 CLOSE_TIMEOUT_S: Final = 120.0
-# How long one group commit waits for the coordinator's answer; unanswered, its outcome is unknown.
-COMMIT_ANSWER_TIMEOUT_S: Final = 30.0
-# How long the run's end waits for the commit in flight before recording it as outcome-unknown.
-COMMIT_CLOSE_TIMEOUT_S: Final = 30.0
+# `commit_timeout_s`'s default: how long one group commit waits for the coordinator's answer
+# (unanswered, its outcome is unknown), and the run's end for the commit in flight.
+COMMIT_TIMEOUT_S: Final = 30.0
 
 _WAKE: Final = "wake"
 _T = TypeVar("_T")
@@ -194,6 +193,7 @@ class GroupCommits:
     group_id: str
     committer: OffsetCommitter
     consumer: Consumer
+    timeout_s: float = COMMIT_TIMEOUT_S
 
     def take_outcomes(self) -> list[LedgerEvent]:
         """The committer's COMMIT_* events recorded so far (it records no checkpoint events: those
@@ -203,14 +203,14 @@ class GroupCommits:
     def close(self) -> list[LedgerEvent]:
         """Wait for the commit in flight (bounded), close out what is left unanswered, close the
         client; returns the last outcomes."""
-        if not self.committer.close(timeout=COMMIT_CLOSE_TIMEOUT_S):
+        if not self.committer.close(timeout=self.timeout_s):
             log.warning(
                 "the last offset commit to group %s did not finish in %.0fs",
                 self.group_id,
-                COMMIT_CLOSE_TIMEOUT_S,
+                self.timeout_s,
             )
             self.committer.abandon_in_flight()
-        close_within(self.consumer, COMMIT_CLOSE_TIMEOUT_S)
+        close_within(self.consumer, self.timeout_s)
         return self.take_outcomes()
 
 
@@ -596,6 +596,7 @@ def attach(
     storage_options: Mapping[str, str] | None = None,
     group_id: str | None = None,
     kafka_options: Mapping[str, Any] | None = None,
+    commit_timeout_s: float = COMMIT_TIMEOUT_S,
 ) -> Attachment:
     """Audit ``query``: write its ledger events to the Delta table at ``ledger`` as job ``job_name``.
 
@@ -606,7 +607,9 @@ def attach(
     (librdkafka) names: `bootstrap.servers` and whatever security settings the cluster needs
     (`security.protocol`, `sasl.*`, `ssl.*`); they are not read from the query's source options,
     whose Java client names differ, and their values are never logged. Without ``group_id`` nothing
-    is committed. Returns the `Attachment`: call its `close()` once the query has ended.
+    is committed. ``commit_timeout_s`` bounds how long one commit waits for the group
+    coordinator's answer (unanswered, its outcome is recorded as unknown) and how long the run's end
+    waits for the commit in flight. Returns the `Attachment`: call its `close()` once the query has ended.
     Raises AttachError when the query's checkpoint cannot be found or the commit settings are
     unusable; never fails the query later (a broker that is down makes commits fail, recorded).
     """
@@ -615,7 +618,9 @@ def attach(
     if not ledger:
         raise AttachError("attach: ledger must name the ledger table's location")
     conf = commit_client_conf(group_id, kafka_options)
-    return _attach(SparkSession.active(), query, job_name, ledger, storage_options, group_id, conf)
+    check_commit_timeout(commit_timeout_s)
+    commits = GroupSettings(group_id, conf, commit_timeout_s)
+    return _attach(SparkSession.active(), query, job_name, ledger, storage_options, commits)
 
 
 def _attach(
@@ -624,8 +629,7 @@ def _attach(
     job_name: str,
     ledger: str,
     storage_options: Mapping[str, str] | None,
-    group_id: str | None,
-    conf: Mapping[str, Any] | None,
+    group: GroupSettings,
     query_started: datetime | None = None,
 ) -> Attachment:
     checkpoint = CheckpointFiles(spark, checkpoint_root(query))
@@ -634,7 +638,7 @@ def _attach(
     # (a new checkpoint restarts batch ids at 0 under a new query id).
     run_id = str(query.runId)
     writer = LedgerWriter(storage, ledger, job_name, run_id, scope=str(query.id))
-    commits = None if group_id is None or conf is None else group_commits(job_name, run_id, group_id, conf)
+    commits = group.commits(job_name, run_id)
     attachment = Attachment(query, spark, writer, checkpoint, commits=commits, query_started=query_started)
     return attachment.start()
 
@@ -661,10 +665,33 @@ def commit_client_conf(
     return {"logger": librdkafka_logger(), **options}
 
 
-def group_commits(job_name: str, run_id: str, group_id: str, conf: Mapping[str, Any]) -> GroupCommits:
+def check_commit_timeout(timeout_s: float) -> None:
+    """AttachError unless ``timeout_s`` is a positive number of seconds."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
+        raise AttachError(f"attach: commit_timeout_s must be a positive number of seconds, got {timeout_s!r}")
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """What `attach` was told about the group commits: the group (None: no commits), the commit
+    client's librdkafka settings and the commit timeout."""
+
+    group_id: str | None
+    conf: Mapping[str, Any] | None
+    timeout_s: float = COMMIT_TIMEOUT_S
+
+    def commits(self, job_name: str, run_id: str) -> GroupCommits | None:
+        if self.group_id is None or self.conf is None:
+            return None
+        return group_commits(job_name, run_id, self.group_id, self.conf, self.timeout_s)
+
+
+def group_commits(
+    job_name: str, run_id: str, group_id: str, conf: Mapping[str, Any], timeout_s: float = COMMIT_TIMEOUT_S
+) -> GroupCommits:
     """The committer of an attached run and its client; the client connects at its first commit."""
     try:
-        consumer, commit_fn = open_commit_client(conf, group_id, COMMIT_ANSWER_TIMEOUT_S)
+        consumer, commit_fn = open_commit_client(conf, group_id, timeout_s)
     except KafkaException as exc:
         raise AttachError(
             f"attach: the Kafka client refused kafka_options: {redacted(str(exc), conf)}"
@@ -677,7 +704,7 @@ def group_commits(job_name: str, run_id: str, group_id: str, conf: Mapping[str, 
         commit_fn=commit_fn,
         records_checkpoints=False,
     )
-    return GroupCommits(group_id, committer, consumer)
+    return GroupCommits(group_id, committer, consumer, timeout_s)
 
 
 def redacted(message: str, conf: Mapping[str, Any]) -> str:
@@ -765,6 +792,7 @@ class SessionAudit:
         storage_options: Mapping[str, str] | None,
         group_id: QueryNamer | None,
         kafka_options: Mapping[str, Any] | None,
+        commit_timeout_s: float = COMMIT_TIMEOUT_S,
     ) -> None:
         self.spark = spark
         self.ledger = ledger
@@ -772,6 +800,7 @@ class SessionAudit:
         self.storage_options = storage_options
         self.group_id = group_id
         self.kafka_options = kafka_options
+        self.commit_timeout_s = commit_timeout_s
         self.attachments: dict[str, Attachment] = {}  # by Spark's run id
         # Runs seen starting, not yet judged: the query and when the run started.
         self._started: dict[str, tuple[StreamingQuery | None, datetime | None]] = {}
@@ -856,8 +885,9 @@ class SessionAudit:
             return
         group = None if self.group_id is None else self.group_id(query)
         conf = commit_client_conf(group, self.kafka_options if group else None)
+        commits = GroupSettings(group, conf, self.commit_timeout_s)
         attachment = _attach(
-            self.spark, query, job, self.ledger, self.storage_options, group, conf, query_started=started
+            self.spark, query, job, self.ledger, self.storage_options, commits, query_started=started
         )
         with self._lock:
             self.attachments[seen.run_id] = attachment
@@ -872,6 +902,7 @@ def attach_session(
     storage_options: Mapping[str, str] | None = None,
     group_id: QueryNamer | None = None,
     kafka_options: Mapping[str, Any] | None = None,
+    commit_timeout_s: float = COMMIT_TIMEOUT_S,
 ) -> SessionAudit:
     """Audit every streaming query ``spark`` starts from now on that reads Kafka, as `attach` does.
 
@@ -879,11 +910,15 @@ def attach_session(
     its `queryName`, and a query without one (or for which ``job_name`` returns None) is left
     unaudited with a warning, since two queries under one job name would mix their checkpoints.
     ``group_id(query)``, when given, names the consumer group the query's batches are committed to
-    (None: no commits), with ``kafka_options`` as in `attach`. Queries that read no Kafka are
-    ignored. Returns the `SessionAudit`: call its `close()` once the queries have ended.
+    (None: no commits), with ``kafka_options`` and ``commit_timeout_s`` as in `attach`. Queries
+    that read no Kafka are ignored. Returns the `SessionAudit`: call its `close()` once the queries
+    have ended.
     """
     if not ledger:
         raise AttachError("attach_session: ledger must name the ledger table's location")
     if group_id is None and kafka_options:
         raise AttachError("attach_session: kafka_options are the group commit's settings; they need group_id")
-    return SessionAudit(spark, ledger, job_name, storage_options, group_id, kafka_options).start()
+    check_commit_timeout(commit_timeout_s)
+    return SessionAudit(
+        spark, ledger, job_name, storage_options, group_id, kafka_options, commit_timeout_s
+    ).start()

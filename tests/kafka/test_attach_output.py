@@ -23,6 +23,9 @@ from tests.support.streaming import create_topic
 
 pytestmark = pytest.mark.kafka
 
+# The commits go to a closed port: each waits this long for its answer, and the run's end as long
+# for the last one (30 s each by default).
+COMMIT_TIMEOUT_S = 5.0
 # What differs between two runs of one message: ids, numbers, ports, times.
 _VARYING = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\d+")
 
@@ -39,6 +42,7 @@ def driver(bootstrap: str, topic: str, root: Path, commit_to: str, log: Path | N
     """The user's job, attached with a group, reading what ``topic`` holds and ending."""
     args = [bootstrap, topic, str(root / "cp"), str(root / "sink"), str(root / "ledger"), JOB]
     args += [str(root / "driver"), "a", "--to-end", "--group", f"{JOB}-group", "--commit-to", commit_to]
+    args += ["--commit-timeout", str(COMMIT_TIMEOUT_S)]
     args += [] if log is None else ["--log", str(log)]
     return subprocess.Popen(
         [sys.executable, "-m", "tests.kafka.user_job_main", *args],

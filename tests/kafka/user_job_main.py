@@ -4,7 +4,7 @@ Spark's Delta sink), attached in one line, one micro-batch a second until killed
 topics TOPIC matches (`subscribePattern`), the others TOPIC itself.
 
     python -m tests.kafka.user_job_main BOOTSTRAP TOPIC CHECKPOINT SINK LEDGER JOB DATA_DIR [a|b|c]
-        [--session] [--group GROUP --commit-to SERVERS] [--to-end] [--log FILE]
+        [--session] [--group GROUP --commit-to SERVERS [--commit-timeout S]] [--to-end] [--log FILE]
         [--iceberg-warehouse DIR] [--also KIND TOPIC CHECKPOINT SINK LEDGER]...
 
 --session audits through `attach_session` (the query attached at its first progress report)
@@ -44,6 +44,7 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--session", action="store_true")
     parser.add_argument("--group")
     parser.add_argument("--commit-to")
+    parser.add_argument("--commit-timeout", type=float)
     parser.add_argument("--to-end", action="store_true")
     parser.add_argument("--log")
     parser.add_argument("--iceberg-warehouse")
@@ -77,6 +78,8 @@ def main(argv: list[str]) -> int:
     commits: dict[str, Any] = {}
     if args.group:
         commits = {"group_id": args.group, "kafka_options": {"bootstrap.servers": args.commit_to}}
+        if args.commit_timeout is not None:
+            commits["commit_timeout_s"] = args.commit_timeout
     trigger = {"availableNow": True} if args.to_end else {"processingTime": "1 second"}
     raw = kafka(spark, args.bootstrap, "subscribePattern" if args.kind == "c" else "subscribe", args.topic)
     if args.session:

@@ -1,5 +1,5 @@
-"""The group-commit settings `attach` takes (`kafka_options`): errors name the argument or key,
-never a value, since the values may be credentials."""
+"""The group-commit settings `attach` takes (`kafka_options`, `commit_timeout_s`): errors name the
+argument or key, never a value, since the values may be credentials."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 import pytest
 
 from app.errors import AttachError
-from app.stream.attach import commit_client_conf, group_commits
+from app.stream.attach import GroupSettings, check_commit_timeout, commit_client_conf, group_commits
 
 pytestmark = pytest.mark.unit
 
@@ -51,3 +51,18 @@ def test_a_value_the_client_refuses_is_masked() -> None:
     with pytest.raises(AttachError, match=re.escape("security.protocol")) as caught:
         group_commits("payments", "run-1", "payments", conf)
     assert SECRET not in str(caught.value)
+
+
+def test_no_group_means_no_committer_whatever_the_timeout() -> None:
+    assert GroupSettings(None, None, 5.0).commits("payments", "run-1") is None
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), "30", True, None])
+def test_a_commit_timeout_that_is_not_a_positive_number_is_refused(timeout: object) -> None:
+    with pytest.raises(AttachError, match="commit_timeout_s"):
+        check_commit_timeout(timeout)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("timeout", [0.5, 5, 30.0])
+def test_a_positive_commit_timeout_is_taken(timeout: float) -> None:
+    check_commit_timeout(timeout)
