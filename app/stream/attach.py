@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import queue
 import threading
 import time
@@ -91,7 +92,8 @@ RETRY_WAIT_S: Final = 1.0
 # How long `Attachment.close` waits for the run's last events by default.
 CLOSE_TIMEOUT_S: Final = 120.0
 # `commit_timeout_s`'s default: how long one group commit waits for the coordinator's answer
-# (unanswered, its outcome is unknown), and the run's end for the commit in flight.
+# (unanswered, COMMIT_FAILED _TIMED_OUT), and the run's end for the commit in flight (then
+# COMMIT_FAILED OUTCOME_UNKNOWN).
 COMMIT_TIMEOUT_S: Final = 30.0
 
 _WAKE: Final = "wake"
@@ -608,8 +610,9 @@ def attach(
     (`security.protocol`, `sasl.*`, `ssl.*`); they are not read from the query's source options,
     whose Java client names differ, and their values are never logged. Without ``group_id`` nothing
     is committed. ``commit_timeout_s`` bounds how long one commit waits for the group
-    coordinator's answer (unanswered, its outcome is recorded as unknown) and how long the run's end
-    waits for the commit in flight. Returns the `Attachment`: call its `close()` once the query has ended.
+    coordinator's answer (unanswered, it fails as _TIMED_OUT) and how long the run's end waits for
+    the commit in flight (then closed out as OUTCOME_UNKNOWN). Returns the `Attachment`: call its
+    `close()` once the query has ended.
     Raises AttachError when the query's checkpoint cannot be found or the commit settings are
     unusable; never fails the query later (a broker that is down makes commits fail, recorded).
     """
@@ -666,9 +669,13 @@ def commit_client_conf(
 
 
 def check_commit_timeout(timeout_s: float) -> None:
-    """AttachError unless ``timeout_s`` is a positive number of seconds."""
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
-        raise AttachError(f"attach: commit_timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    """AttachError unless ``timeout_s`` is a positive, finite number of seconds (the waits it bounds
+    cannot take infinity)."""
+    number = isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool)
+    if not number or not 0 < timeout_s < math.inf:
+        raise AttachError(
+            f"attach: commit_timeout_s must be a positive, finite number of seconds, got {timeout_s!r}"
+        )
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""The JVM options every JVM the suite starts runs with: Spark drivers (local, the cluster tier's
-daemons, drivers and executors) and the Flink tier's MiniClusters.
+"""The JVM options of the Spark and Flink JVMs the suite starts: local Spark drivers, the cluster
+tier's daemons, drivers and executors, and the Flink tier's MiniClusters. (The Kafka brokers keep
+the JVM's defaults: each lives a whole session.)
 
 These JVMs live seconds to minutes on tiny data, where C2's compiler threads and G1's workers only
 compete for the machine's two cores: C1 alone and the serial collector start them faster. C1 alone

@@ -57,7 +57,7 @@ def test_no_group_means_no_committer_whatever_the_timeout() -> None:
     assert GroupSettings(None, None, 5.0).commits("payments", "run-1") is None
 
 
-@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), "30", True, None])
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), float("inf"), "30", True, None])
 def test_a_commit_timeout_that_is_not_a_positive_number_is_refused(timeout: object) -> None:
     with pytest.raises(AttachError, match="commit_timeout_s"):
         check_commit_timeout(timeout)  # type: ignore[arg-type]
