@@ -7,6 +7,7 @@ Every wait polls the job's REST API (or the process) against a deadline; nothing
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -17,7 +18,8 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -156,21 +158,39 @@ def compile_stack(stack: str, cache_dir: Path) -> FlinkStack:
     sources = java_sources(stack)
     out = cache_dir / "flink-test-classes" / f"{stack}-{classes_key(sources, classpath)}"
     if not (out / ".complete").exists():
-        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        javac = shutil.which("javac")
-        assert javac, "javac is not on PATH (make setup installs a JDK 17)"
-        cmd = [javac, "-nowarn", "-encoding", "UTF-8", "-d", str(tmp), "-cp", ":".join(map(str, classpath))]
-        proc = subprocess.run(
-            [*cmd, *map(str, sources)], capture_output=True, text=True, timeout=300, check=False
-        )
-        assert proc.returncode == 0, (
-            f"javac failed on the Flink {stack} programs:\n{proc.stdout}{proc.stderr}"
-        )
-        (tmp / ".complete").touch()
-        publish(tmp, out)
+        with compile_lock(out):
+            if not (out / ".complete").exists():  # another worker may have compiled it meanwhile
+                compile_into(stack, sources, classpath, out)
     return FlinkStack(stack, classpath, out)
+
+
+@contextmanager
+def compile_lock(out: Path) -> Iterator[None]:
+    """One compile of a stack at a time across the suite's workers (each a process): the others wait
+    and then find it done, instead of each running javac on the same sources."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_name(out.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def compile_into(stack: str, sources: Sequence[Path], classpath: Sequence[Path], out: Path) -> None:
+    """javac the stack's programs into a private dir, then publish it as `out` whole."""
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    javac = shutil.which("javac")
+    assert javac, "javac is not on PATH (make setup installs a JDK 17)"
+    cmd = [javac, "-nowarn", "-encoding", "UTF-8", "-d", str(tmp), "-cp", ":".join(map(str, classpath))]
+    proc = subprocess.run(
+        [*cmd, *map(str, sources)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, f"javac failed on the Flink {stack} programs:\n{proc.stdout}{proc.stderr}"
+    (tmp / ".complete").touch()
+    publish(tmp, out)
 
 
 def publish(tmp: Path, out: Path) -> None:

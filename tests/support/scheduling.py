@@ -23,10 +23,10 @@ from typing import Any
 
 from xdist.scheduler import LoadScopeScheduling
 
-# Tiers whose tests share what one session builds in the repo or the cache: the cluster tier runs
-# `make dist` into build/ and starts a standalone cluster; the Flink tier compiles its test programs
-# into the cache on first use. Each runs on one worker, so nothing is built twice at once.
-WHOLE_TIERS = ("cluster", "flink")
+# A tier whose tests share what one session builds in the repo: the cluster tier runs `make dist`
+# into build/ and starts a standalone cluster, so it runs on one worker and nothing is built twice at
+# once. (The Flink tier's modules are shared out one by one: its compile into the cache takes a lock.)
+WHOLE_TIERS = ("cluster",)
 
 
 def worker_unit(nodeid: str) -> str:

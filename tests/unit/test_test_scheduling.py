@@ -15,12 +15,12 @@ pytestmark = pytest.mark.unit
 # largest, so xdist hands it out first).
 COLLECTION = [
     *(f"tests/kafka/test_{m}.py::test_{i}" for m in "abc" for i in range(3)),
-    "tests/flink/test_x.py::test_1",
-    "tests/flink/test_y.py::test_1",
-    "tests/flink/test_y.py::test_2",
-    "tests/flink/test_z.py::test_1",
+    "tests/cluster/test_x.py::test_1",
+    "tests/cluster/test_y.py::test_1",
+    "tests/cluster/test_y.py::test_2",
+    "tests/cluster/test_z.py::test_1",
 ]
-FLINK = COLLECTION[-4:]
+CLUSTER = COLLECTION[-4:]
 
 
 class Worker:
@@ -60,8 +60,8 @@ def complete(sched: ByUnit, worker: Worker, nodeid: str) -> None:
     [
         ("tests/kafka/test_a.py::test_1", "tests/kafka/test_a.py"),
         ("tests/kafka/test_a.py::Case::test_1", "tests/kafka/test_a.py"),
-        ("tests/flink/test_y.py::test_2[x]", "tests/flink"),
-        ("tests/cluster/test_s3.py::test_1", "tests/cluster"),
+        ("tests/cluster/test_y.py::test_2[x]", "tests/cluster"),
+        ("tests/flink/test_s3.py::test_1", "tests/flink/test_s3.py"),
         ("tests/test_top.py::test_1", "tests/test_top.py"),
     ],
 )
@@ -91,17 +91,17 @@ def test_each_unit_goes_whole_to_one_worker() -> None:
 def test_a_worker_with_nothing_left_waits_and_takes_the_rest_of_a_crashed_workers_unit() -> None:
     one, two = Worker("gw0"), Worker("gw1")
     sched = scheduler(one, two)
-    flink, kafka = (one, two) if one.sent == FLINK else (two, one)
-    assert flink.sent == FLINK
+    cluster, kafka = (one, two) if one.sent == CLUSTER else (two, one)
+    assert cluster.sent == CLUSTER
     run_all(sched, kafka)  # the three kafka modules
     assert len(kafka.sent) == 9
     assert not kafka.shutting_down  # its queue ran dry, but it stays
     assert not sched.tests_finished
 
-    complete(sched, flink, FLINK[0])
-    crashed_in = sched.remove_node(flink)  # the worker died in its second test
+    complete(sched, cluster, CLUSTER[0])
+    crashed_in = sched.remove_node(cluster)  # the worker died in its second test
 
-    assert crashed_in == FLINK[1]
-    assert kafka.sent[9:] == FLINK[1:]  # the rest of the unit, from the test it died in
+    assert crashed_in == CLUSTER[1]
+    assert kafka.sent[9:] == CLUSTER[1:]  # the rest of the unit, from the test it died in
     run_all(sched, kafka)
     assert sched.tests_finished  # and xdist's controller then shuts every worker down itself
