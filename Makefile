@@ -44,7 +44,9 @@ jvm-deps: python-deps
 demo: setup
 	$(VENV)/bin/offset-audit demo
 
+# tests/support/cds.py: the class-data sharing archive the suite's Spark drivers start from (once).
 test: setup
+	$(PY) -m tests.support.cds
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The edit loop: the unit tier, pure Python, no JVM and no broker (needs only the Python packages).
@@ -55,18 +57,22 @@ test-fast: python-deps
 test-unit: test-fast
 
 test-spark: setup
+	$(PY) -m tests.support.cds
 	$(PY) -m pytest -m spark $(PYTEST_ARGS)
 
 test-kafka: setup
+	$(PY) -m tests.support.cds
 	$(PY) -m pytest -m kafka $(PYTEST_ARGS)
 
 # A Spark standalone master and two workers, and an S3 API server (moto), on loopback; `make test` runs it too.
 test-cluster: setup
+	$(PY) -m tests.support.cds
 	$(PY) -m pytest -m cluster $(PYTEST_ARGS)
 
 # Flink 1.20 and 2.2 jobs on MiniClusters reading the local broker, their checkpoints read back by
 # Flink's State Processor API; `make test` runs it too.
 test-flink: setup
+	$(PY) -m tests.support.cds
 	$(PY) -m pytest -m flink $(PYTEST_ARGS)
 
 lint: python-deps

@@ -9,6 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from app.contracts.tables import SINK_SCHEMA
+from tests.support import jvm_options
 
 pytestmark = pytest.mark.spark
 
@@ -35,6 +36,20 @@ def test_session_time_zone_is_utc(spark: SparkSession) -> None:
     row = spark.sql("SELECT CAST(TIMESTAMP '2026-01-01 00:00:00' AS LONG) AS s").first()
     assert row is not None
     assert row.s == 1767225600
+
+
+def test_the_suites_drivers_map_the_class_data_sharing_archive(spark: SparkSession) -> None:
+    # `make test` dumps it first (tests/support/cds.py); each driver then maps Spark's classes from
+    # it instead of loading them (about 3 of 10 CPU-seconds of a short session's start).
+    archive = jvm_options.cds_archive()
+    assert archive is not None
+    assert archive.exists(), "no archive: `make test` runs `python -m tests.support.cds`"
+    assert f"-XX:SharedArchiveFile={archive}" in jvm_options.QUICK_JVM_OPTIONS
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    pid = jvm.java.lang.ProcessHandle.current().pid()
+    # The JVM ignores an archive it cannot use (silently, with -Xlog:cds=off): mapped means used.
+    assert str(archive) in Path(f"/proc/{pid}/maps").read_text()
 
 
 def test_the_suites_quick_driver_keeps_a_full_code_cache(spark: SparkSession) -> None:

@@ -37,9 +37,36 @@ def worker_unit(nodeid: str) -> str:
     return "/".join(parts[:2]) if len(parts) > 2 and parts[1] in WHOLE_TIERS else module
 
 
+# The order units are handed out in, longest first, so that no long unit starts last and runs alone
+# while the other worker idles: the cluster tier (its night scenario alone is minutes of
+# spark-submits), then the demo, then the tiers from the costliest test (a Flink job, a Kafka
+# stream) to the cheapest (a pure function); within a tier, xdist's own order (most tests first).
+FIRST_UNITS = ("tests/cluster", "tests/kafka/test_demo.py")
+TIER_ORDER = ("flink", "kafka", "spark", "browser")
+
+
+def unit_rank(unit: str) -> int:
+    """Where ``unit`` comes in the hand-out order (lower first)."""
+    if unit in FIRST_UNITS:
+        return FIRST_UNITS.index(unit)
+    parts = unit.split("/")
+    tier = parts[1] if len(parts) > 2 else ""
+    return len(FIRST_UNITS) + (TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER))
+
+
 class ByUnit(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
+    _ordered = False
+
     def _split_scope(self, nodeid: str) -> str:
         return worker_unit(nodeid)
+
+    def _assign_work_unit(self, node: Any) -> None:
+        if not self._ordered:  # the queue xdist built, reordered once before the first unit goes out
+            self._ordered = True
+            units = sorted(self.workqueue.items(), key=lambda item: unit_rank(item[0]))  # stable
+            self.workqueue.clear()
+            self.workqueue.update(units)
+        super()._assign_work_unit(node)
 
     def _reschedule(self, node: Any) -> None:
         if self.workqueue:

@@ -3,11 +3,12 @@ way xdist's controller drives a scheduler, with stand-in workers."""
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 import pytest
 
-from tests.support.scheduling import ByUnit, worker_unit
+from tests.support.scheduling import ByUnit, unit_rank, worker_unit
 
 pytestmark = pytest.mark.unit
 
@@ -105,3 +106,28 @@ def test_a_worker_with_nothing_left_waits_and_takes_the_rest_of_a_crashed_worker
     assert kafka.sent[9:] == CLUSTER[1:]  # the rest of the unit, from the test it died in
     run_all(sched, kafka)
     assert sched.tests_finished  # and xdist's controller then shuts every worker down itself
+
+
+def test_the_longest_units_are_handed_out_first() -> None:
+    units = [
+        "tests/unit/test_a.py",
+        "tests/spark/test_b.py",
+        "tests/kafka/test_c.py",
+        "tests/flink/test_d.py",
+        "tests/kafka/test_demo.py",
+        "tests/cluster",
+    ]
+    assert sorted(units, key=unit_rank) == units[::-1]
+
+
+def test_the_cluster_tier_goes_out_before_a_module_with_more_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    # xdist alone hands out the unit with the most tests first: here the unit module's six.
+    collection = [*(f"tests/unit/test_u.py::test_{i}" for i in range(6)), *CLUSTER]
+    monkeypatch.setattr(sys.modules[__name__], "COLLECTION", collection)
+    one, two = Worker("gw0"), Worker("gw1")
+    sched = scheduler(one, two)
+    assert one.sent == CLUSTER
+    assert two.sent == collection[:6]
+    run_all(sched, one)
+    run_all(sched, two)
+    assert sched.tests_finished
