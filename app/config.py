@@ -9,7 +9,6 @@ through `redact`, so secrets never leave the process in clear.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import types
@@ -368,10 +367,6 @@ class ReconcileConfig:
     # followed by another run has died (UNCLEAN_STOP): an idle live job writes no events either, so
     # this is a silence long enough that nobody would call the job healthy.
     run_silence_s: float = 3600.0
-    # How late a ledger row may become visible after the time it carries (a checkpoint's completion,
-    # a run's start): each run judges the sink's coverage and the restarts from this long before its
-    # window's start, so a row written after the previous run read the ledger is still judged.
-    arrival_s: float = 60.0
     # How a job's sink is judged (CONTRACTS.md section 4): every job's default, and per job.
     sink_mode: str = SINK_COORDINATES
     sink_mode_by_job: dict[str, str] = field(default_factory=dict)
@@ -395,8 +390,6 @@ class ReconcileConfig:
             raise ConfigError("reconcile.commit_match_window_s", "must be positive")
         if self.clock_skew_s < 0:
             raise ConfigError("reconcile.clock_skew_s", "must not be negative")
-        if not 0 <= self.arrival_s < math.inf:
-            raise ConfigError("reconcile.arrival_s", "must be a finite number of seconds, not negative")
         if self.baseline_lookback_days < 0:
             raise ConfigError("reconcile.baseline_lookback_days", "must not be negative")
         if self.confirm_max_records < 1:

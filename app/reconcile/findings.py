@@ -143,7 +143,6 @@ class MatchRules:
     commit_match_window_s: float = 300.0
     clock_skew_s: float = 5.0
     run_silence_s: float = 3600.0
-    arrival_s: float = 60.0  # how late a ledger row may become visible after its date
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def read_group_commit_rows(
 
 
 def match_rules(r: ReconcileConfig) -> rc.MatchRules:
-    return rc.MatchRules(r.commit_match_window_s, r.clock_skew_s, r.run_silence_s, r.arrival_s)
+    return rc.MatchRules(r.commit_match_window_s, r.clock_skew_s, r.run_silence_s)
 
 
 def last_ingest_time(ingest_positions: TableHandle) -> datetime | None:

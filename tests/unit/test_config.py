@@ -232,13 +232,3 @@ def test_unknown_sink_mode_exits_2_naming_its_key(
     code = main(["config", "show", "--env", "dev", "--conf-dir", str(conf_dir), "--set", override])
     assert code == 2
     assert f"'{key}'" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("value", ["-1", ".inf", ".nan"])
-def test_an_arrival_allowance_that_is_no_finite_positive_time_exits_2_naming_its_key(
-    conf_dir: Path, capsys: pytest.CaptureFixture[str], value: str
-) -> None:
-    override = f"reconcile.arrival_s={value}"
-    code = main(["config", "show", "--env", "dev", "--conf-dir", str(conf_dir), "--set", override])
-    assert code == 2
-    assert "'reconcile.arrival_s'" in capsys.readouterr().err

@@ -121,20 +121,12 @@ class LedgerAudit:
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
 
-    def within(self, expr: str, reach_back: bool = False) -> str:
-        """SQL of the window test: ``expr`` in [since, until); null is outside.
-
-        ``reach_back``: from ``since`` less ``arrival_s``. A ledger row is dated by the job's
-        clock (a completion, a run's start) and becomes visible only once its write commits, so
-        a row dated just before ``since`` may have been invisible to the run that judged the
-        window before. The judgements that must see every such row (the sink's coverage, the
-        restarts) reach back; both write findings by identity, so judging a row twice adds nothing.
-        """
+    def within(self, expr: str) -> str:
+        """SQL of the window test: ``expr`` in [since, until); null is outside."""
         inside = f"({expr}) < {sql_ts(self.window.until)}"
-        if self.window.since is None:
-            return inside
-        since = self.window.since - timedelta(seconds=self.rules.arrival_s if reach_back else 0)
-        return f"{inside} AND ({expr}) >= {sql_ts(since)}"
+        return (
+            inside if self.window.since is None else f"{inside} AND ({expr}) >= {sql_ts(self.window.since)}"
+        )
 
     def horizon(self) -> datetime | None:
         """How far group_commits has been ingested: when the last ingest read __consumer_offsets
@@ -229,10 +221,8 @@ class LedgerAudit:
     def coverage(self) -> list[dict[str, Any]]:
         """Per job and partition, the offsets [lo, hi) the window's checkpoints vouch for.
 
-        The window reaches back by ``arrival_s`` (``within``): a checkpoint dated before ``since``
-        and written after the previous window was read is covered here. hi is the highest offset
-        of a checkpoint completed in the window. lo is where the window's data starts: the last
-        checkpoint completed before it (within the look-back read), else the
+        hi is the highest offset of a checkpoint completed in the window. lo is where the window's
+        data starts: the last checkpoint completed before it (within the look-back read), else the
         lowest offset a run in the window restored from, else unknown (null: the sink's first
         offset is then taken as the start). ``beyond_from`` is the highest completed offset in
         everything read (also after ``until``): sink rows at or past it belong to no completed
@@ -240,10 +230,7 @@ class LedgerAudit:
         """
         key = 'job_name, topic, "partition"'
         on = 't.job_name = {0}.job_name AND t.topic = {0}.topic AND t."partition" = {0}."partition"'
-        reach = (
-            None if self.window.since is None else self.window.since - timedelta(seconds=self.rules.arrival_s)
-        )
-        before = f"completed_at < {sql_ts(reach)}" if reach is not None else "false"
+        before = f"completed_at < {sql_ts(self.window.since)}" if self.window.since is not None else "false"
         rows = self.rows(
             f"""
             WITH ck AS (
@@ -257,7 +244,7 @@ class LedgerAudit:
                        arg_max_null(checkpoint_id, completed_at) AS last_checkpoint_id,
                        arg_max_null("offset", completed_at) AS last_checkpoint_offset,
                        min("offset") AS min_in_window
-                FROM ck WHERE {self.within("completed_at", reach_back=True)} GROUP BY {key}
+                FROM ck WHERE {self.within("completed_at")} GROUP BY {key}
             ), base AS (
                 SELECT {key}, arg_max_null("offset", completed_at) AS baseline
                 FROM ck WHERE {before} GROUP BY {key}
@@ -265,7 +252,7 @@ class LedgerAudit:
                 SELECT {key}, min("offset") AS restored
                 FROM ledger
                 WHERE event_type = '{EVENT_OFFSETS_RESTORED}' AND "offset" IS NOT NULL
-                  AND {self.within("event_time", reach_back=True)}
+                  AND {self.within("event_time")}
                 GROUP BY {key}
             ), beyond AS (
                 SELECT {key}, max("offset") AS beyond_from FROM ck GROUP BY {key}
@@ -309,8 +296,7 @@ class LedgerAudit:
         rows = self.rows(
             f"""
             WITH r AS (
-                SELECT * FROM runs
-                WHERE previous_run_id IS NOT NULL AND {self.within("started_at", reach_back=True)}
+                SELECT * FROM runs WHERE previous_run_id IS NOT NULL AND {self.within("started_at")}
             ), restored AS (
                 SELECT job_name, run_id, {tp},
                        arg_min_null("offset", event_time) AS resumed_offset,
