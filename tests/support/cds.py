@@ -49,18 +49,22 @@ def dump(archive: Path) -> bool:
     options = " ".join([*BASE_OPTIONS, f"-XX:ArchiveClassesAtExit={tmp}"])
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="offset-audit-cds-") as work:
-        proc = subprocess.run(
-            [sys.executable, "-c", SESSION, work, options],
-            capture_output=True,
-            text=True,
-            timeout=DUMP_TIMEOUT_S,
-            check=False,
-        )
-        if proc.returncode == 0:
-            wait_for_exit(driver_pid(proc.stdout), started + DUMP_TIMEOUT_S)
-    if proc.returncode != 0 or not tmp.exists() or tmp.stat().st_size == 0:
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", SESSION, work, options],
+                capture_output=True,
+                text=True,
+                timeout=DUMP_TIMEOUT_S,
+                check=False,
+            )
+            written = proc.returncode == 0 and exited(driver_pid(proc.stdout), started + DUMP_TIMEOUT_S)
+            why = proc.stderr[-2000:]
+        except (subprocess.TimeoutExpired, ValueError) as exc:  # ValueError: no pid printed
+            written, why = False, str(exc)
+    # Renamed only once the JVM is gone: a JVM still writing it would leave half an archive.
+    if not written or not tmp.exists() or tmp.stat().st_size == 0:
         tmp.unlink(missing_ok=True)
-        print(f"no class-data sharing archive (the drivers start without one): {proc.stderr[-2000:]}")
+        print(f"no class-data sharing archive (the drivers start without one): {why}")
         return False
     os.replace(tmp, archive)
     seconds = time.monotonic() - started
@@ -74,10 +78,13 @@ def driver_pid(stdout: str) -> int:
     return int(pid)
 
 
-def wait_for_exit(pid: int, deadline: float) -> None:
-    """The JVM writes the archive while it exits: wait for it to be gone (polling, to a deadline)."""
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+def exited(pid: int, deadline: float) -> bool:
+    """The JVM writes the archive while it exits: poll until it is gone; False at the deadline."""
+    while Path(f"/proc/{pid}").exists():
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.2)
+    return True
 
 
 def main() -> int:
