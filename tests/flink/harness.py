@@ -434,11 +434,23 @@ class FlinkJob:
     def checkpoint_after_now(self, timeout_s: float = CHECKPOINT_TIMEOUT_S) -> dict[str, Any]:
         """The first checkpoint triggered after this call, once completed: its REST entry.
 
-        Its state holds everything the job had read when this was called.
+        Its state holds everything the job had read when this was called. Chosen by its
+        `trigger_timestamp`, not by the ids the history lists now: Flink's REST serves checkpoint
+        statistics from a cache, so a checkpoint triggered just before this call (whose barrier
+        passed the source before the last records) may not be listed yet. The JobManager runs on
+        this machine, so its clock is this clock.
         """
-        history = self.checkpoints().get("history", [])
-        newest = max((int(c["id"]) for c in history), default=0)
-        return self.wait_checkpoints(1, after_id=newest, timeout_s=timeout_s)[0]
+        since_ms = time.time_ns() // 1_000_000
+
+        def probe() -> dict[str, Any] | None:
+            self._alive()
+            try:
+                after = [c for c in self.completed() if int(c["trigger_timestamp"]) >= since_ms]
+            except (OSError, ValueError, KeyError):
+                return None
+            return min(after, key=lambda c: int(c["id"])) if after else None
+
+        return wait_for(probe, timeout_s, f"a checkpoint triggered after {since_ms} at {self.rest_url}")
 
     def latest_completed(self) -> dict[str, Any]:
         latest: dict[str, Any] = self.checkpoints()["latest"]["completed"]
