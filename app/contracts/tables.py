@@ -157,11 +157,13 @@ def conform(df: DataFrame, schema: StructType) -> DataFrame:
 # The runs of reconcile and forensics (CONTRACTS.md section 4): where the next incremental window
 # starts. Bookkeeping of these two commands only.
 # jobs: JSON list; [] = all jobs
+# ledger_version: the ledger's Delta version the run read (null: no ledger yet, or a table written
+# before the column was added, which gains it at its next write)
 AUDIT_RUNS_SCHEMA: Final = schema(
     """
     run_id STRING NOT NULL, command STRING NOT NULL, jobs STRING, window_start TIMESTAMP,
     window_end TIMESTAMP NOT NULL, started_at TIMESTAMP NOT NULL, finished_at TIMESTAMP NOT NULL,
-    status STRING NOT NULL
+    status STRING NOT NULL, ledger_version BIGINT
     """
 )
 

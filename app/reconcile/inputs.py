@@ -23,14 +23,19 @@ log = logging.getLogger(__name__)
 
 
 def read_ledger_rows(
-    ledger: TableHandle, window: rc.AuditWindow, jobs: Sequence[str], lookback_days: int
+    ledger: TableHandle,
+    window: rc.AuditWindow,
+    jobs: Sequence[str],
+    lookback_days: int,
+    version: int | None = None,
 ) -> pa.Table:
-    """The window's ledger (with its look-back) as one Arrow table for the driver-side analysis.
+    """The window's ledger (with its look-back) as one Arrow table for the driver-side analysis, as
+    of ``version`` (the run's pinned one; None: the newest).
 
     delta-rs reads it, on every storage (about half a second for 800K rows, where a first Spark
     read plus conversion took 13 s).
     """
-    dataset = ledger.dataset()
+    dataset = ledger.dataset(version)
     if dataset is None:
         return to_arrow_schema(LEDGER_SCHEMA).empty_table()
     keep = pc.scalar(True)
@@ -82,11 +87,12 @@ def open_ledger_audit(
     jobs: Sequence[str],
     groups: Sequence[str],
     lookback_days: int,
+    version: int | None = None,
 ) -> la.LedgerAudit:
     """The window's ledger and the group's commits, read once and loaded for the driver-side
     analysis (app.reconcile.ledger.audit): they are small next to the sink, which alone Spark scans."""
     started = time.monotonic()
-    ledger = read_ledger_rows(tables.ledger, window, jobs, lookback_days)
+    ledger = read_ledger_rows(tables.ledger, window, jobs, lookback_days, version)
     group_list = sorted(set(groups) or la.ledger_groups(ledger))
     commits = read_group_commit_rows(tables.group_commits, window, group_list, lookback_days)
     log.info(

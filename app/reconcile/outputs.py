@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from app.config import AppConfig
@@ -60,29 +61,88 @@ class AuditScope:
     tables: AuditTables
     jobs: list[str]
     window: rc.AuditWindow
+    # The ledger's version every read of the run is of (None: no ledger yet); see CONTRACTS.md
+    # section 4, audit_runs.
+    ledger_version: int | None = None
+
+
+@dataclass(frozen=True)
+class PreviousRun:
+    """Where the last successful run of a command over the same jobs ended, and the ledger's
+    version it read (None: recorded before audit_runs had the column)."""
+
+    window_end: datetime
+    ledger_version: int | None
 
 
 def resolve_scope(
     spark: SparkSession, cfg: AppConfig, run: AuditRun, command: str, tables: AuditTables | None = None
 ) -> AuditScope:
     """The run against the config: ``tables`` those of the caller's run (its context's, resolved
-    once with ``--sink`` applied), else the config's with the run's ``--sink``."""
+    once with ``--sink`` applied), else the config's with the run's ``--sink``. The ledger's
+    version is pinned here; the default window starts where the last run ended, or earlier at a
+    row that run could not see (`reach_back`)."""
     if tables is None:
         tables = AuditTables.from_config(cfg, spark, run.sink_override)
     jobs = sorted(set(run.jobs) or set(cfg.reconcile.jobs))
-    since = run.since if run.since is not None else last_window_end(tables.audit_runs, command, jobs)
-    return AuditScope(tables, jobs, rc.AuditWindow(until=run.until or run.now, since=since))
+    version = tables.ledger.version() if tables.ledger.exists() else None
+    since = run.since
+    if since is None:
+        previous = last_run(tables.audit_runs, command, jobs)
+        since = None if previous is None else reach_back(tables.ledger, previous, version, jobs)
+    return AuditScope(tables, jobs, rc.AuditWindow(until=run.until or run.now, since=since), version)
+
+
+def last_run(audit_runs: TableHandle, command: str, jobs: Sequence[str]) -> PreviousRun | None:
+    """The previous successful run of ``command`` over the same jobs (the one that ended last)."""
+    columns = ["command", "status", "jobs", "window_end", "ledger_version"]
+    runs = audit_runs.read_columns(columns, optional=("ledger_version",)) or []
+    done = [
+        PreviousRun(instant(r["window_end"]), r["ledger_version"])
+        for r in runs
+        if r["command"] == command and r["status"] == RUN_SUCCEEDED and r["jobs"] == json.dumps(sorted(jobs))
+    ]
+    return max(done, key=lambda p: p.window_end, default=None)
 
 
 def last_window_end(audit_runs: TableHandle, command: str, jobs: Sequence[str]) -> datetime | None:
     """Where the previous successful run of ``command`` over the same jobs stopped."""
-    runs = audit_runs.read_columns(["command", "status", "jobs", "window_end"]) or []
-    ends = [
-        instant(r["window_end"])
-        for r in runs
-        if r["command"] == command and r["status"] == RUN_SUCCEEDED and r["jobs"] == json.dumps(sorted(jobs))
-    ]
-    return max(ends, default=None)
+    previous = last_run(audit_runs, command, jobs)
+    return None if previous is None else previous.window_end
+
+
+def reach_back(
+    ledger: TableHandle, previous: PreviousRun, version: int | None, jobs: Sequence[str]
+) -> datetime:
+    """Where the next window starts: where ``previous`` ended, or earlier, at the earliest ledger row
+    of ``jobs`` dated before that end which the ledger holds at ``version`` and did not hold at the
+    version ``previous`` read. Such a row was written after its time (a write that committed late,
+    the rows recovered for a dead run): no window examined it yet."""
+    end, seen = previous.window_end, previous.ledger_version
+    if seen is None or version is None or version <= seen:
+        return end
+    keep = pc.field("job_name").isin(list(jobs)) if jobs else None
+    late = ledger.unseen_rows(seen, version, "event_time", end, keep)
+    if late is None:
+        log.warning(
+            "the ledger's version %d, which the previous run read, cannot be read any more: rows "
+            "written late before %s are not looked for",
+            seen,
+            end.isoformat(),
+        )
+        return end
+    if late.num_rows == 0:
+        return end
+    earliest: datetime = instant(pc.min(late.column("event_time")).as_py())
+    log.info(
+        "%d ledger row(s) dated before %s were written after the previous run read the ledger "
+        "(version %d): the window starts at %s, the earliest of them",
+        late.num_rows,
+        end.isoformat(),
+        seen,
+        earliest.isoformat(),
+    )
+    return min(end, earliest)
 
 
 def latest_reconcile_run(audit_runs: TableHandle) -> str | None:
@@ -116,6 +176,7 @@ def record_run(
         run.now,
         finished_at,
         status,
+        scope.ledger_version,
     )
     scope.tables.audit_runs.merge([dict(zip(AUDIT_RUNS_SCHEMA.fieldNames(), row, strict=True))])
 
@@ -123,7 +184,7 @@ def record_run(
 def confirm_runs(audit_runs: TableHandle, run_id: str) -> int:
     """Mark the ``pending`` runs recorded under ``run_id`` succeeded (a nightly whose every step
     finished); returns how many."""
-    rows = audit_runs.read_columns(AUDIT_RUNS_SCHEMA.fieldNames()) or []
+    rows = audit_runs.read_columns(AUDIT_RUNS_SCHEMA.fieldNames(), optional=("ledger_version",)) or []
     pending = [
         {**r, "status": RUN_SUCCEEDED} for r in rows if r["run_id"] == run_id and r["status"] == RUN_PENDING
     ]

@@ -149,7 +149,9 @@ def run_reconcile(
     rules = match_rules(r)
     result = ReconcileResult(run_id=run_id, window=window, jobs=job_list)
     try:
-        audit = open_ledger_audit(tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
+        audit = open_ledger_audit(
+            tables, window, rules, job_list, r.groups, r.baseline_lookback_days, scope.ledger_version
+        )
         try:
             _reconcile_inputs(_Pass(spark, cfg, tables, audit, result, now, confirmer, times))
         finally:

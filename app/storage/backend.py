@@ -177,14 +177,15 @@ def storage_errors(where: Location, doing: str) -> Iterator[None]:
         raise error from exc
 
 
-def open_table(where: Location) -> DeltaTable | None:
-    """The table at ``where`` through delta-rs, or None when there is none yet."""
+def open_table(where: Location, version: int | None = None) -> DeltaTable | None:
+    """The table at ``where`` through delta-rs (as of ``version``, else its newest), or None when
+    there is none yet. A version whose log entries were cleaned up raises InfrastructureError."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     with storage_errors(where, "open"):
         try:  # one load of the log, where is_deltatable first would read it twice
-            return DeltaTable(where.uri, storage_options=dict(where.options))
+            return DeltaTable(where.uri, version=version, storage_options=dict(where.options))
         except TableNotFoundError:
             return None
 

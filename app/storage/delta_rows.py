@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import pyarrow as pa
@@ -78,16 +79,94 @@ def _arrow_rows(schema: StructType, rows: Sequence[Mapping[str, Any]]) -> pa.Tab
 
 
 def dataset(
-    storage: backend.StorageSettings, path: str, files: str | None = None
+    storage: backend.StorageSettings, path: str, files: str | None = None, version: int | None = None
 ) -> pa.dataset.Dataset | None:
-    """The table at ``path`` as an Arrow dataset, or None when there is none. ``storage`` carries
-    the settings of a table on object storage; a local table needs none. ``files``: a SQL predicate
-    that drops the files whose log statistics rule it out (`backend.arrow_dataset`)."""
+    """The table at ``path`` (as of ``version``, else its newest) as an Arrow dataset, or None when
+    there is none. ``storage`` carries the settings of a table on object storage; a local table
+    needs none. ``files``: a SQL predicate that drops the files whose log statistics rule it out
+    (`backend.arrow_dataset`)."""
     where = backend.location(storage, path)
-    table = backend.open_table(where)
+    table = backend.open_table(where, version)
     if table is None:
         return None
     return backend.arrow_dataset(table, where, files)
+
+
+def unseen_rows(
+    storage: backend.StorageSettings,
+    path: str,
+    seen: int,
+    current: int,
+    column: str,
+    before: datetime,
+    keep: pc.Expression | None = None,
+) -> pa.Table | None:
+    """The rows of version ``current`` dated before ``before`` by the timestamp ``column`` (and
+    matching ``keep``) that version ``seen`` did not hold, counted as a multiset (a second copy
+    appended later is unseen); None when ``seen`` cannot be read any more (its log entries were
+    cleaned up) or there is no table.
+
+    A reader that read version ``seen`` and judged everything dated before ``before`` never saw
+    these rows: they were written late, or recovered. Only the files added after ``seen`` whose log
+    statistics reach below ``before`` are a question; when none does (a table only appended to by
+    writers on time) no row is read. Otherwise both versions' rows from the earliest such file's
+    first time on are compared, so a compaction's rewritten files (the same rows) are no news.
+    """
+    where = backend.location(storage, path)
+    now = backend.open_table(where, current)
+    try:
+        then = backend.open_table(where, seen)
+    except InfrastructureError:
+        return None
+    if now is None or then is None:
+        return None
+    with backend.storage_errors(where, "list the files of"):
+        known = set(pa.table(then.get_add_actions(flatten=True)).column("path").to_pylist())
+        added = pa.table(now.get_add_actions(flatten=True))
+    low_column = f"min.{column}"
+    lows = added.column(low_column).to_pylist() if low_column in added.column_names else []
+    reach = [
+        low
+        for file, low in zip(added.column("path").to_pylist(), lows or [None] * added.num_rows, strict=True)
+        if file not in known and (low is None or instant(low) < before)
+    ]
+    if not reach:
+        return backend.arrow_dataset(now, where).schema.empty_table()
+    known_lows = [instant(low) for low in reach if low is not None]
+    # every such file's statistics say where it starts: no older row is a question
+    low = min(known_lows) if len(known_lows) == len(reach) else None
+    rows = _rows_dated(now, where, column, low, before, keep)
+    return _except_all(rows, _rows_dated(then, where, column, low, before, keep))
+
+
+def _rows_dated(
+    table: DeltaTable,
+    where: backend.Location,
+    column: str,
+    low: datetime | None,
+    before: datetime,
+    keep: pc.Expression | None,
+) -> pa.Table:
+    """The rows of ``table`` dated in [low, before) by ``column`` (from the first when ``low`` is
+    None) and matching ``keep``."""
+    dataset = backend.arrow_dataset(table, where)
+    kind = dataset.schema.field(column).type
+    dated = pc.field(column) < pa.scalar(before, type=kind)
+    if low is not None:
+        dated = dated & (pc.field(column) >= pa.scalar(low, type=kind))
+    with backend.storage_errors(where, "read"):
+        return dataset.to_table(filter=dated if keep is None else dated & keep)
+
+
+def _except_all(rows: pa.Table, known: pa.Table) -> pa.Table:
+    """``rows`` less ``known``, copy by copy (SQL's EXCEPT ALL)."""
+    import duckdb
+
+    with duckdb.connect(":memory:") as db:
+        db.register("rows_now", rows)
+        db.register("rows_then", known.select(rows.column_names).cast(rows.schema))
+        out: pa.Table = db.sql("SELECT * FROM rows_now EXCEPT ALL SELECT * FROM rows_then").to_arrow_table()
+        return out
 
 
 def rows_where(
@@ -130,17 +209,22 @@ def rows_with(storage: backend.StorageSettings, path: str, column: str, value: s
 
 
 def read_columns(
-    storage: backend.StorageSettings, path: str, columns: Sequence[str]
+    storage: backend.StorageSettings, path: str, columns: Sequence[str], optional: Sequence[str] = ()
 ) -> list[dict[str, Any]] | None:
-    """``columns`` of every row of a small table, or None when there is no table yet."""
+    """``columns`` of every row of a small table, or None when there is no table yet. A column in
+    ``optional`` that the table does not have (a contract column added after it was written) reads
+    as null."""
     where = backend.location(storage, path)
     table = backend.open_table(where)
     if table is None:
         return None
     data = backend.arrow_dataset(table, where)
+    absent = [c for c in columns if c in optional and c not in data.schema.names]
     with backend.storage_errors(where, "read"):
-        rows: list[dict[str, Any]] = data.to_table(columns=list(columns)).to_pylist()
-    return rows
+        rows: list[dict[str, Any]] = data.to_table(
+            columns=[c for c in columns if c not in absent]
+        ).to_pylist()
+    return [{**r, **dict.fromkeys(absent)} for r in rows] if absent else rows
 
 
 def delete_where_in(storage: backend.StorageSettings, path: str, column: str, values: Iterable[str]) -> int:
@@ -270,6 +354,8 @@ def merge_rows(
                     predicate=" AND ".join(f't."{k}" = s."{k}"' for k in keys),
                     source_alias="s",
                     target_alias="t",
+                    # a table written before a contract column was added gains it (null in old rows)
+                    merge_schema=True,
                     commit_properties=CommitProperties(
                         custom_metadata=None if user_metadata is None else {"userMetadata": user_metadata}
                     ),

@@ -90,8 +90,13 @@ class TableHandle(Protocol):
     def delete(self, column: str, values: Iterable[str]) -> int: ...
     def scan(self) -> DataFrame | None: ...
     def load(self) -> DataFrame: ...
-    def dataset(self) -> pa.dataset.Dataset | None: ...
-    def read_columns(self, columns: Sequence[str]) -> list[dict[str, Any]] | None: ...
+    def dataset(self, version: int | None = None) -> pa.dataset.Dataset | None: ...
+    def unseen_rows(
+        self, seen: int, current: int, column: str, before: datetime, keep: pc.Expression | None = None
+    ) -> pa.Table | None: ...
+    def read_columns(
+        self, columns: Sequence[str], optional: Sequence[str] = ()
+    ) -> list[dict[str, Any]] | None: ...
     def rows(
         self, where: pc.Expression, prune: pc.Expression | None = None, columns: Sequence[str] | None = None
     ) -> pa.Table | None: ...
@@ -326,13 +331,24 @@ class DeltaHandle(_ContractBound):
         """The table as a Spark DataFrame, where the caller knows that it exists."""
         return self._session("a Spark load").read.format("delta").load(self.location)
 
-    def dataset(self) -> pa.dataset.Dataset | None:
-        """The table's current files as an Arrow dataset (delta-rs), or None when there is none."""
-        return delta_rows.dataset(self.storage, self.location)
+    def dataset(self, version: int | None = None) -> pa.dataset.Dataset | None:
+        """The table's files (as of ``version``, else its newest) as an Arrow dataset (delta-rs),
+        or None when there is none."""
+        return delta_rows.dataset(self.storage, self.location, version=version)
 
-    def read_columns(self, columns: Sequence[str]) -> list[dict[str, Any]] | None:
-        """``columns`` of every row of a small table, or None when there is no table yet."""
-        return delta_rows.read_columns(self.storage, self.location, columns)
+    def unseen_rows(
+        self, seen: int, current: int, column: str, before: datetime, keep: pc.Expression | None = None
+    ) -> pa.Table | None:
+        """The rows of version ``current`` dated before ``before`` that version ``seen`` did not
+        hold (`delta_rows.unseen_rows`); None when ``seen`` cannot be read any more."""
+        return delta_rows.unseen_rows(self.storage, self.location, seen, current, column, before, keep)
+
+    def read_columns(
+        self, columns: Sequence[str], optional: Sequence[str] = ()
+    ) -> list[dict[str, Any]] | None:
+        """``columns`` of every row of a small table, or None when there is no table yet; a column
+        in ``optional`` the table lacks (added to its contract later) reads as null."""
+        return delta_rows.read_columns(self.storage, self.location, columns, optional)
 
     def rows(
         self, where: pc.Expression, prune: pc.Expression | None = None, columns: Sequence[str] | None = None
@@ -554,10 +570,17 @@ class IcebergHandle(_ContractBound):
             spark.catalog.refreshTable(self.spark_name())
         return spark.read.format("iceberg").load(self.spark_name())
 
-    def dataset(self) -> pa.dataset.Dataset | None:
+    def dataset(self, version: int | None = None) -> pa.dataset.Dataset | None:
         raise self._refused("an Arrow read (Spark reads an Iceberg sink)")
 
-    def read_columns(self, columns: Sequence[str]) -> list[dict[str, Any]] | None:
+    def unseen_rows(
+        self, seen: int, current: int, column: str, before: datetime, keep: pc.Expression | None = None
+    ) -> pa.Table | None:
+        raise self._refused("a driver read (Spark reads an Iceberg sink)")
+
+    def read_columns(
+        self, columns: Sequence[str], optional: Sequence[str] = ()
+    ) -> list[dict[str, Any]] | None:
         raise self._refused("a driver read (Spark reads an Iceberg sink)")
 
     def rows(

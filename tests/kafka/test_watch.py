@@ -242,10 +242,11 @@ def test_watch_alerts_a_restart_from_latest_once_survives_a_kill_and_stops_on_si
             assert len(received) == posts_before_kill
             assert len(lost_posts(received, incident["incident_id"])) == 1
             assert_no_alert_repeated(received)
-            # ... and no window missed: each successful cycle starts where the one before ended.
+            # ... and no window missed: each successful cycle starts where the one before ended,
+            # or earlier, at a ledger row the one before could not see yet (written after it read).
             windows = successful_windows(cfg)
             assert windows[0][0] is None
-            assert all(b[0] == a[1] for a, b in itertools.pairwise(windows))
+            assert all(b[0] <= a[1] for a, b in itertools.pairwise(windows)), windows
             # ... nor a completeness window: every partition's windows tile its offsets, the skipped
             # records counted lost once.
             assert_completeness_counted_once(cfg, topic)

@@ -73,6 +73,7 @@ def test_append_rows_places_naive_spark_times_in_local_time(spark: SparkSession,
         started_at=T2,
         finished_at=T2,
         status="succeeded",
+        ledger_version=3,
     )
     assert set(row) == set(AUDIT_RUNS_SCHEMA.fieldNames())
     delta_rows.append_rows(spark, path, AUDIT_RUNS_SCHEMA, [row])

@@ -46,7 +46,9 @@ def run_forensics(
     tables, job_list, window, now, run_id = scope.tables, scope.jobs, scope.window, run.now, run.run_id
     rules = match_rules(r)
     result = ForensicsResult(run_id=run_id, window=window, jobs=job_list)
-    audit = open_ledger_audit(tables, window, rules, job_list, r.groups, r.baseline_lookback_days)
+    audit = open_ledger_audit(
+        tables, window, rules, job_list, r.groups, r.baseline_lookback_days, scope.ledger_version
+    )
     try:
         restart_rows = audit.restarts()
     finally:
