@@ -283,6 +283,11 @@ class JobSpec:
         return args
 
 
+def now_ms() -> int:
+    """This machine's clock in ms, as Flink's JobManager stamps `trigger_timestamp`."""
+    return time.time_ns() // 1_000_000
+
+
 class FlinkJob:
     """One MiniCluster process running one Kafka-reading job, until cancelled or killed.
 
@@ -434,23 +439,31 @@ class FlinkJob:
     def checkpoint_after_now(self, timeout_s: float = CHECKPOINT_TIMEOUT_S) -> dict[str, Any]:
         """The first checkpoint triggered after this call, once completed: its REST entry.
 
-        Its state holds everything the job had read when this was called. Chosen by its
-        `trigger_timestamp`, not by the ids the history lists now: Flink's REST serves checkpoint
-        statistics from a cache, so a checkpoint triggered just before this call (whose barrier
-        passed the source before the last records) may not be listed yet. The JobManager runs on
-        this machine, so its clock is this clock.
-        """
-        since_ms = time.time_ns() // 1_000_000
+        Its state holds everything the job had read when this was called."""
+        return self.wait_triggered_after(now_ms(), 1, timeout_s)[0]
 
-        def probe() -> dict[str, Any] | None:
+    def wait_triggered_after(
+        self, since_ms: int, count: int = 1, timeout_s: float = CHECKPOINT_TIMEOUT_S
+    ) -> list[dict[str, Any]]:
+        """The first ``count`` completed checkpoints triggered at or after ``since_ms`` (`now_ms`),
+        oldest first: their REST entries.
+
+        Chosen by their `trigger_timestamp`, not by the ids the history lists at ``since_ms``:
+        Flink's REST serves checkpoint statistics from a cache, so a checkpoint triggered just
+        before (whose barrier passed the source before the last records, or before an outage
+        began) may not be listed yet. The JobManager runs on this machine: its clock is this one.
+        """
+
+        def probe() -> list[dict[str, Any]] | None:
             self._alive()
             try:
                 after = [c for c in self.completed() if int(c["trigger_timestamp"]) >= since_ms]
             except (OSError, ValueError, KeyError):
                 return None
-            return min(after, key=lambda c: int(c["id"])) if after else None
+            return after[:count] if len(after) >= count else None
 
-        return wait_for(probe, timeout_s, f"a checkpoint triggered after {since_ms} at {self.rest_url}")
+        what = f"{count} checkpoint(s) triggered after {since_ms} at {self.rest_url}"
+        return wait_for(probe, timeout_s, what)
 
     def latest_completed(self) -> dict[str, Any]:
         latest: dict[str, Any] = self.checkpoints()["latest"]["completed"]

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from app.contracts import vocabulary as vocab
 from app.demo.local_kafka import LocalKafka
 from app.runtime import jvm
-from tests.flink.harness import FlinkJob, FlinkStack, JobSpec, wait_for
+from tests.flink.harness import FlinkJob, FlinkStack, JobSpec, now_ms, wait_for
 from tests.flink.watching import (
     LEDGER_WAIT_S,
     Processes,
@@ -87,9 +87,10 @@ def test_a_broker_outage_across_checkpoints_is_a_commit_failure_and_covered_skip
     # The source fetched its backlog (a first batch at least) and works through it: the broker goes.
     wait_for(lambda: True if (job.records_read() or 0) > 50 else None, LEDGER_WAIT_S, "records read")
     own_broker.kill()
-    down_from = int(job.latest_completed()["id"]) if job.checkpoints()["latest"]["completed"] else 0
+    down_from = now_ms()
     wait_for(lambda: True if failed_commits(ledger) else None, LEDGER_WAIT_S, "a failed commit recorded")
-    job.wait_checkpoints(3, after_id=down_from)
+    # three checkpoints of the outage: triggered after the broker went
+    job.wait_triggered_after(down_from, 3)
     own_broker.start()
 
     job.wait_records_read(RECORDS)
