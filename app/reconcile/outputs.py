@@ -125,8 +125,8 @@ def reach_back(
     late = ledger.unseen_rows(seen, version, "event_time", end, keep)
     if late is None:
         log.warning(
-            "the ledger's version %d, which the previous run read, cannot be read any more: rows "
-            "written late before %s are not looked for",
+            "the ledger's version %d, which the previous run read, cannot be read any more (its log "
+            "entries cleaned up, or its files vacuumed): rows written late before %s are not looked for",
             seen,
             end.isoformat(),
         )

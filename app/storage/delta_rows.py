@@ -104,7 +104,7 @@ def unseen_rows(
     """The rows of version ``current`` dated before ``before`` by the timestamp ``column`` (and
     matching ``keep``) that version ``seen`` did not hold, counted as a multiset (a second copy
     appended later is unseen); None when ``seen`` cannot be read any more (its log entries were
-    cleaned up) or there is no table.
+    cleaned up, or the files it held were rewritten and then vacuumed) or there is no table.
 
     A reader that read version ``seen`` and judged everything dated before ``before`` never saw
     these rows: they were written late, or recovered. Only the files added after ``seen`` whose log
@@ -136,7 +136,11 @@ def unseen_rows(
     # every such file's statistics say where it starts: no older row is a question
     low = min(known_lows) if len(known_lows) == len(reach) else None
     rows = _rows_dated(now, where, column, low, before, keep)
-    return _except_all(rows, _rows_dated(then, where, column, low, before, keep))
+    try:
+        known = _rows_dated(then, where, column, low, before, keep)
+    except InfrastructureError:
+        return None  # files of ``seen`` a compaction replaced, since vacuumed
+    return _except_all(rows, known)
 
 
 def _rows_dated(

@@ -67,6 +67,16 @@ def test_a_seen_version_whose_log_is_gone_cannot_tell(tmp_path: Path) -> None:
     assert delta_rows.unseen_rows(None, path, seen, current, "event_time", at(500)) is None
 
 
+def test_a_seen_version_whose_files_were_compacted_and_vacuumed_cannot_tell(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger")
+    append(path, checkpoint(1, 10, {0: 50}, commit=False))
+    seen = append(path, checkpoint(2, 20, {0: 60}, commit=False))
+    DeltaTable(path).optimize.compact()
+    DeltaTable(path).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    current = int(DeltaTable(path).version())
+    assert delta_rows.unseen_rows(None, path, seen, current, "event_time", at(500)) is None
+
+
 def test_the_next_window_starts_at_the_earliest_unseen_row_of_its_jobs(tmp_path: Path) -> None:
     cfg = build_config(data_dir=tmp_path)
     ledger = AuditTables.from_config(cfg, None).ledger
