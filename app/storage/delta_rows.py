@@ -121,26 +121,28 @@ def unseen_rows(
     if now is None or then is None:
         return None
     with backend.storage_errors(where, "list the files of"):
-        known = set(pa.table(then.get_add_actions(flatten=True)).column("path").to_pylist())
-        added = pa.table(now.get_add_actions(flatten=True))
-    low_column = f"min.{column}"
-    lows = added.column(low_column).to_pylist() if low_column in added.column_names else []
+        held = set(pa.table(then.get_add_actions(flatten=True)).column("path").to_pylist())
+        files = pa.table(now.get_add_actions(flatten=True))
+    low_column = f"min.{column}"  # absent when no file has statistics of the column
+    firsts = (
+        files.column(low_column).to_pylist() if low_column in files.column_names else [None] * files.num_rows
+    )
+    # the first times of the files added since ``seen`` that reach below ``before`` (None: unknown)
     reach = [
-        low
-        for file, low in zip(added.column("path").to_pylist(), lows or [None] * added.num_rows, strict=True)
-        if file not in known and (low is None or instant(low) < before)
+        first
+        for path_, first in zip(files.column("path").to_pylist(), firsts, strict=True)
+        if path_ not in held and (first is None or instant(first) < before)
     ]
     if not reach:
         return backend.arrow_dataset(now, where).schema.empty_table()
-    known_lows = [instant(low) for low in reach if low is not None]
-    # every such file's statistics say where it starts: no older row is a question
-    low = min(known_lows) if len(known_lows) == len(reach) else None
+    # when every such file's statistics say where it starts, no older row is a question
+    low = None if None in reach else min(instant(first) for first in reach)
     rows = _rows_dated(now, where, column, low, before, keep)
     try:
-        known = _rows_dated(then, where, column, low, before, keep)
+        then_rows = _rows_dated(then, where, column, low, before, keep)
     except InfrastructureError:
         return None  # files of ``seen`` a compaction replaced, since vacuumed
-    return _except_all(rows, known)
+    return _except_all(rows, then_rows)
 
 
 def _rows_dated(
