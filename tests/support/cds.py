@@ -69,7 +69,16 @@ def dump(archive: Path) -> bool:
     os.replace(tmp, archive)
     seconds = time.monotonic() - started
     print(f"class-data sharing archive for the suite's Spark drivers: {archive} ({seconds:.0f}s)")
+    drop_stale(archive)
     return True
+
+
+def drop_stale(archive: Path) -> None:
+    """Remove the archives of other jar sets (each is ~180 MB; a reinstalled virtualenv makes a new
+    one). A JVM that maps one keeps its mapping; one started later runs without."""
+    for other in archive.parent.glob("spark-driver-*.jsa"):
+        if other != archive:
+            other.unlink(missing_ok=True)
 
 
 def driver_pid(stdout: str) -> int:

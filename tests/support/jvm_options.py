@@ -19,6 +19,7 @@ ignores it, and ``-Xlog:cds...=off`` keeps that, or a missing archive, from prin
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -49,10 +50,23 @@ def cds_archive(cache_dir: Path | None = None) -> Path | None:
     runtime = Path(java).resolve().parent.parent / "lib" / "modules"
     for part in (str(Path(java).resolve()), str(runtime.stat().st_size if runtime.exists() else 0), extra):
         digest.update(part.encode() + b"\0")
-    for jar in spark_jars:
-        digest.update(f"{jar}:{jar.stat().st_size}".encode() + b"\0")
+    # The JVM maps an archive only while every jar on the classpath has the size and modification
+    # time it had at the dump, and otherwise ignores it without a word (the log is off): a
+    # reinstalled virtualenv (a fresh clone beside a kept cache) rewrites pyspark's jars with new
+    # times, so the key holds both and such a jar set gets an archive of its own.
+    for jar in [*spark_jars, *(Path(j) for j in extra.split(os.pathsep) if j)]:
+        digest.update(jar_stamp(jar).encode() + b"\0")
     digest.update(" ".join(BASE_OPTIONS).encode())
     return cache / "cds" / f"spark-driver-{digest.hexdigest()[:16]}.jsa"
+
+
+def jar_stamp(jar: Path) -> str:
+    """What the JVM checks of a classpath entry before it maps an archive: its size and mtime."""
+    try:
+        stat = jar.stat()
+    except OSError:
+        return f"{jar}:missing"
+    return f"{jar}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def cds_options(archive: Path | None) -> tuple[str, ...]:
