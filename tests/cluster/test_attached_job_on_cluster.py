@@ -37,7 +37,7 @@ from tests.cluster.submit import (
     spark_submit,
     submit_user_job,
 )
-from tests.support.streaming import create_topic, group_offsets
+from tests.support.streaming import create_topic, deliver, group_offsets
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(2400)]
 
@@ -76,7 +76,7 @@ def produce_payments(bootstrap: str, topic: str, count: int) -> None:
     for i in range(count):
         record = {"id": i, "amount": i * 1.5, "kind": "refund" if i % 4 == 0 else "payment"}
         producer.produce(topic, value=json.dumps(record).encode(), partition=i % PARTITIONS)
-    assert producer.flush(30) == 0
+    deliver(producer)
 
 
 def audit_args(run_id: str, group: str, sink: str) -> list[str]:

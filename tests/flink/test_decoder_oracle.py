@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from app.flink.metadata import FlinkCheckpointOffsets, read_checkpoint
 from app.kafka.clients import plain_conf
 from tests.flink.harness import FlinkJob, JobSpec, oracle
-from tests.support.streaming import create_topic
+from tests.support.streaming import create_topic, deliver
 
 pytestmark = pytest.mark.flink
 
@@ -37,7 +37,7 @@ def produce(bootstrap: str, topic: str, partitions: int) -> None:
     for partition in range(partitions):
         for i in range(2 + partition % 5):
             producer.produce(topic, value=f"{partition}-{i}".encode(), partition=partition)
-    assert producer.flush(30) == 0
+    deliver(producer)
 
 
 def as_oracle(got: FlinkCheckpointOffsets) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from app.contracts.vocabulary import ENGINE_FLINK_KAFKASOURCE, ENGINE_FLINK_LEGACY
 from app.kafka.clients import plain_conf
 from tests.flink.harness import FlinkJob, FlinkStack, JobSpec, oracle, wait_for
-from tests.support.streaming import create_topic
+from tests.support.streaming import create_topic, deliver
 
 pytestmark = pytest.mark.flink
 
@@ -30,7 +30,7 @@ def produce(bootstrap: str, topic: str, counts: Mapping[int, int]) -> None:
     for partition, count in counts.items():
         for i in range(count):
             producer.produce(topic, value=f"{partition}-{i}".encode(), partition=partition)
-    assert producer.flush(30) == 0
+    deliver(producer)
 
 
 def stored_offsets(result: dict[str, Any]) -> dict[int, int]:

@@ -18,7 +18,7 @@ from app.errors import KafkaUnavailableError
 from app.kafka.clients import check_reachable, plain_conf, retry_kafka, spark_kafka_options
 from app.runtime import jvm
 from tests.support.config import set_options
-from tests.support.streaming import KAFKA_TIMEOUT_S, create_topic, group_offsets
+from tests.support.streaming import KAFKA_TIMEOUT_S, create_topic, deliver, group_offsets
 
 pytestmark = pytest.mark.kafka
 
@@ -28,7 +28,7 @@ def produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> 
     for p in range(partitions):
         for i in range(per_partition):
             producer.produce(topic, key=f"k{i}".encode(), value=f"v{p}-{i}".encode(), partition=p)
-    assert producer.flush(30) == 0
+    deliver(producer)
 
 
 def test_spark_batch_reads_a_topic_through_the_connector(

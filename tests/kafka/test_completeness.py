@@ -34,7 +34,7 @@ from app.storage.tables import tables_from_config
 from tests.support.config import build_config
 from tests.support.ledger_data import contract_table
 from tests.support.reconcile import read, save
-from tests.support.streaming import produce_transactions
+from tests.support.streaming import deliver, produce_transactions
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -56,7 +56,7 @@ def produce_at(bootstrap: str, topic: str, times: Sequence[datetime]) -> None:
     producer = Producer(plain_conf(bootstrap, **{"enable.idempotence": True}))
     for i, t in enumerate(times):
         producer.produce(topic, value=f"r{i}".encode(), partition=0, timestamp=int(t.timestamp() * 1000))
-    assert producer.flush(30) == 0
+    deliver(producer)
 
 
 def ledger(

@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient
 from app.config import KafkaConfig
 from app.kafka.clients import plain_conf
 from app.kafka.gaps import SuspectedGap, kafka_gap_confirmer
-from tests.support.streaming import create_topic
+from tests.support.streaming import create_topic, deliver
 
 pytestmark = pytest.mark.kafka
 
@@ -41,7 +41,7 @@ def test_confirmation_tells_real_gaps_from_markers_aborts_and_retention(bootstra
     plain = Producer({"bootstrap.servers": bootstrap})
     for i in range(10):
         plain.produce(old_topic, value=f"v{i}".encode(), partition=0)
-    assert plain.flush(30) == 0
+    deliver(plain)
     deleted = admin.delete_records([TopicPartition(old_topic, 0, 5)])
     for future in deleted.values():
         future.result(30)  # log start offset is now 5
@@ -122,7 +122,7 @@ def test_all_gaps_of_a_run_are_judged_together_as_each_would_be_alone(bootstrap:
         plain.produce(topic, value=f"r{i}".encode(), partition=RETAINED)
     for i in range(2500):
         plain.produce(topic, value=f"l{i}".encode(), partition=LONG)
-    assert plain.flush(30) == 0
+    deliver(plain)
     admin = AdminClient(plain_conf(bootstrap))
     for future in admin.delete_records([TopicPartition(topic, RETAINED, 5)]).values():
         future.result(30)

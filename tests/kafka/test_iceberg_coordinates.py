@@ -42,6 +42,7 @@ from app.stream.startup import to_sink_rows
 from tests.support.config import build_config
 from tests.support.ledger_data import contract_table
 from tests.support.reconcile import read, save
+from tests.support.streaming import deliver
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -129,7 +130,7 @@ def story(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, bootstr
             partition=0,
             timestamp=int(t.timestamp() * 1000),
         )
-    assert producer.flush(30) == 0
+    deliver(producer)
 
     root = tmp_path_factory.mktemp("iceberg-coords")
     delta = build_config(data_dir=root / "delta")

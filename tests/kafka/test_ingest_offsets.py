@@ -42,7 +42,7 @@ from app.storage import delta_rows
 from app.storage.handles import AuditTables
 from app.storage.tables import tables_from_config
 from tests.support.config import build_config
-from tests.support.streaming import KAFKA_TIMEOUT_S, create_topic
+from tests.support.streaming import KAFKA_TIMEOUT_S, create_topic, deliver
 from tests.unit.kafka_bytes import offset_commit_key, offset_commit_value
 
 pytestmark = pytest.mark.kafka
@@ -211,7 +211,7 @@ def scenario(spark: SparkSession, bootstrap: str, tmp_path_factory: pytest.TempP
     producer = Producer(plain_conf(bootstrap))
     for i in range(20):
         producer.produce(topic, value=f"v{i}".encode(), partition=i % 2)
-    assert producer.flush(30) == 0
+    deliver(producer)
 
     s = dict(
         classic=f"classic-{u}", offset_only=f"offset-only-{u}", new_protocol=f"kip848-{u}",
@@ -458,7 +458,7 @@ def test_a_commit_time_beyond_timestamp_range_keeps_its_row_with_a_null_time_and
         offset_commit_value(3, 12, "", TIMESTAMP_MAX_MS + 1),
     ]):  # fmt: skip
         producer.produce(topic, key=offset_commit_key(group, "t", p), value=value, partition=0)
-    assert producer.flush(30) == 0
+    deliver(producer)
     cfg = ingest_config(
         tmp_path, bootstrap, [group], f"ingest.offsets_topic={topic}", f"ingest.decode_on={decode_on}"
     )

@@ -29,7 +29,7 @@ from app.stream.startup import to_sink_rows
 from tests.support.config import build_config, set_options
 from tests.support.ledger_data import GROUP, at, checkpoint, commits_table, ev, gc, ledger_table, with_topic
 from tests.support.reconcile import read, reconcile, save
-from tests.support.streaming import create_topic, group_offsets
+from tests.support.streaming import create_topic, deliver, group_offsets
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -53,7 +53,7 @@ def test_repairs_replay_gaps_and_delete_second_copies_once_and_can_be_undone(
     producer = Producer(plain_conf(bootstrap))
     for i in range(RECORDS):
         producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=0)
-    assert producer.flush(30) == 0
+    deliver(producer)
 
     cfg = build_config(data_dir=tmp_path)
     save(
@@ -196,7 +196,7 @@ def test_a_repaired_restart_stays_as_it_was_written_and_fails_no_later_run(
     producer = Producer(plain_conf(bootstrap))
     for i in range(RECORDS):
         producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=0)
-    assert producer.flush(30) == 0
+    deliver(producer)
 
     cfg = build_config(data_dir=tmp_path)
     save(

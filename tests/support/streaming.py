@@ -25,6 +25,11 @@ from tests.support.config import build_config
 # Helpers ride out what a broker started moments ago answers (NOT_COORDINATOR, a leader being
 # elected) like the application does: retried within this budget.
 KAFKA_TIMEOUT_S = 30.0
+# A test goes on only once every record it produced is stored. How long that takes is the machine's
+# business (a topic of 1,000 partitions created moments before, on a busy machine, took more than
+# 30 s), so the wait ends only when librdkafka itself gives up on a record (message.timeout.ms,
+# 300 s by default).
+DELIVERY_TIMEOUT_S = 330.0
 
 
 def job_config(data_dir: Path, bootstrap: str, topic: str, group: str, job: str, *extra: str) -> AppConfig:
@@ -37,6 +42,12 @@ def job_config(data_dir: Path, bootstrap: str, topic: str, group: str, job: str,
         *extra,
         data_dir=data_dir,
     )
+
+
+def deliver(producer: Producer) -> None:
+    """Waits until every record ``producer`` holds is stored; fails naming how many were not."""
+    left = producer.flush(DELIVERY_TIMEOUT_S)
+    assert left == 0, f"{left} records still undelivered after {DELIVERY_TIMEOUT_S:.0f} s"
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -64,7 +75,7 @@ def produce(
         producer.produce(
             topic, value=f"record-{i}".encode(), partition=i % partitions, timestamp=timestamp_ms
         )
-    assert producer.flush(30) == 0
+    deliver(producer)
 
 
 def until_all_read(bootstrap: str, topic: str, partitions: int) -> StopWhen:
