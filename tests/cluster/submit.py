@@ -42,9 +42,10 @@ BUILD_TIMEOUT_S = 300
 KAFKA_USERNAME = "cluster-tier"  # conf/cluster.yaml's SASL settings, unused on the PLAINTEXT broker
 KAFKA_PASSWORD = "cluster-tier-kafka-password"
 # The tests' own settings, outside the README's command: where each task ran, pinned zones, JVMs
-# that start fast (servers.JVM_OPTIONS, prepended to the extra options), and no locality wait: on
-# one host every task's data is as near to either executor, so a free one need not idle up to 3 s
-# for a busy one.
+# that start fast (servers.JVM_OPTIONS, prepended to the extra options), and one executor per
+# application (one worker's single core): a second executor on the same two-core machine ran no
+# task sooner and cost its own JVM start, about 9 CPU-seconds per submit; no claim of the tier
+# needs two. No locality wait: on one host every task's data is as near to any executor.
 SPARK_DEFAULTS = """\
 spark.eventLog.enabled true
 spark.eventLog.dir file://{event_log_dir}
@@ -56,6 +57,7 @@ spark.executor.defaultJavaOptions {jvm_options}
 spark.driver.extraJavaOptions -Duser.timezone=UTC
 spark.executor.extraJavaOptions -Duser.timezone=UTC
 spark.locality.wait 0s
+spark.cores.max 1
 """
 
 
