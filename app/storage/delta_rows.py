@@ -104,7 +104,8 @@ def unseen_rows(
     """The rows of version ``current`` dated before ``before`` by the timestamp ``column`` (and
     matching ``keep``) that version ``seen`` did not hold, counted as a multiset (a second copy
     appended later is unseen); None when ``seen`` cannot be read any more (its log entries were
-    cleaned up, or the files it held were rewritten and then vacuumed) or there is no table.
+    cleaned up, or the files it held were rewritten and then vacuumed) or there is no table; any
+    other storage failure raises InfrastructureError.
 
     A reader that read version ``seen`` and judged everything dated before ``before`` never saw
     these rows: they were written late, or recovered. Only the files added after ``seen`` whose log
@@ -140,8 +141,12 @@ def unseen_rows(
     rows = _rows_dated(now, where, column, low, before, keep)
     try:
         then_rows = _rows_dated(then, where, column, low, before, keep)
-    except InfrastructureError:
-        return None  # files of ``seen`` a compaction replaced, since vacuumed
+    except InfrastructureError as exc:
+        # Only a missing file (one a compaction replaced, since vacuumed) means ``seen`` is gone;
+        # any other failure is the storage's, and the run fails rather than skip the question.
+        if isinstance(exc.__cause__, FileNotFoundError):
+            return None
+        raise
     return _except_all(rows, then_rows)
 
 

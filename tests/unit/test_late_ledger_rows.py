@@ -12,6 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from app.contracts.tables import AUDIT_RUNS_SCHEMA, LEDGER_SCHEMA
+from app.errors import InfrastructureError
 from app.reconcile.outputs import PreviousRun, last_run, reach_back
 from app.storage import delta_rows
 from app.storage.handles import AuditTables
@@ -75,6 +76,19 @@ def test_a_seen_version_whose_files_were_compacted_and_vacuumed_cannot_tell(tmp_
     DeltaTable(path).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     current = int(DeltaTable(path).version())
     assert delta_rows.unseen_rows(None, path, seen, current, "event_time", at(500)) is None
+
+
+def test_a_seen_versions_file_that_cannot_be_read_is_an_error_not_a_version_gone(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger")
+    append(path, checkpoint(1, 10, {0: 50}, commit=False))
+    seen = append(path, checkpoint(2, 20, {0: 60}, commit=False))
+    replaced = [Path(u.removeprefix("file://")) for u in DeltaTable(path).file_uris()]
+    DeltaTable(path).optimize.compact()  # the current version holds new files; these are only the seen one's
+    current = int(DeltaTable(path).version())
+    replaced[0].unlink()
+    replaced[0].mkdir()  # there, but unreadable as a file: a storage failure, not a vacuumed file
+    with pytest.raises(InfrastructureError, match="cannot read the table"):
+        delta_rows.unseen_rows(None, path, seen, current, "event_time", at(500))
 
 
 def test_the_next_window_starts_at_the_earliest_unseen_row_of_its_jobs(tmp_path: Path) -> None:
